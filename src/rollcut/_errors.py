@@ -1,0 +1,159 @@
+"""The one exception tree of rollcut.
+
+Every error rollcut raises derives from :class:`RollcutError`. Foreign
+exceptions (nats-py, lmdb, zstandard, msgspec) are translated where they
+cross into rollcut and chained with ``raise ... from exc``, so a caller can
+catch one root and still see the original cause.
+
+    RollcutError
+    ├── ConfigError
+    ├── SchemaError                 bad input: names the field and the rule
+    │   ├── UnknownEventKindError
+    │   └── SchemaVersionError      written by a newer rollcut
+    ├── EventTooLargeError
+    ├── CorruptEventError           stored bytes fail their digest or decode
+    ├── BusError                    the NATS server or connection failed us
+    │   ├── ServerVersionError
+    │   └── ServerStartError
+    ├── FenceError
+    │   ├── StaleAttemptError       the server refused a tombstoned attempt
+    │   ├── AttemptConflictError    someone else moved the fence first
+    │   └── RolloutExistsError
+    └── LedgerError
+        ├── LedgerSchemaError
+        └── LedgerCorruptError
+
+Errors carry the identifiers an operator needs (stream, seq, rollout_id,
+attempt) as attributes, not only inside the message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AttemptConflictError",
+    "BusError",
+    "ConfigError",
+    "CorruptEventError",
+    "EventTooLargeError",
+    "FenceError",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerSchemaError",
+    "RollcutError",
+    "RolloutExistsError",
+    "SchemaError",
+    "SchemaVersionError",
+    "ServerStartError",
+    "ServerVersionError",
+    "StaleAttemptError",
+    "UnknownEventKindError",
+]
+
+
+class RollcutError(Exception):
+    """Root of every error rollcut raises."""
+
+
+class ConfigError(RollcutError):
+    """A setting is missing, malformed or contradicts another one."""
+
+
+class SchemaError(RollcutError):
+    """A record does not match its schema; the message names field and rule."""
+
+
+class UnknownEventKindError(SchemaError):
+    def __init__(self, kind: str, known: list[str]) -> None:
+        self.kind = kind
+        super().__init__(
+            f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}"
+        )
+
+
+class SchemaVersionError(SchemaError):
+    def __init__(self, what: str, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{what} has schema_version {found}, newer than the {supported} this rollcut "
+            "supports; upgrade rollcut to read it"
+        )
+
+
+class EventTooLargeError(RollcutError):
+    def __init__(self, kind: str, size: int, limit: int) -> None:
+        self.kind = kind
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{kind} event encodes to {size} bytes, over the {limit}-byte limit; "
+            "large blobs (tokens, files) belong in the token store and are referenced by receipt"
+        )
+
+
+class CorruptEventError(RollcutError):
+    def __init__(self, reason: str, *, stream: str = "", seq: int = 0, subject: str = "") -> None:
+        self.reason = reason
+        self.stream = stream
+        self.seq = seq
+        self.subject = subject
+        where = f"stream {stream} seq {seq} ({subject})" if seq else "payload"
+        super().__init__(f"corrupt event at {where}: {reason}")
+
+
+class BusError(RollcutError):
+    """The NATS server or the connection to it failed an operation."""
+
+
+class ServerVersionError(BusError):
+    pass
+
+
+class ServerStartError(BusError):
+    pass
+
+
+class FenceError(RollcutError):
+    """An attempt-lifecycle rule was violated."""
+
+
+class StaleAttemptError(FenceError):
+    """The server rejected a write from an attempt that is no longer current."""
+
+    def __init__(self, rollout_id: str, attempt: int, current_attempt: int | None) -> None:
+        self.rollout_id = rollout_id
+        self.attempt = attempt
+        self.current_attempt = current_attempt
+        now = (
+            f"attempt {current_attempt} is current"
+            if current_attempt is not None
+            else "no attempt is open"
+        )
+        super().__init__(
+            f"rollout {rollout_id!r}: attempt {attempt} is stale ({now}); "
+            "the write was refused by the server and changed nothing"
+        )
+
+
+class AttemptConflictError(FenceError):
+    def __init__(self, rollout_id: str, message: str) -> None:
+        self.rollout_id = rollout_id
+        super().__init__(f"rollout {rollout_id!r}: {message}")
+
+
+class RolloutExistsError(FenceError):
+    def __init__(self, rollout_id: str) -> None:
+        self.rollout_id = rollout_id
+        super().__init__(f"rollout {rollout_id!r} was already dispatched")
+
+
+class LedgerError(RollcutError):
+    """The LMDB ledger cannot be opened or read."""
+
+
+class LedgerSchemaError(LedgerError):
+    pass
+
+
+class LedgerCorruptError(LedgerError):
+    pass

@@ -1,0 +1,186 @@
+"""``rollcut bench log``: the event log against plain nats-py on the same server, same run.
+
+The workload imitates agent rollouts: per rollout a cycle of model-call
+admitted/completed events, resources mutations with tool arguments and
+results, and agent boundaries whose output items grow with the turn (so the
+larger ones cross the compression threshold). The raw baseline publishes
+byte strings of exactly the same sizes, with the same number of concurrent
+writers each awaiting its ack, to a second stream on the same server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nats.js.api import StorageType, StreamConfig
+
+from ..bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    BusConfig,
+    EmbeddedServer,
+    Event,
+    EventLog,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ResourcesMutated,
+    TokenReceipt,
+)
+from ..replay import replay
+
+__all__ = ["bench_log", "workload"]
+
+_WORDS = "the agent calls a tool and reads the result then thinks about the next step".split()
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
+def workload(events: int, *, rollouts: int, seed: int = 0) -> list[Event]:
+    """A deterministic list of ``events`` events spread over ``rollouts`` rollouts."""
+    rng = random.Random(seed)
+    out: list[Event] = []
+    turn = dict.fromkeys(range(rollouts), 0)
+    i = 0
+    while len(out) < events:
+        r = i % rollouts
+        i += 1
+        rid, t = f"bench-{r:06d}", turn[r]
+        turn[r] += 1
+        call = f"c{r}-{t}"
+        digest = f"{rng.getrandbits(128):032x}"
+        cycle: list[Event] = [
+            ModelCallAdmitted(component="model", instance="model-0", rollout_id=rid, attempt=1,
+                              call_id=call, request_digest=digest,
+                              parent_call_id=f"c{r}-{t - 1}" if t else None),
+            ModelCallCompleted(component="model", instance="model-0", rollout_id=rid, attempt=1,
+                               call_id=call, request_digest=digest,
+                               receipt=TokenReceipt(receipt_id=f"rcpt-{call}", count=rng.randint(20, 400),
+                                                    digest=f"{rng.getrandbits(128):032x}"),
+                               response={"role": "assistant", "content": _text(rng, rng.randint(5, 60))}),
+            ResourcesMutated(component="resources", instance="res-0", rollout_id=rid, attempt=1,
+                             session="env", revision=t + 1, tool="search",
+                             arguments={"query": _text(rng, 6)},
+                             result={"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
+                             delta={"n": t + 1}),
+            AgentBoundary(component="agent", instance="agent-0", rollout_id=rid, attempt=1,
+                          record=AgentBoundaryRecord(
+                              turn=t,
+                              output_items=[{"type": "message", "content": _text(rng, 30)}
+                                            for _ in range(min(t + 1, 12))],
+                              usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
+                              last_model_call_id=call, resources_revisions={"env": t + 1})),
+        ]
+        out.extend(cycle)
+    return out[:events]
+
+
+async def _drive(concurrency: int, n: int, op: Callable[[int], Any]) -> float:
+    """Run op(0..n-1) with ``concurrency`` workers each awaiting its own ops; returns seconds."""
+    nxt = iter(range(n))
+
+    async def worker() -> None:
+        for k in nxt:
+            await op(k)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - t0
+
+
+async def bench_log(
+    *, events: int = 20_000, concurrency: int = 64, url: str | None = None, seed: int = 0
+) -> dict[str, Any]:
+    rollouts = max(1, events // 40)
+    evs = workload(events, rollouts=rollouts, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="rollcut-bench-") as tmp:
+        server = None
+        if url is None:
+            server = EmbeddedServer(Path(tmp) / "nats").start()
+            url = server.url
+        try:
+            return await _run(url, evs, rollouts, concurrency)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+async def _run(url: str, evs: list[Event], rollouts: int, concurrency: int) -> dict[str, Any]:
+    ns = f"bench{int(time.time() * 1000) % 10**9}"
+    log = await EventLog.connect(BusConfig(url=url, namespace=ns), name="rollcut-bench")
+    try:
+        for r in range(rollouts):
+            await log.dispatch(f"bench-{r:06d}", {"task": r}, instance="bench")
+        frames = [log.codec.encode(e) for e in evs]
+        subjects = [log.subjects.for_event(e) for e in evs]
+        n = len(evs)
+
+        append_s = await _drive(concurrency, n, lambda k: log.append(evs[k]))
+
+        # raw baseline: plain nats-py, one acked publish per message, same sizes and concurrency
+        js = log.nc.jetstream()
+        raw_stream = f"RAW_{ns}"
+        await js.add_stream(StreamConfig(name=raw_stream, subjects=[f"raw.{ns}.>"], storage=StorageType.FILE))
+        raw_subjects = [f"raw.{ns}." + s.split(".", 2)[2] for s in subjects]
+        raw_s = await _drive(concurrency, n, lambda k: js.publish(raw_subjects[k], frames[k]))
+
+        info = await js.stream_info(log.stream)
+        stream_bytes, stream_msgs = info.state.bytes, info.state.messages
+
+        t0 = time.perf_counter()
+        res = await replay(log)
+        replay_s = time.perf_counter() - t0
+        replayed = res.events
+
+        raw_read_s = await _raw_read(js, raw_stream, f"raw.{ns}.>", n)
+        await js.delete_stream(raw_stream)
+        await js.delete_stream(log.stream)
+    finally:
+        stats = log.stats
+        await log.close()
+    append_rate = n / append_s
+    raw_rate = n / raw_s
+    replay_rate = replayed / replay_s
+    raw_read_rate = n / raw_read_s
+    return {
+        "events": n,
+        "rollouts": rollouts,
+        "concurrency": concurrency,
+        "append_events_per_s": round(append_rate),
+        "raw_publish_per_s": round(raw_rate),
+        "append_vs_raw": round(append_rate / raw_rate, 3),
+        "replay_events_per_s": round(replay_rate),
+        "raw_read_per_s": round(raw_read_rate),
+        "replay_vs_raw": round(replay_rate / raw_read_rate, 3),
+        "bytes_per_event": round(stream_bytes / max(1, stream_msgs), 1),
+        "payload_bytes_per_event": round(sum(map(len, frames)) / n, 1),
+        "commit_batches": stats["batches"],
+        "commit_singles": stats["singles"],
+        "commit_fallbacks": stats["fallbacks"],
+    }
+
+
+async def _raw_read(js: Any, stream: str, subject: str, n: int) -> float:
+    """Plain nats-py: an ordered consumer reading the whole raw stream."""
+    done = asyncio.Event()
+    count = 0
+
+    async def cb(msg: Any) -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            done.set()
+
+    t0 = time.perf_counter()
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, cb=cb, pending_msgs_limit=n + 1)
+    await asyncio.wait_for(done.wait(), 300)
+    elapsed = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return elapsed

@@ -1,0 +1,164 @@
+"""Bytes on the wire: msgpack body, optional zstd, and a digest checked on read.
+
+Frame layout (20 bytes of header, then the body)::
+
+    0..1   b"rc"          magic, so a foreign message is named as such
+    2      frame version  (1)
+    3      flags          bit 0: body is zstd-compressed
+    4..19  blake2b-128    digest of the body exactly as stored
+
+The digest covers the stored (possibly compressed) bytes so that corruption
+is caught before decompression, and a corrupt record is reported with its
+stream sequence instead of being folded into session state. The header lives
+in the payload rather than in NATS headers because every reader path (direct
+get, consumers, a copied file) carries the payload, and it keeps per-message
+header parsing off the hot path.
+
+Decoding validates against the schema. Records of an older schema_version are
+upcast step by step (eventsourcing-style) and then converted; records of a
+newer one are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import zstandard
+
+from .._errors import (
+    CorruptEventError,
+    EventTooLargeError,
+    SchemaError,
+    SchemaVersionError,
+    UnknownEventKindError,
+)
+from ._events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Event
+
+__all__ = ["DEFAULT_COMPRESS_THRESHOLD", "DEFAULT_MAX_EVENT_BYTES", "Codec", "Upcaster", "digest"]
+
+_MAGIC = b"rc"
+_FRAME_VERSION = 1
+_FLAG_ZSTD = 0x01
+_HEADER = 20
+DEFAULT_COMPRESS_THRESHOLD = 1024
+# NATS' default max_payload is 1 MiB; leave room for headers.
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024 - 4096
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def digest(data: bytes) -> str:
+    """Hex blake2b-128; used for payload frames, inputs and token receipts alike."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class Codec:
+    """Encodes events to frames and back. Not shared across threads."""
+
+    def __init__(
+        self,
+        *,
+        compress_threshold: int = DEFAULT_COMPRESS_THRESHOLD,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        upcasters: dict[tuple[str, int], Upcaster] | None = None,
+    ) -> None:
+        self.compress_threshold = compress_threshold
+        self.max_event_bytes = max_event_bytes
+        self._upcasters = dict(upcasters or {})
+        self._enc = msgspec.msgpack.Encoder()
+        self._dec = msgspec.msgpack.Decoder(AnyEvent)
+        self._raw = msgspec.msgpack.Decoder()
+        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zd = zstandard.ZstdDecompressor()
+
+    # --- encode -------------------------------------------------------------
+
+    def encode(self, event: Event) -> bytes:
+        """Validate ``event`` against its schema and frame it.
+
+        Struct construction in msgspec does not check constraints, so the body
+        is decoded once more here: a bad field is refused before anything is
+        sent, with msgspec's message naming the field and the rule.
+        """
+        body = self._enc.encode(event)
+        try:
+            self._dec.decode(body)
+        except msgspec.ValidationError as exc:
+            raise SchemaError(f"{type(event).__name__}: {exc}") from exc
+        flags = 0
+        if len(body) > self.compress_threshold:
+            packed = self._zc.compress(body)
+            if len(packed) < len(body):
+                body, flags = packed, _FLAG_ZSTD
+        frame = b"".join(
+            (_MAGIC, bytes((_FRAME_VERSION, flags)), hashlib.blake2b(body, digest_size=16).digest(), body)
+        )
+        if len(frame) > self.max_event_bytes:
+            kind = msgspec.inspect.type_info(type(event)).tag  # type: ignore[union-attr]
+            raise EventTooLargeError(str(kind), len(frame), self.max_event_bytes)
+        return frame
+
+    # --- decode -------------------------------------------------------------
+
+    def decode(self, frame: bytes, *, stream: str = "", seq: int = 0, subject: str = "") -> Event:
+        """Check the frame and decode it; every failure names where it happened."""
+
+        def corrupt(reason: str) -> CorruptEventError:
+            return CorruptEventError(reason, stream=stream, seq=seq, subject=subject)
+
+        if len(frame) < _HEADER or frame[:2] != _MAGIC:
+            raise corrupt("not a rollcut frame (bad magic or too short)")
+        if frame[2] != _FRAME_VERSION:
+            raise corrupt(f"frame version {frame[2]} is not {_FRAME_VERSION}")
+        flags = frame[3]
+        body = frame[_HEADER:]
+        if hashlib.blake2b(body, digest_size=16).digest() != frame[4:_HEADER]:
+            raise corrupt("payload digest mismatch")
+        if flags & _FLAG_ZSTD:
+            try:
+                body = self._zd.decompress(body, max_output_size=self.max_event_bytes * 64)
+            except zstandard.ZstdError as exc:
+                raise corrupt(f"zstd: {exc}") from exc
+        try:
+            event = self._dec.decode(body)
+        except msgspec.DecodeError as exc:
+            return self._slow_decode(body, exc, corrupt)
+        if event.schema_version != SCHEMA_VERSION:
+            return self._slow_decode(body, None, corrupt)
+        return event
+
+    def _slow_decode(
+        self,
+        body: bytes,
+        fast_exc: Exception | None,
+        corrupt: Callable[[str], CorruptEventError],
+    ) -> Event:
+        """Explain a failure precisely, or upcast an older record."""
+        try:
+            raw = self._raw.decode(body)
+        except msgspec.DecodeError as exc:
+            raise corrupt(f"msgpack: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise corrupt("body is not a map")
+        kind = raw.get("kind")
+        if kind not in EVENT_TYPES:
+            raise UnknownEventKindError(str(kind), list(EVENT_TYPES))
+        version = raw.get("schema_version")
+        if not isinstance(version, int) or version < 1:
+            raise SchemaError(f"{kind}: schema_version must be a positive int, got {version!r}")
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(f"{kind} event", version, SCHEMA_VERSION)
+        while version < SCHEMA_VERSION:
+            step = self._upcasters.get((kind, version))
+            if step is None:
+                raise SchemaError(f"{kind}: no upcaster from schema_version {version}")
+            raw = step(raw)
+            version += 1
+            raw["schema_version"] = version
+        try:
+            return msgspec.convert(raw, AnyEvent)
+        except msgspec.ValidationError as exc:
+            raise SchemaError(f"{kind}: {exc}") from (fast_exc or exc)

@@ -1,0 +1,291 @@
+"""Event schema v1: every fact rollcut records, as one tagged union.
+
+Why one union: the log is the single source of truth, and a reader (replay,
+the ledger projector, an operator's tool) must be able to decode any stored
+message without knowing in advance which writer produced it. The ``kind``
+tag selects the struct; ``schema_version`` lets a later rollcut upcast old
+records step by step (see :mod:`rollcut.bus._upcast`) and lets this rollcut
+refuse records written by a newer one instead of misreading them.
+
+Identifiers that become NATS subject tokens (rollout ids, checkpoint ids,
+component and instance names) are restricted to a safe alphabet so that a
+hostile or careless id can never address another rollout's subject.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentBoundary",
+    "AgentBoundaryRecord",
+    "AnyEvent",
+    "AttemptOpened",
+    "AttemptTombstoned",
+    "CheckpointCommitted",
+    "CheckpointEvent",
+    "CheckpointPrepared",
+    "CheckpointResumed",
+    "CheckpointSealed",
+    "Component",
+    "Event",
+    "ModelCallAdmitted",
+    "ModelCallCompleted",
+    "ModelCallExcluded",
+    "ModelCallFailed",
+    "ModelCallPrefixCut",
+    "ParticipantReplied",
+    "ResourcesMutated",
+    "ResourcesRetired",
+    "ResourcesSeeded",
+    "ResourcesSnapshot",
+    "ResultAccepted",
+    "RolloutCompleted",
+    "RolloutDispatched",
+    "RolloutEvent",
+    "TokenReceipt",
+    "new_event_id",
+]
+
+SCHEMA_VERSION = 1
+
+# A subject token: no dots, wildcards or whitespace, bounded length.
+Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+Attempt = Annotated[int, Meta(ge=1)]
+Revision = Annotated[int, Meta(ge=0)]
+Seq = Annotated[int, Meta(ge=0)]
+HexDigest = Annotated[str, Meta(pattern=r"^[0-9a-f]{16,128}$")]
+
+Component = Literal["model", "agent", "resources", "environment", "collector", "coordinator"]
+
+
+def new_event_id() -> str:
+    """A random id; it doubles as the JetStream ``Nats-Msg-Id`` for dedupe."""
+    return os.urandom(12).hex()
+
+
+class Event(Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Envelope shared by every event."""
+
+    component: Component
+    instance: Token
+    schema_version: Annotated[int, Meta(ge=1)] = SCHEMA_VERSION
+    event_id: Token = field(default_factory=new_event_id)
+    ts: float = field(default_factory=time.time)
+
+
+class RolloutEvent(Event, frozen=True, kw_only=True):
+    """An event that belongs to one physical execution ``(rollout_id, attempt)``."""
+
+    rollout_id: Token
+    attempt: Attempt
+
+
+class CheckpointEvent(Event, frozen=True, kw_only=True):
+    """A checkpoint control marker; its stream sequence is meaningful."""
+
+    checkpoint_id: Token
+
+
+# --- payload records ---------------------------------------------------------
+
+
+class TokenReceipt(Struct, frozen=True, kw_only=True):
+    """Where a token array lives in the token store; never the tokens themselves."""
+
+    receipt_id: Token
+    count: Annotated[int, Meta(ge=0)]
+    digest: HexDigest
+    store: str = ""
+
+
+class AgentBoundaryRecord(Struct, frozen=True, kw_only=True):
+    """The state of a whitebox agent after a completed nonterminal turn."""
+
+    record_version: Annotated[int, Meta(ge=1)] = 1
+    turn: Annotated[int, Meta(ge=0)]
+    output_items: list[Any] = []
+    usage: dict[str, int] = {}
+    cookies: dict[str, str] = {}
+    last_model_call_id: str | None = None
+    resources_revisions: dict[str, Revision] = {}
+    agent_state: Any = None
+
+
+# --- rollout lifecycle (written to the fence subject) -------------------------
+
+
+class RolloutDispatched(RolloutEvent, frozen=True, kw_only=True, tag="rollout.dispatched"):
+    """Opens attempt 1 and holds the original input, so fresh dispatch needs nothing else."""
+
+    input: Any
+    input_digest: HexDigest
+
+
+class AttemptOpened(RolloutEvent, frozen=True, kw_only=True, tag="attempt.opened"):
+    previous_attempt: Annotated[int, Meta(ge=0)]
+    reason: str = ""
+    checkpoint_id: str = ""
+
+
+class AttemptTombstoned(RolloutEvent, frozen=True, kw_only=True, tag="attempt.tombstoned"):
+    reason: str = ""
+    next_attempt: int | None = None
+
+
+# --- policy model ------------------------------------------------------------
+
+
+class ModelCallAdmitted(RolloutEvent, frozen=True, kw_only=True, tag="model.admitted"):
+    call_id: Token
+    request_digest: HexDigest
+    parent_call_id: str | None = None
+
+
+class ModelCallCompleted(RolloutEvent, frozen=True, kw_only=True, tag="model.completed"):
+    call_id: Token
+    request_digest: HexDigest
+    receipt: TokenReceipt
+    parent_call_id: str | None = None
+    finish_reason: str = "stop"
+    policy_version: str = ""
+    response: Any = None
+
+
+class ModelCallPrefixCut(RolloutEvent, frozen=True, kw_only=True, tag="model.prefix_cut"):
+    call_id: Token
+    receipt: TokenReceipt
+    token_boundary: Annotated[int, Meta(ge=0)]
+    buffer_id: Token
+
+
+class ModelCallFailed(RolloutEvent, frozen=True, kw_only=True, tag="model.failed"):
+    call_id: Token
+    error: str
+    retryable: bool = False
+
+
+class ModelCallExcluded(RolloutEvent, frozen=True, kw_only=True, tag="model.excluded"):
+    call_id: Token
+    reason: str
+
+
+# --- resources ---------------------------------------------------------------
+
+
+class ResourcesSeeded(RolloutEvent, frozen=True, kw_only=True, tag="resources.seeded"):
+    session: Token
+    env: str
+    seed: Any = None
+    revision: Revision = 0
+    state: bytes | None = None
+
+
+class ResourcesMutated(RolloutEvent, frozen=True, kw_only=True, tag="resources.mutated"):
+    session: Token
+    revision: Annotated[int, Meta(ge=1)]
+    tool: str
+    arguments: Any = None
+    result: Any = None
+    delta: Any = None
+    state: bytes | None = None
+
+
+class ResourcesSnapshot(RolloutEvent, frozen=True, kw_only=True, tag="resources.snapshot"):
+    session: Token
+    revision: Revision
+    codec: str
+    codec_version: Annotated[int, Meta(ge=1)]
+    state: bytes
+    digest: HexDigest
+
+
+class ResourcesRetired(RolloutEvent, frozen=True, kw_only=True, tag="resources.retired"):
+    session: Token
+    revision: Revision
+    reason: str = "completed"
+
+
+# --- agent and result hand-off -------------------------------------------------
+
+
+class AgentBoundary(RolloutEvent, frozen=True, kw_only=True, tag="agent.boundary"):
+    record: AgentBoundaryRecord
+
+
+class RolloutCompleted(RolloutEvent, frozen=True, kw_only=True, tag="rollout.completed"):
+    """The attempt produced its final result (verified); not yet handed off."""
+
+    result_digest: HexDigest
+    reward: float | None = None
+
+
+class ResultAccepted(RolloutEvent, frozen=True, kw_only=True, tag="result.accepted"):
+    """The framework durably took the result: the rollout is completed for good."""
+
+    result_digest: HexDigest
+    reward: float | None = None
+    output_ref: str = ""
+
+
+# --- checkpoint markers -----------------------------------------------------
+
+
+class CheckpointPrepared(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.prepare"):
+    deadline: float
+
+
+class ParticipantReplied(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.reply"):
+    participant: Token
+    last_seq: Seq
+    unreproducible: list[str] = []
+
+
+class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.seal"):
+    participants: list[str] = []
+
+
+class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.commit"):
+    cut: Seq
+    token_snapshot_id: str = ""
+    token_snapshot_digest: str = ""
+    participants: list[str] = []
+
+
+class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.resume"):
+    pass
+
+
+AnyEvent = (
+    RolloutDispatched
+    | AttemptOpened
+    | AttemptTombstoned
+    | ModelCallAdmitted
+    | ModelCallCompleted
+    | ModelCallPrefixCut
+    | ModelCallFailed
+    | ModelCallExcluded
+    | ResourcesSeeded
+    | ResourcesMutated
+    | ResourcesSnapshot
+    | ResourcesRetired
+    | AgentBoundary
+    | RolloutCompleted
+    | ResultAccepted
+    | CheckpointPrepared
+    | ParticipantReplied
+    | CheckpointSealed
+    | CheckpointCommitted
+    | CheckpointResumed
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    msgspec.inspect.type_info(t).tag: t  # type: ignore[union-attr]
+    for t in AnyEvent.__args__  # type: ignore[attr-defined]
+}

@@ -1,0 +1,124 @@
+"""Connecting to NATS and setting up the event stream.
+
+One stream per namespace holds every event, fence and marker, in one total
+order: that order is what makes every prefix a consistent cut.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+from .._errors import BusError, ConfigError
+from ._server import check_version, parse_version
+from ._subjects import Subjects
+
+__all__ = ["ApiError", "BusConfig", "PubAck", "connect", "ensure_stream"]
+
+# JetStream error codes rollcut reacts to.
+ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_BATCH_DUPLICATE_MSG_ID = 10201
+
+
+class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the bus is and how the stream behaves.
+
+    ``url=None`` means the embedded default; the caller starts an
+    :class:`EmbeddedServer` and passes its URL.
+    """
+
+    url: str | None = None
+    namespace: str = "default"
+    replicas: int = 1
+    duplicate_window_s: float = 120.0
+    max_batch: int = 500
+    max_inflight: int = 4
+    user: str | None = None
+    password: str | None = None
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 10.0
+
+
+class ApiError(msgspec.Struct, frozen=True):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class PubAck(msgspec.Struct, frozen=True):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    batch: str = ""
+    count: int = 0
+    error: ApiError | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(PubAck)
+
+
+def parse_ack(data: bytes) -> PubAck:
+    try:
+        return _ack_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BusError(f"unreadable JetStream ack {data[:200]!r}") from exc
+
+
+async def connect(config: BusConfig, *, name: str = "rollcut") -> NATS:
+    """Connect and refuse servers too old for fencing and group commit."""
+    if not config.url:
+        raise ConfigError("no NATS url: start an EmbeddedServer or configure one")
+    try:
+        nc = await nats.connect(
+            config.url,
+            name=name,
+            user=config.user,
+            password=config.password,
+            connect_timeout=config.connect_timeout_s,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            reconnect_time_wait=0.2,
+            pending_size=64 * 1024 * 1024,
+        )
+    except (NatsError, OSError) as exc:
+        raise BusError(f"cannot connect to {config.url}: {exc!r}") from exc
+    try:
+        check_version(parse_version(nc.connected_server_version.__str__()), config.url)
+    except Exception:
+        await nc.close()
+        raise
+    return nc
+
+
+async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> None:
+    """Create the namespace's stream, or check that an existing one fits."""
+    js = nc.jetstream()
+    want = StreamConfig(
+        name=subjects.stream,
+        subjects=subjects.stream_subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        num_replicas=config.replicas,
+        duplicate_window=config.duplicate_window_s,
+        allow_direct=True,
+        allow_atomic=True,
+    )
+    try:
+        info = await js.stream_info(subjects.stream)
+    except NotFoundError:
+        try:
+            await js.add_stream(want)
+        except BadRequestError as exc:
+            raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
+        return
+    have = info.config
+    if not have.allow_atomic or not have.allow_direct:
+        raise BusError(
+            f"stream {subjects.stream} exists without allow_atomic/allow_direct; "
+            "rollcut needs both (update the stream or use another namespace)"
+        )

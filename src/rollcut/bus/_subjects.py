@@ -1,0 +1,98 @@
+"""The subject map: where each event lives, and the reverse.
+
+    rc.<ns>.ev.<rollout_id>.<attempt>.<component>   events of one attempt
+    rc.<ns>.fence.<rollout_id>                      attempt lifecycle (dispatch, open, tombstone)
+    rc.<ns>.mark.<checkpoint_id>                    checkpoint markers (their seq is meaningful)
+    rc.<ns>.ctl.>                                   control request/reply (core NATS, not stored)
+
+Markers live outside ``ctl`` on purpose: the stream must capture them, and a
+stream that captured ``ctl`` would also capture (and answer!) every control
+request.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .._errors import ConfigError
+from ._events import CheckpointEvent, Event, RolloutEvent
+
+__all__ = ["ParsedSubject", "Subjects", "check_token"]
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombstoned"})
+
+
+def check_token(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise ConfigError(
+            f"{what} {value!r} is not a valid token: use 1-128 of A-Z a-z 0-9 _ -"
+        )
+    return value
+
+
+class ParsedSubject(NamedTuple):
+    family: str  # "ev" | "fence" | "mark"
+    rollout_id: str | None
+    attempt: int | None
+    component: str | None
+    checkpoint_id: str | None
+
+
+class Subjects:
+    """Subjects and the stream name for one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = check_token(namespace, "namespace")
+        self.prefix = f"rc.{namespace}"
+        self.stream = f"RC_{namespace}"
+        self.stream_subjects = [
+            f"{self.prefix}.ev.>",
+            f"{self.prefix}.fence.*",
+            f"{self.prefix}.mark.*",
+        ]
+
+    def event(self, rollout_id: str, attempt: int, component: str) -> str:
+        return f"{self.prefix}.ev.{rollout_id}.{attempt}.{component}"
+
+    def fence(self, rollout_id: str) -> str:
+        return f"{self.prefix}.fence.{rollout_id}"
+
+    def mark(self, checkpoint_id: str) -> str:
+        return f"{self.prefix}.mark.{checkpoint_id}"
+
+    def control(self, suffix: str) -> str:
+        return f"{self.prefix}.ctl.{suffix}"
+
+    def attempt_filter(self, rollout_id: str, attempt: int) -> str:
+        return f"{self.prefix}.ev.{rollout_id}.{attempt}.*"
+
+    def rollout_filters(self, rollout_id: str) -> list[str]:
+        return [self.fence(rollout_id), f"{self.prefix}.ev.{rollout_id}.>"]
+
+    def for_event(self, event: Event) -> str:
+        """The subject an event is appended to; lifecycle events go to the fence."""
+        if isinstance(event, RolloutEvent):
+            if event.__struct_config__.tag in _FENCE_KINDS:
+                return self.fence(event.rollout_id)
+            return self.event(event.rollout_id, event.attempt, event.component)
+        if isinstance(event, CheckpointEvent):
+            return self.mark(event.checkpoint_id)
+        raise ConfigError(f"{type(event).__name__} has no subject")
+
+    def parse(self, subject: str) -> ParsedSubject:
+        parts = subject.split(".")
+        if len(parts) >= 4 and parts[0] == "rc" and parts[1] == self.namespace:
+            fam = parts[2]
+            if fam == "ev" and len(parts) == 6 and parts[4].isdigit():
+                return ParsedSubject("ev", parts[3], int(parts[4]), parts[5], None)
+            if fam == "fence" and len(parts) == 4:
+                return ParsedSubject("fence", parts[3], None, None, None)
+            if fam == "mark" and len(parts) == 4:
+                return ParsedSubject("mark", None, None, None, parts[3])
+        raise ConfigError(f"subject {subject!r} is not a rollcut subject of namespace {self.namespace!r}")
+
+
+def is_fence_kind(event: Event) -> bool:
+    return event.__struct_config__.tag in _FENCE_KINDS

@@ -1,0 +1,14 @@
+"""The ledger: an LMDB checkpoint catalog and per-rollout index, rebuildable from the stream."""
+
+from ._ledger import Ledger
+from ._projector import Projector, rebuild_ledger
+from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
+
+__all__ = [
+    "LEDGER_SCHEMA_VERSION",
+    "CheckpointRecord",
+    "Ledger",
+    "Projector",
+    "RolloutIndex",
+    "rebuild_ledger",
+]

@@ -1,0 +1,228 @@
+"""The LMDB ledger: checkpoint catalog and per-rollout index.
+
+It is an index and a catalog, never the source of truth: everything in it can
+be rebuilt from the stream. That is why opening a corrupted or newer-schema
+ledger fails loudly instead of "repairing" it in place: the operator keeps the
+evidence, and ``rollcut ledger rebuild`` writes a fresh one beside it.
+
+Named databases:
+
+    meta             schema_version, stream, watermark (last projected seq)
+    checkpoints      checkpoint_id -> CheckpointRecord
+    checkpoint_cuts  cut (8-byte big-endian) + checkpoint_id -> b""   (ordered: latest is last)
+    rollouts         rollout_id -> RolloutIndex
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import lmdb
+import msgspec
+
+from .._errors import LedgerCorruptError, LedgerError, LedgerSchemaError
+from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
+
+__all__ = ["Ledger"]
+
+T = TypeVar("T")
+_DBS = ("meta", "checkpoints", "checkpoint_cuts", "rollouts")
+_enc = msgspec.msgpack.Encoder()
+
+
+def _cut_key(cut: int, checkpoint_id: str) -> bytes:
+    return struct.pack(">Q", cut) + checkpoint_id.encode()
+
+
+class Ledger:
+    """One LMDB environment (a directory) per coordinator."""
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if readonly and not (self.path / "data.mdb").exists():
+            raise LedgerError(f"no ledger at {self.path}")
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.env = lmdb.open(
+                str(self.path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
+                readonly=readonly, metasync=True, sync=True,
+            )
+            self._db = {name: self.env.open_db(name.encode(), create=not readonly) for name in _DBS}
+        except lmdb.Error as exc:
+            raise LedgerCorruptError(
+                f"cannot open the ledger at {self.path}: {exc}; it was left untouched. "
+                "Rebuild it from the stream with `rollcut ledger rebuild`"
+            ) from exc
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        with self.env.begin(db=self._db["meta"], write=not self.readonly) as txn:
+            raw = txn.get(b"schema_version")
+            if raw is None:
+                if txn.stat(self._db["rollouts"])["entries"] or txn.stat(self._db["checkpoints"])["entries"]:
+                    raise LedgerCorruptError(f"ledger at {self.path} has data but no schema_version")
+                if not self.readonly:
+                    txn.put(b"schema_version", _enc.encode(LEDGER_SCHEMA_VERSION))
+                return
+            version = self._decode(raw, int, "meta", b"schema_version")
+            if version > LEDGER_SCHEMA_VERSION:
+                raise LedgerSchemaError(
+                    f"ledger at {self.path} has schema_version {version}, newer than the "
+                    f"{LEDGER_SCHEMA_VERSION} this rollcut supports; it was left untouched"
+                )
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- decoding ---------------------------------------------------------------
+
+    def _decode(self, raw: bytes, typ: type[T], db: str, key: bytes) -> T:
+        try:
+            return msgspec.msgpack.decode(raw, type=typ)
+        except msgspec.DecodeError as exc:
+            raise LedgerCorruptError(
+                f"ledger {self.path}: {db}[{key!r}] does not decode as {typ.__name__}: {exc}"
+            ) from exc
+
+    # --- meta -------------------------------------------------------------------
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        with self.env.begin(db=self._db["meta"]) as txn:
+            raw = txn.get(key.encode())
+        return default if raw is None else msgspec.msgpack.decode(raw)
+
+    @property
+    def watermark(self) -> int:
+        return int(self.meta("watermark", 0))
+
+    # --- reads ------------------------------------------------------------------
+
+    def rollout(self, rollout_id: str) -> RolloutIndex | None:
+        with self.env.begin(db=self._db["rollouts"]) as txn:
+            raw = txn.get(rollout_id.encode())
+        return None if raw is None else self._decode(raw, RolloutIndex, "rollouts", rollout_id.encode())
+
+    def rollouts(self) -> Iterator[RolloutIndex]:
+        with self.env.begin(db=self._db["rollouts"]) as txn:
+            for k, v in txn.cursor():
+                yield self._decode(v, RolloutIndex, "rollouts", k)
+
+    def checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        with self.env.begin(db=self._db["checkpoints"]) as txn:
+            raw = txn.get(checkpoint_id.encode())
+        return None if raw is None else self._decode(raw, CheckpointRecord, "checkpoints", checkpoint_id.encode())
+
+    def checkpoints(self) -> list[CheckpointRecord]:
+        """Every published checkpoint, oldest cut first."""
+        out = []
+        with self.env.begin() as txn:
+            for k, _ in txn.cursor(db=self._db["checkpoint_cuts"]):
+                cid = k[8:]
+                raw = txn.get(cid, db=self._db["checkpoints"])
+                if raw is None:
+                    raise LedgerCorruptError(f"ledger {self.path}: cut index names missing checkpoint {cid!r}")
+                out.append(self._decode(raw, CheckpointRecord, "checkpoints", cid))
+        return out
+
+    def latest_checkpoint(self) -> CheckpointRecord | None:
+        with self.env.begin() as txn:
+            cur = txn.cursor(db=self._db["checkpoint_cuts"])
+            if not cur.last():
+                return None
+            cid = cur.key()[8:]
+            raw = txn.get(cid, db=self._db["checkpoints"])
+        return None if raw is None else self._decode(raw, CheckpointRecord, "checkpoints", cid)
+
+    def dump(self) -> dict[str, dict[bytes, bytes]]:
+        """Every key and value of every named database (for equality checks)."""
+        out: dict[str, dict[bytes, bytes]] = {}
+        with self.env.begin() as txn:
+            for name in _DBS:
+                out[name] = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._db[name])}
+        return out
+
+    # --- writes -----------------------------------------------------------------
+
+    def write(self) -> _WriteBatch:
+        """One LMDB write transaction; commit is all-or-nothing."""
+        if self.readonly:
+            raise LedgerError(f"ledger at {self.path} was opened read-only")
+        return _WriteBatch(self)
+
+
+class _WriteBatch:
+    """Write access inside one transaction, with a small read-through cache."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._txn: lmdb.Transaction | None = None
+        self._rollouts: dict[str, RolloutIndex] = {}
+
+    def __enter__(self) -> Self:
+        try:
+            self._txn = self.ledger.env.begin(write=True)
+        except lmdb.Error as exc:
+            raise LedgerError(f"cannot write the ledger at {self.ledger.path}: {exc}") from exc
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        txn, self._txn = self._txn, None
+        assert txn is not None
+        if exc_type is not None:
+            txn.abort()
+            return
+        db = self.ledger._db["rollouts"]
+        for rid, rec in self._rollouts.items():
+            txn.put(rid.encode(), _enc.encode(rec), db=db)
+        try:
+            txn.commit()
+        except lmdb.Error as exc:
+            raise LedgerError(f"ledger commit failed at {self.ledger.path}: {exc}") from exc
+
+    @property
+    def txn(self) -> lmdb.Transaction:
+        if self._txn is None:
+            raise LedgerError("write batch used outside its with-block")
+        return self._txn
+
+    def rollout(self, rollout_id: str) -> RolloutIndex | None:
+        rec = self._rollouts.get(rollout_id)
+        if rec is None:
+            raw = self.txn.get(rollout_id.encode(), db=self.ledger._db["rollouts"])
+            if raw is None:
+                return None
+            rec = self.ledger._decode(raw, RolloutIndex, "rollouts", rollout_id.encode())
+            self._rollouts[rollout_id] = rec
+        return rec
+
+    def put_rollout(self, rec: RolloutIndex) -> None:
+        self._rollouts[rec.rollout_id] = rec
+
+    def put_checkpoint(self, rec: CheckpointRecord) -> None:
+        """Publish a checkpoint record (idempotent for identical content)."""
+        key = rec.checkpoint_id.encode()
+        existing = self.txn.get(key, db=self.ledger._db["checkpoints"])
+        if existing is not None:
+            old = self.ledger._decode(existing, CheckpointRecord, "checkpoints", key)
+            if (old.cut, old.token_snapshot_digest) != (rec.cut, rec.token_snapshot_digest):
+                raise LedgerError(
+                    f"checkpoint {rec.checkpoint_id} is already published with cut {old.cut}; "
+                    f"refusing to overwrite it with cut {rec.cut}"
+                )
+            return
+        self.txn.put(key, _enc.encode(rec), db=self.ledger._db["checkpoints"])
+        self.txn.put(_cut_key(rec.cut, rec.checkpoint_id), b"", db=self.ledger._db["checkpoint_cuts"])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.txn.put(key.encode(), _enc.encode(value), db=self.ledger._db["meta"])

@@ -1,0 +1,164 @@
+"""The projector: keeps the ledger current from the stream.
+
+Each page of events is applied in one LMDB transaction together with the new
+watermark, so a crash at any point leaves the ledger at some exact stream
+prefix, and projecting again from the watermark is idempotent. Rebuilding is
+the same projection started from sequence 1 into an empty ledger, which is
+why a rebuilt ledger equals the incrementally maintained one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .._errors import LedgerError
+from ..bus import (
+    AgentBoundary,
+    AttemptOpened,
+    AttemptTombstoned,
+    CheckpointCommitted,
+    EventLog,
+    ResultAccepted,
+    RolloutCompleted,
+    RolloutDispatched,
+    RolloutEvent,
+    StoredEvent,
+    Subjects,
+)
+from ._ledger import Ledger, _WriteBatch
+from ._records import CheckpointRecord, RolloutIndex
+
+__all__ = ["Projector", "rebuild_ledger"]
+
+
+class Projector:
+    """Applies stored events to a ledger, page by page."""
+
+    def __init__(self, ledger: Ledger, log: EventLog) -> None:
+        self.ledger = ledger
+        self.log = log
+
+    async def catch_up(
+        self, *, up_to: int | None = None, on_page: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Project everything after the watermark (up to ``up_to``). Returns events applied."""
+        self._check_stream()
+        start = self.ledger.watermark + 1
+        last = await self.log.last_seq()
+        if start > last + 1:
+            raise LedgerError(
+                f"ledger at {self.ledger.path} is at seq {start - 1} but stream {self.log.stream} "
+                f"ends at {last}: it belongs to another stream; rebuild it"
+            )
+        end = last if up_to is None else min(up_to, last)
+        applied = 0
+        page: list[StoredEvent] = []
+        async for stored in self.log.read(start=start, up_to=end, strict=False):
+            page.append(stored)
+            if len(page) >= 4096:
+                applied += self._apply_page(page)
+                if on_page:
+                    on_page(page[-1].seq, end)
+                page = []
+        if page:
+            applied += self._apply_page(page)
+            if on_page:
+                on_page(page[-1].seq, end)
+        return applied
+
+    def _check_stream(self) -> None:
+        have = self.ledger.meta("stream")
+        if have is not None and have != self.log.stream:
+            raise LedgerError(
+                f"ledger at {self.ledger.path} projects stream {have}, not {self.log.stream}"
+            )
+
+    def _apply_page(self, page: list[StoredEvent]) -> int:
+        with self.ledger.write() as wb:
+            for stored in page:
+                apply_event(wb, self.log.subjects, stored)
+            wb.set_meta("watermark", page[-1].seq)
+            wb.set_meta("stream", self.log.stream)
+        return len(page)
+
+
+def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> None:
+    """The projection of one event onto the index and catalog."""
+    ev = stored.event
+    seq = stored.seq
+    if ev is None:
+        rid = subjects.parse(stored.subject).rollout_id
+        if rid is not None:
+            rec = wb.rollout(rid) or RolloutIndex(rollout_id=rid)
+            rec.corrupt_seqs.append(seq)
+            rec.last_seq = seq
+            wb.put_rollout(rec)
+        return
+    if isinstance(ev, CheckpointCommitted):
+        wb.put_checkpoint(
+            CheckpointRecord(
+                checkpoint_id=ev.checkpoint_id, cut=ev.cut, commit_seq=seq,
+                token_snapshot_id=ev.token_snapshot_id, token_snapshot_digest=ev.token_snapshot_digest,
+                participants=list(ev.participants), ts=ev.ts,
+            )
+        )
+        return
+    if not isinstance(ev, RolloutEvent):
+        return
+    rec = wb.rollout(ev.rollout_id)
+    if rec is None:
+        rec = RolloutIndex(rollout_id=ev.rollout_id)
+    rec.last_seq = seq
+    settled = rec.status in ("accepted", "completed")
+    if isinstance(ev, RolloutDispatched):
+        rec.current_attempt, rec.open, rec.dispatch_seq, rec.attempt_opened_seq = 1, True, seq, seq
+        rec.status = "running"
+    elif isinstance(ev, AttemptTombstoned):
+        rec.open = False
+        rec.tombstoned_attempts.append(ev.attempt)
+        if not settled:
+            rec.status = "tombstoned"
+    elif isinstance(ev, AttemptOpened):
+        rec.current_attempt, rec.open, rec.attempt_opened_seq = ev.attempt, True, seq
+        if not settled:
+            rec.status = "running"
+    elif isinstance(ev, AgentBoundary):
+        rec.last_boundary_seq, rec.last_boundary_attempt = seq, ev.attempt
+        rec.last_boundary_turn = ev.record.turn
+    elif isinstance(ev, RolloutCompleted):
+        rec.completed_seq, rec.completed_attempt = seq, ev.attempt
+        if rec.status != "accepted":
+            rec.status = "completed"
+    elif isinstance(ev, ResultAccepted):
+        rec.accepted_seq, rec.status = seq, "accepted"
+    wb.put_rollout(rec)
+
+
+async def rebuild_ledger(
+    log: EventLog,
+    path: str | os.PathLike[str],
+    *,
+    on_page: Callable[[int, int], None] | None = None,
+) -> tuple[int, Path | None]:
+    """Rebuild the ledger at ``path`` from the stream alone.
+
+    The new ledger is built beside the old one and swapped in only when
+    complete; the old directory (possibly corrupt) is kept, renamed, never
+    overwritten. Returns (events projected, where the old ledger went).
+    """
+    target = Path(path)
+    tmp = target.with_name(target.name + ".rebuild")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with Ledger(tmp) as fresh:
+        n = await Projector(fresh, log).catch_up(on_page=on_page)
+    kept: Path | None = None
+    if target.exists():
+        kept = target.with_name(f"{target.name}.old-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        target.rename(kept)
+    tmp.rename(target)
+    return n, kept

@@ -1,0 +1,43 @@
+"""Ledger records: versioned msgspec structs stored as msgpack in LMDB."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["LEDGER_SCHEMA_VERSION", "CheckpointRecord", "RolloutIndex"]
+
+LEDGER_SCHEMA_VERSION = 1
+
+
+class CheckpointRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A published checkpoint: a sealed cut and what it is bound to."""
+
+    record_version: int = 1
+    checkpoint_id: str
+    cut: int
+    commit_seq: int
+    token_snapshot_id: str = ""
+    token_snapshot_digest: str = ""
+    participants: list[str] = []
+    ts: float = 0.0
+
+
+class RolloutIndex(msgspec.Struct, kw_only=True):
+    """Where one rollout stands, as projected from the log."""
+
+    record_version: int = 1
+    rollout_id: str
+    current_attempt: int = 0
+    open: bool = False
+    status: str = "dispatched"  # dispatched | running | tombstoned | completed | accepted
+    dispatch_seq: int = 0
+    attempt_opened_seq: int = 0
+    tombstoned_attempts: list[int] = []
+    last_boundary_seq: int | None = None
+    last_boundary_attempt: int | None = None
+    last_boundary_turn: int | None = None
+    completed_seq: int | None = None
+    completed_attempt: int | None = None
+    accepted_seq: int | None = None
+    last_seq: int = 0
+    corrupt_seqs: list[int] = []

@@ -1,0 +1,35 @@
+"""Replay: folding events into session state as of a cut."""
+
+from ._fold import (
+    AgentFold,
+    AgentSession,
+    Fold,
+    FoldRegistry,
+    ModelCall,
+    ModelFold,
+    ModelSession,
+    ResourceSession,
+    ResourcesFold,
+    ResourcesSessions,
+    default_registry,
+)
+from ._replay import AttemptState, ReplayResult, Replayer, RolloutState, replay
+
+__all__ = [
+    "AgentFold",
+    "AgentSession",
+    "AttemptState",
+    "Fold",
+    "FoldRegistry",
+    "ModelCall",
+    "ModelFold",
+    "ModelSession",
+    "ReplayResult",
+    "Replayer",
+    "ResourceSession",
+    "ResourcesFold",
+    "ResourcesSessions",
+    "RolloutState",
+    "default_registry",
+    "replay",
+]

@@ -1,0 +1,208 @@
+"""Folds: how each component kind's events become session state.
+
+A fold is a pair of pure functions, ``initial()`` and ``apply(state, stored)``.
+Live participants and replay use the same folds, which is what makes "the
+state after replaying a prefix equals the live state at that point" a
+property of the code rather than a hope. A component registers its fold once;
+environments with their own codecs (issue: resources) register richer ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar
+
+import msgspec
+
+from .._errors import ConfigError
+from ..bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    Event,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallExcluded,
+    ModelCallFailed,
+    ModelCallPrefixCut,
+    ResourcesMutated,
+    ResourcesRetired,
+    ResourcesSeeded,
+    ResourcesSnapshot,
+    StoredEvent,
+    TokenReceipt,
+)
+
+__all__ = [
+    "AgentFold",
+    "AgentSession",
+    "Fold",
+    "FoldRegistry",
+    "ModelCall",
+    "ModelFold",
+    "ModelSession",
+    "ResourceSession",
+    "ResourcesFold",
+    "ResourcesSessions",
+    "default_registry",
+]
+
+S = TypeVar("S")
+
+
+class Fold(Protocol, Generic[S]):
+    def initial(self) -> S: ...
+
+    def apply(self, state: S, stored: StoredEvent) -> S: ...
+
+
+class FoldRegistry:
+    """Component kind -> fold. Events of unregistered components are kept out of state."""
+
+    def __init__(self) -> None:
+        self._folds: dict[str, Fold[Any]] = {}
+
+    def register(self, component: str, fold: Fold[Any], *, replace: bool = False) -> None:
+        if component in self._folds and not replace:
+            raise ConfigError(f"a fold for component {component!r} is already registered")
+        self._folds[component] = fold
+
+    def get(self, component: str) -> Fold[Any] | None:
+        return self._folds.get(component)
+
+    def components(self) -> list[str]:
+        return sorted(self._folds)
+
+    def copy(self) -> FoldRegistry:
+        new = FoldRegistry()
+        new._folds = dict(self._folds)
+        return new
+
+
+# --- model ---------------------------------------------------------------------
+
+
+class ModelCall(msgspec.Struct, kw_only=True):
+    call_id: str
+    status: str  # admitted | completed | prefix_cut | failed | excluded
+    request_digest: str = ""
+    parent_call_id: str | None = None
+    receipt: TokenReceipt | None = None
+    token_boundary: int | None = None
+    admitted_seq: int = 0
+    final_seq: int = 0
+    response: Any = None
+
+
+class ModelSession(msgspec.Struct, kw_only=True):
+    calls: dict[str, ModelCall] = {}
+    last_completed_call_id: str | None = None
+
+
+class ModelFold:
+    def initial(self) -> ModelSession:
+        return ModelSession()
+
+    def apply(self, state: ModelSession, stored: StoredEvent) -> ModelSession:
+        ev: Event | None = stored.event
+        if isinstance(ev, ModelCallAdmitted):
+            state.calls[ev.call_id] = ModelCall(
+                call_id=ev.call_id, status="admitted", request_digest=ev.request_digest,
+                parent_call_id=ev.parent_call_id, admitted_seq=stored.seq,
+            )
+            return state
+        call_id = getattr(ev, "call_id", None)
+        if call_id is None:
+            return state
+        call = state.calls.get(call_id) or ModelCall(call_id=call_id, status="admitted")
+        state.calls[call_id] = call
+        call.final_seq = stored.seq
+        if isinstance(ev, ModelCallCompleted):
+            call.status, call.receipt, call.response = "completed", ev.receipt, ev.response
+            call.request_digest, call.parent_call_id = ev.request_digest, ev.parent_call_id
+            state.last_completed_call_id = call_id
+        elif isinstance(ev, ModelCallPrefixCut):
+            call.status, call.receipt, call.token_boundary = "prefix_cut", ev.receipt, ev.token_boundary
+        elif isinstance(ev, ModelCallFailed):
+            call.status = "failed"
+        elif isinstance(ev, ModelCallExcluded):
+            call.status = "excluded"
+        return state
+
+
+# --- resources -------------------------------------------------------------------
+
+
+class ResourceSession(msgspec.Struct, kw_only=True):
+    env: str = ""
+    revision: int = 0
+    seed: Any = None
+    state: bytes | None = None  # latest full state (seed, snapshot or mutation)
+    state_revision: int = 0
+    mutations: list[ResourcesMutated] = []  # since state_revision, for delta codecs
+    retired: str | None = None
+    last_seq: int = 0
+
+
+class ResourcesSessions(msgspec.Struct, kw_only=True):
+    sessions: dict[str, ResourceSession] = {}
+
+
+class ResourcesFold:
+    """Tracks revisions and the latest full state; deltas are kept for the env's codec."""
+
+    def initial(self) -> ResourcesSessions:
+        return ResourcesSessions()
+
+    def apply(self, state: ResourcesSessions, stored: StoredEvent) -> ResourcesSessions:
+        ev = stored.event
+        if isinstance(ev, ResourcesSeeded):
+            state.sessions[ev.session] = ResourceSession(
+                env=ev.env, revision=ev.revision, seed=ev.seed, state=ev.state,
+                state_revision=ev.revision, last_seq=stored.seq,
+            )
+            return state
+        name = getattr(ev, "session", None)
+        if name is None:
+            return state
+        sess = state.sessions.setdefault(name, ResourceSession())
+        sess.last_seq = stored.seq
+        if isinstance(ev, ResourcesMutated):
+            sess.revision = ev.revision
+            if ev.state is not None:
+                sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
+            else:
+                sess.mutations.append(ev)
+        elif isinstance(ev, ResourcesSnapshot):
+            sess.revision = ev.revision
+            sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
+        elif isinstance(ev, ResourcesRetired):
+            sess.retired = ev.reason
+        return state
+
+
+# --- agent --------------------------------------------------------------------
+
+
+class AgentSession(msgspec.Struct, kw_only=True):
+    boundary: AgentBoundaryRecord | None = None
+    boundary_seq: int = 0
+    boundaries: int = 0
+
+
+class AgentFold:
+    def initial(self) -> AgentSession:
+        return AgentSession()
+
+    def apply(self, state: AgentSession, stored: StoredEvent) -> AgentSession:
+        ev = stored.event
+        if isinstance(ev, AgentBoundary):
+            state.boundary, state.boundary_seq = ev.record, stored.seq
+            state.boundaries += 1
+        return state
+
+
+def default_registry() -> FoldRegistry:
+    reg = FoldRegistry()
+    reg.register("model", ModelFold())
+    reg.register("resources", ResourcesFold())
+    reg.register("agent", AgentFold())
+    return reg

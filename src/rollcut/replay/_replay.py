@@ -1,0 +1,158 @@
+"""Replay: fold the log, up to a cut, into the state of every rollout.
+
+Because every participant writes before it acts, every prefix of the stream
+is a consistent cut, so replaying up to any sequence gives a state the live
+system really was in. :class:`Replayer` is the pure part (feed it stored
+events); :func:`replay` drives it from an :class:`EventLog`.
+
+A corrupt record does not abort the replay: it is attached to the rollout it
+belongs to (parsed from its subject), which the restore planner then treats as
+a fresh dispatch. Nothing else is affected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..bus import (
+    AttemptOpened,
+    AttemptTombstoned,
+    CheckpointEvent,
+    EventLog,
+    ResultAccepted,
+    RolloutDispatched,
+    RolloutEvent,
+    StoredEvent,
+    Subjects,
+)
+from ._fold import FoldRegistry, default_registry
+
+__all__ = ["AttemptState", "ReplayResult", "Replayer", "RolloutState", "replay"]
+
+
+class AttemptState(msgspec.Struct, kw_only=True):
+    attempt: int
+    opened_seq: int = 0
+    tombstoned_seq: int | None = None
+    sessions: dict[str, Any] = {}
+    events: int = 0
+    last_seq: int = 0
+
+
+class RolloutState(msgspec.Struct, kw_only=True):
+    rollout_id: str
+    input: Any = None
+    input_digest: str = ""
+    dispatch_seq: int = 0
+    current_attempt: int = 0
+    open: bool = False
+    attempts: dict[int, AttemptState] = {}
+    accepted: ResultAccepted | None = None
+    accepted_seq: int | None = None
+    last_seq: int = 0
+    corrupt_seqs: list[int] = []
+
+    @property
+    def status(self) -> str:
+        if self.accepted is not None:
+            return "accepted"
+        if self.corrupt_seqs:
+            return "corrupt"
+        if not self.dispatch_seq:
+            return "unknown"
+        return "running" if self.open else "tombstoned"
+
+    def current(self) -> AttemptState | None:
+        return self.attempts.get(self.current_attempt)
+
+
+class ReplayResult(msgspec.Struct, kw_only=True):
+    cut: int
+    rollouts: dict[str, RolloutState] = {}
+    markers: list[tuple[int, CheckpointEvent]] = []
+    events: int = 0
+
+
+class Replayer:
+    """Folds stored events, one at a time, in stream order."""
+
+    def __init__(self, subjects: Subjects, registry: FoldRegistry | None = None) -> None:
+        self.subjects = subjects
+        self.registry = registry or default_registry()
+        self.result = ReplayResult(cut=0)
+
+    def _rollout(self, rollout_id: str) -> RolloutState:
+        r = self.result.rollouts.get(rollout_id)
+        if r is None:
+            r = self.result.rollouts[rollout_id] = RolloutState(rollout_id=rollout_id)
+        return r
+
+    def _attempt(self, r: RolloutState, attempt: int) -> AttemptState:
+        a = r.attempts.get(attempt)
+        if a is None:
+            a = r.attempts[attempt] = AttemptState(attempt=attempt)
+        return a
+
+    def apply(self, stored: StoredEvent) -> None:
+        res = self.result
+        res.cut = max(res.cut, stored.seq)
+        res.events += 1
+        ev = stored.event
+        if ev is None:
+            parsed = self.subjects.parse(stored.subject)
+            if parsed.rollout_id is not None:
+                r = self._rollout(parsed.rollout_id)
+                r.corrupt_seqs.append(stored.seq)
+                r.last_seq = stored.seq
+            return
+        if isinstance(ev, CheckpointEvent):
+            res.markers.append((stored.seq, ev))
+            return
+        if not isinstance(ev, RolloutEvent):
+            return
+        r = self._rollout(ev.rollout_id)
+        r.last_seq = stored.seq
+        if isinstance(ev, RolloutDispatched):
+            r.input, r.input_digest, r.dispatch_seq = ev.input, ev.input_digest, stored.seq
+            r.current_attempt, r.open = 1, True
+            self._attempt(r, 1).opened_seq = stored.seq
+            return
+        if isinstance(ev, AttemptOpened):
+            r.current_attempt, r.open = ev.attempt, True
+            self._attempt(r, ev.attempt).opened_seq = stored.seq
+            return
+        if isinstance(ev, AttemptTombstoned):
+            r.open = False
+            self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
+            return
+        a = self._attempt(r, ev.attempt)
+        a.events += 1
+        a.last_seq = stored.seq
+        if isinstance(ev, ResultAccepted):
+            r.accepted, r.accepted_seq = ev, stored.seq
+            return
+        fold = self.registry.get(ev.component)
+        if fold is None:
+            return
+        session = a.sessions.get(ev.component)
+        if session is None:
+            session = fold.initial()
+        a.sessions[ev.component] = fold.apply(session, stored)
+
+
+async def replay(
+    log: EventLog,
+    *,
+    up_to: int | None = None,
+    rollout_id: str | None = None,
+    registry: FoldRegistry | None = None,
+) -> ReplayResult:
+    """The state of every rollout (or one) as of ``up_to`` (default: the end now)."""
+    cut = up_to if up_to is not None else await log.last_seq()
+    rp = Replayer(log.subjects, registry)
+    async for stored in log.read(rollout_id=rollout_id, up_to=cut, strict=False):
+        rp.apply(stored)
+    rp.result.cut = cut
+    return rp.result

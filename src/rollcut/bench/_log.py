@@ -32,6 +32,7 @@ from ..bus import (
     ResourcesMutated,
     TokenReceipt,
 )
+from ..ledger import rebuild_ledger
 from ..replay import replay
 
 __all__ = ["bench_log", "workload"]
@@ -140,6 +141,11 @@ async def _run(url: str, evs: list[Event], rollouts: int, concurrency: int) -> d
         replayed = res.events
 
         raw_read_s = await _raw_read(js, raw_stream, f"raw.{ns}.>", n)
+
+        with tempfile.TemporaryDirectory(prefix="rollcut-ledger-") as ltmp:
+            t0 = time.perf_counter()
+            projected, _ = await rebuild_ledger(log, Path(ltmp) / "ledger")
+            rebuild_s = time.perf_counter() - t0
         await js.delete_stream(raw_stream)
         await js.delete_stream(log.stream)
     finally:
@@ -159,6 +165,8 @@ async def _run(url: str, evs: list[Event], rollouts: int, concurrency: int) -> d
         "replay_events_per_s": round(replay_rate),
         "raw_read_per_s": round(raw_read_rate),
         "replay_vs_raw": round(replay_rate / raw_read_rate, 3),
+        "ledger_rebuild_events": projected,
+        "ledger_rebuild_s": round(rebuild_s, 3),
         "bytes_per_event": round(stream_bytes / max(1, stream_msgs), 1),
         "payload_bytes_per_event": round(sum(map(len, frames)) / n, 1),
         "commit_batches": stats["batches"],

@@ -290,9 +290,11 @@ class EventLog:
         if rollout_id is None:
             async for pg in scan(self.nc, self.stream, start=start, up_to=up_to):
                 for m in pg:
-                    stored = self._decode(m, strict)
+                    stored = self._decode(m, strict=False)
                     if not stored.subject:  # a body-only page: name the subject
                         stored = await self._named(stored)
+                    if strict and stored.error is not None:
+                        raise stored.error
                     yield stored
             return
         if attempt is not None:

@@ -1,0 +1,210 @@
+"""The ``rollcut`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ._errors import RollcutError
+from ._runtime import default_home, open_log
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing.")
+ledger_app = typer.Typer(no_args_is_help=True, help="The LMDB ledger: status and rebuild from the stream.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against raw baselines, measured in the same run.")
+app.add_typer(ledger_app, name="ledger")
+app.add_typer(bench_app, name="bench")
+
+console = Console(stderr=True)
+
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL; omitted: the embedded server under --home.")
+]
+HomeOpt = Annotated[
+    Path | None, typer.Option("--home", envvar="ROLLCUT_HOME", help="Data directory (default ./.rollcut).")
+]
+NsOpt = Annotated[str, typer.Option("--namespace", "-n", envvar="ROLLCUT_NAMESPACE", help="Event namespace.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+
+
+def _run(coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except RollcutError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def nats(
+    data: Annotated[Path, typer.Option("--data", help="JetStream data directory.")] = Path(".rollcut/nats"),
+    port: Annotated[int, typer.Option(help="Client port; 0 picks a free one.")] = 4222,
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    sync: Annotated[str | None, typer.Option(help="JetStream sync_interval, e.g. 'always' or '2m'.")] = None,
+) -> None:
+    """Run the embedded nats-server with JetStream in the foreground."""
+    from .bus import EmbeddedServer
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        server = EmbeddedServer(data, host=host, port=port, sync_interval=sync).start()
+    except RollcutError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})")
+    sys.stdout.write(server.url + "\n")
+    sys.stdout.flush()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+@ledger_app.command("rebuild")
+def ledger_rebuild(
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    ledger: Annotated[Path | None, typer.Option(help="Ledger directory (default HOME/ledger).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild the ledger from the stream alone; the old one is kept beside it."""
+    from .ledger import Ledger, rebuild_ledger
+
+    home = home or default_home()
+    path = ledger or home / "ledger"
+
+    async def go() -> dict[str, Any]:
+        async with open_log(url, home=home, namespace=namespace) as log:
+            last = await log.last_seq()
+            with Progress(
+                TextColumn("rebuilding ledger"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=console, disable=as_json,
+            ) as prog:
+                task = prog.add_task("rebuild", total=last)
+                n, kept = await rebuild_ledger(log, path, on_page=lambda seq, end: prog.update(task, completed=seq))
+        with Ledger(path, readonly=True) as led:
+            return {
+                "ledger": str(path), "events": n, "watermark": led.watermark,
+                "rollouts": sum(1 for _ in led.rollouts()), "checkpoints": len(led.checkpoints()),
+                "previous_kept_at": str(kept) if kept else None,
+            }
+
+    out = _run(go())
+    if as_json:
+        _print_json(out)
+    else:
+        console.print(
+            f"rebuilt {out['ledger']} from {out['events']} events: {out['rollouts']} rollouts, "
+            f"{out['checkpoints']} checkpoints"
+            + (f"; previous ledger kept at {out['previous_kept_at']}" if out["previous_kept_at"] else "")
+        )
+
+
+@ledger_app.command("status")
+def ledger_status(
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    ledger: Annotated[Path | None, typer.Option(help="Ledger directory (default HOME/ledger).")] = None,
+    catch_up: Annotated[bool, typer.Option(help="Project new events first.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the ledger's watermark and per-rollout index."""
+    from .ledger import Ledger, Projector
+
+    home = home or default_home()
+    path = ledger or home / "ledger"
+
+    async def go() -> dict[str, Any]:
+        with Ledger(path) as led:
+            if catch_up:
+                async with open_log(url, home=home, namespace=namespace) as log:
+                    await Projector(led, log).catch_up()
+            return {
+                "ledger": str(path), "watermark": led.watermark,
+                "rollouts": [msgspec.to_builtins(r) for r in led.rollouts()],
+                "checkpoints": [msgspec.to_builtins(c) for c in led.checkpoints()],
+            }
+
+    out = _run(go())
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("rollout", "attempt", "status", "dispatch", "boundary", "accepted", title=f"ledger at seq {out['watermark']}")
+    for r in out["rollouts"]:
+        table.add_row(r["rollout_id"], str(r["current_attempt"]), r["status"], str(r["dispatch_seq"]),
+                      str(r["last_boundary_seq"] or "-"), str(r["accepted_seq"] or "-"))
+    Console().print(table)
+
+
+@app.command("replay")
+def replay_cmd(
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    up_to: Annotated[int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")] = None,
+    rollout: Annotated[str | None, typer.Option("--rollout", help="Only this rollout.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild session state from the log as of a stream sequence."""
+    from .replay import replay
+
+    async def go() -> Any:
+        async with open_log(url, home=home or default_home(), namespace=namespace) as log:
+            return await replay(log, up_to=up_to, rollout_id=rollout)
+
+    res = _run(go())
+    if as_json:
+        _print_json({"cut": res.cut, "events": res.events,
+                     "rollouts": {k: msgspec.to_builtins(v) for k, v in res.rollouts.items()}})
+        return
+    table = Table("rollout", "attempt", "status", "events", title=f"state at seq {res.cut}")
+    for rid, st in sorted(res.rollouts.items()):
+        table.add_row(rid, str(st.current_attempt), st.status, str(sum(a.events for a in st.attempts.values())))
+    Console().print(table)
+
+
+@bench_app.command("log")
+def bench_log_cmd(
+    events: Annotated[int, typer.Option(help="Events to append and replay.")] = 20_000,
+    concurrency: Annotated[int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")] = 1024,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Append and replay rate against plain nats-py on the same server, same run."""
+    from .bench import bench_log
+
+    with console.status(f"benchmarking {events} events at concurrency {concurrency}", spinner="dots"):
+        out = _run(bench_log(events=events, concurrency=concurrency, url=url))
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("metric", "value", title="rollcut bench log")
+    for k, v in out.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

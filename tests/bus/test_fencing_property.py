@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollcut import StaleAttemptError
+from rollcut import AttemptConflictError, StaleAttemptError
 from rollcut.bus import AttemptOpened, AttemptTombstoned, BusConfig, EventLog, RolloutDispatched
 
 from ..helpers import model_event
@@ -52,14 +53,21 @@ async def _run(url: str, program: list[tuple[int, str]], groups: int) -> None:
                 refused.add(ev.event_id)
 
         async def supersede(r: str) -> None:
-            current[r] = await restorer.supersede(r, current[r], instance="coord")
+            # a concurrent supersede of the same rollout may win; exactly one does
+            with contextlib.suppress(AttemptConflictError):
+                await restorer.supersede(r, current[r], instance="coord")
 
         # run the program in concurrent groups, so appends and tombstones truly interleave
         step = max(1, len(program) // groups)
         for i in range(0, len(program), step):
             chunk = program[i : i + step]
-            await asyncio.gather(*(append(rollouts[k]) if op == "append" else supersede(rollouts[k])
-                                   for k, op in chunk))
+            await asyncio.gather(
+                *(append(rollouts[k]) if op == "append" else supersede(rollouts[k]) for k, op in chunk)
+            )
+            for r in rollouts:
+                state = await restorer.fence_state(r)
+                assert state is not None and state.open
+                current[r] = state.attempt
             # the writer sometimes learns the new attempt, sometimes keeps writing the old one
             for k, _ in chunk[::2]:
                 believed[rollouts[k]] = current[rollouts[k]]
@@ -73,7 +81,9 @@ async def _run(url: str, program: list[tuple[int, str]], groups: int) -> None:
             elif not isinstance(ev, RolloutDispatched | AttemptOpened):
                 stored_ids.add(ev.event_id)
                 t = tombstoned_at.get((ev.rollout_id, ev.attempt))
-                assert t is None, f"event of {ev.rollout_id}/{ev.attempt} at {s.seq} after its tombstone at {t}"
+                assert t is None, (
+                    f"event of {ev.rollout_id}/{ev.attempt} at {s.seq} after its tombstone at {t}"
+                )
         assert stored_ids == set(accepted)
         assert not (stored_ids & refused)
     finally:

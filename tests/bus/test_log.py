@@ -26,7 +26,9 @@ async def _count(log: EventLog) -> int:
     return int(info.state.messages)
 
 
-async def test_server_refuses_stale_attempt_from_another_process_view(log: EventLog, bus_config: BusConfig) -> None:
+async def test_server_refuses_stale_attempt_from_another_process_view(
+    log: EventLog, bus_config: BusConfig
+) -> None:
     """A writer that still believes attempt 1 is open is refused by the server itself."""
     await log.dispatch("r1", {"task": 1}, instance="collector-0")
     other = await EventLog.connect(bus_config, name="old-worker")
@@ -66,7 +68,9 @@ async def test_concurrent_restorers_only_one_opens_next_attempt(log: EventLog, b
     other = await EventLog.connect(bus_config)
     try:
         results = await asyncio.gather(
-            log.supersede("r1", 1, instance="a"), other.supersede("r1", 1, instance="b"), return_exceptions=True
+            log.supersede("r1", 1, instance="a"),
+            other.supersede("r1", 1, instance="b"),
+            return_exceptions=True,
         )
     finally:
         await other.close()
@@ -136,7 +140,7 @@ async def test_corrupt_payload_is_reported_with_its_sequence(log: EventLog) -> N
     ack = await log.nc.jetstream().publish(log.subjects.event("r1", 1, "model"), bytes(frame))
     with pytest.raises(CorruptEventError) as info:
         _ = [s async for s in log.read()]
-    assert info.value.seq == ack.seq and info.value.subject == "rc.%s.ev.r1.1.model" % log.subjects.namespace
+    assert info.value.seq == ack.seq and info.value.subject == f"rc.{log.subjects.namespace}.ev.r1.1.model"
     lenient = [s async for s in log.read(strict=False)]
     assert [s.seq for s in lenient if s.error] == [ack.seq]
     assert lenient[-1].subject.endswith(".ev.r1.1.model")
@@ -154,7 +158,7 @@ async def test_unknown_kind_on_the_stream_is_named(log: EventLog) -> None:
     body = msgspec.msgpack.encode(raw)
     frame = b"rc\x01\x00" + hashlib.blake2b(body, digest_size=16).digest() + body
     await log.nc.jetstream().publish(log.subjects.event("r1", 1, "model"), frame)
-    with pytest.raises(UnknownEventKindError, match="hologram.emitted"):
+    with pytest.raises(UnknownEventKindError, match=r"hologram\.emitted"):
         _ = [s async for s in log.read()]
 
 
@@ -162,13 +166,25 @@ async def test_oversize_and_invalid_events_store_nothing(log: EventLog) -> None:
     await log.dispatch("r1", {}, instance="c")
     before = await _count(log)
     huge = ResourcesMutated(
-        component="resources", instance="x", rollout_id="r1", attempt=1, session="s", revision=1,
-        tool="t", state=os.urandom(2 * 1024 * 1024),
+        component="resources",
+        instance="x",
+        rollout_id="r1",
+        attempt=1,
+        session="s",
+        revision=1,
+        tool="t",
+        state=os.urandom(2 * 1024 * 1024),
     )
     with pytest.raises(EventTooLargeError):
         await log.append(huge)
-    bad = ModelCallAdmitted(component="model", instance="m", rollout_id="r1", attempt=1,
-                            call_id="has space", request_digest="ab" * 8)
+    bad = ModelCallAdmitted(
+        component="model",
+        instance="m",
+        rollout_id="r1",
+        attempt=1,
+        call_id="has space",
+        request_digest="ab" * 8,
+    )
     with pytest.raises(SchemaError, match=r"call_id"):
         await log.append(bad)
     assert await _count(log) == before

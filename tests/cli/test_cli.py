@@ -30,7 +30,12 @@ async def test_ledger_rebuild_and_replay_from_the_command_line(
     last = await log.last_seq()
     common = ["--url", nats_url, "--namespace", namespace, "--home", str(tmp_path)]
     out = json.loads(_run("ledger", "rebuild", *common, "--json").stdout)
-    assert (out["events"], out["watermark"], out["rollouts"], out["previous_kept_at"]) == (last, last, 1, None)
+    assert (out["events"], out["watermark"], out["rollouts"], out["previous_kept_at"]) == (
+        last,
+        last,
+        1,
+        None,
+    )
     # corrupt it: the command refuses to read it; rebuild keeps it aside and recovers
     data = tmp_path / "ledger" / "data.mdb"
     data.write_bytes(os.urandom(8192) + data.read_bytes()[8192:])
@@ -47,16 +52,29 @@ async def test_ledger_rebuild_and_replay_from_the_command_line(
 
 def test_bench_log_prints_the_promised_fields() -> None:
     out = json.loads(_run("bench", "log", "--events", "400", "--concurrency", "32", "--json").stdout)
-    for key in ("events", "append_events_per_s", "raw_publish_per_s", "append_vs_raw", "replay_events_per_s",
-                "raw_read_per_s", "replay_vs_raw", "bytes_per_event", "ledger_rebuild_s"):
+    for key in (
+        "events",
+        "append_events_per_s",
+        "raw_publish_per_s",
+        "append_vs_raw",
+        "replay_events_per_s",
+        "raw_read_per_s",
+        "replay_vs_raw",
+        "bytes_per_event",
+        "ledger_rebuild_s",
+    ):
         assert key in out, key
     assert out["events"] == 400 and out["ledger_rebuild_events"] >= 400
     assert abs(out["append_vs_raw"] - out["append_events_per_s"] / out["raw_publish_per_s"]) < 0.01
 
 
 async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
-    proc = subprocess.Popen([*ROLLCUT, "nats", "--data", str(tmp_path), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*ROLLCUT, "nats", "--data", str(tmp_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = proc.stdout.readline().strip()  # printed once the server is ready
         assert url.startswith("nats://127.0.0.1:")

@@ -32,13 +32,37 @@ async def _history_round(log: EventLog, k: int) -> None:
         await log.append(boundary_event(r, 9, attempt=2))
     if k % 2 == 0:
         attempt = 2 if k % 3 == 0 else 1
-        await log.append(RolloutCompleted(component="environment", instance="env-0", rollout_id=r,
-                                          attempt=attempt, result_digest="aa" * 8, reward=1.0))
-        await log.append(ResultAccepted(component="collector", instance="collector-0", rollout_id=r,
-                                        attempt=attempt, result_digest="aa" * 8, reward=1.0))
+        await log.append(
+            RolloutCompleted(
+                component="environment",
+                instance="env-0",
+                rollout_id=r,
+                attempt=attempt,
+                result_digest="aa" * 8,
+                reward=1.0,
+            )
+        )
+        await log.append(
+            ResultAccepted(
+                component="collector",
+                instance="collector-0",
+                rollout_id=r,
+                attempt=attempt,
+                result_digest="aa" * 8,
+                reward=1.0,
+            )
+        )
     cut = await log.last_seq()
-    await log.append(CheckpointCommitted(component="coordinator", instance="coord", checkpoint_id=f"ck{k}",
-                                         cut=cut, token_snapshot_id=f"snap{k}", token_snapshot_digest="bb" * 8))
+    await log.append(
+        CheckpointCommitted(
+            component="coordinator",
+            instance="coord",
+            checkpoint_id=f"ck{k}",
+            cut=cut,
+            token_snapshot_id=f"snap{k}",
+            token_snapshot_digest="bb" * 8,
+        )
+    )
 
 
 async def test_rebuilt_ledger_equals_the_incremental_one(log: EventLog, tmp_path: Path) -> None:
@@ -55,7 +79,12 @@ async def test_rebuilt_ledger_equals_the_incremental_one(log: EventLog, tmp_path
         # spot-check the projection's meaning
         r0 = inc.rollout("r0")
         assert r0 is not None
-        assert (r0.current_attempt, r0.status, r0.tombstoned_attempts, r0.last_boundary_turn) == (2, "accepted", [1], 9)
+        assert (r0.current_attempt, r0.status, r0.tombstoned_attempts, r0.last_boundary_turn) == (
+            2,
+            "accepted",
+            [1],
+            9,
+        )
         r1 = inc.rollout("r1")
         assert r1 is not None and (r1.status, r1.last_boundary_turn, r1.accepted_seq) == ("running", 2, None)
         assert [c.checkpoint_id for c in inc.checkpoints()] == [f"ck{k}" for k in range(7)]

@@ -62,9 +62,17 @@ async def test_replayed_prefix_equals_live_state(log: EventLog) -> None:
             seq = await counters[r].add(rng.randint(-5, 9))
         elif action < 0.8:
             call = f"{r}-call{step}"
-            seq = await log.append(ModelCallCompleted(
-                component="model", instance="model-0", rollout_id=r, attempt=1, call_id=call,
-                request_digest="cd" * 8, receipt=TokenReceipt(receipt_id=f"t{step}", count=3, digest="ef" * 8)))
+            seq = await log.append(
+                ModelCallCompleted(
+                    component="model",
+                    instance="model-0",
+                    rollout_id=r,
+                    attempt=1,
+                    call_id=call,
+                    request_digest="cd" * 8,
+                    receipt=TokenReceipt(receipt_id=f"t{step}", count=3, digest="ef" * 8),
+                )
+            )
             completed[r].append(call)
         else:
             seq = await log.append(boundary_event(r, turns[r]))
@@ -72,7 +80,7 @@ async def test_replayed_prefix_equals_live_state(log: EventLog) -> None:
         live = {x: (counters[x].value, counters[x].revision, turns[x], list(completed[x])) for x in rollouts}
         snapshots.append((seq, live))
 
-    for seq, live in rng.sample(snapshots, 12) + [snapshots[0], snapshots[-1]]:
+    for seq, live in [*rng.sample(snapshots, 12), snapshots[0], snapshots[-1]]:
         res = await replay(log, up_to=seq, registry=_registry())
         assert res.cut == seq
         for r in rollouts:

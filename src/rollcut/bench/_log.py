@@ -37,7 +37,10 @@ from ..replay import replay
 
 __all__ = ["bench_log", "workload"]
 
-_WORDS = "the agent calls a tool and reads the result then thinks about the next step".split()
+_WORDS = (
+    "the", "agent", "calls", "a", "tool", "and", "reads",
+    "the", "result", "then", "thinks", "about", "the", "next", "step",
+)  # fmt: skip
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -58,26 +61,56 @@ def workload(events: int, *, rollouts: int, seed: int = 0) -> list[Event]:
         call = f"c{r}-{t}"
         digest = f"{rng.getrandbits(128):032x}"
         cycle: list[Event] = [
-            ModelCallAdmitted(component="model", instance="model-0", rollout_id=rid, attempt=1,
-                              call_id=call, request_digest=digest,
-                              parent_call_id=f"c{r}-{t - 1}" if t else None),
-            ModelCallCompleted(component="model", instance="model-0", rollout_id=rid, attempt=1,
-                               call_id=call, request_digest=digest,
-                               receipt=TokenReceipt(receipt_id=f"rcpt-{call}", count=rng.randint(20, 400),
-                                                    digest=f"{rng.getrandbits(128):032x}"),
-                               response={"role": "assistant", "content": _text(rng, rng.randint(5, 60))}),
-            ResourcesMutated(component="resources", instance="res-0", rollout_id=rid, attempt=1,
-                             session="env", revision=t + 1, tool="search",
-                             arguments={"query": _text(rng, 6)},
-                             result={"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
-                             delta={"n": t + 1}),
-            AgentBoundary(component="agent", instance="agent-0", rollout_id=rid, attempt=1,
-                          record=AgentBoundaryRecord(
-                              turn=t,
-                              output_items=[{"type": "message", "content": _text(rng, 30)}
-                                            for _ in range(min(t + 1, 12))],
-                              usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
-                              last_model_call_id=call, resources_revisions={"env": t + 1})),
+            ModelCallAdmitted(
+                component="model",
+                instance="model-0",
+                rollout_id=rid,
+                attempt=1,
+                call_id=call,
+                request_digest=digest,
+                parent_call_id=f"c{r}-{t - 1}" if t else None,
+            ),
+            ModelCallCompleted(
+                component="model",
+                instance="model-0",
+                rollout_id=rid,
+                attempt=1,
+                call_id=call,
+                request_digest=digest,
+                receipt=TokenReceipt(
+                    receipt_id=f"rcpt-{call}",
+                    count=rng.randint(20, 400),
+                    digest=f"{rng.getrandbits(128):032x}",
+                ),
+                response={"role": "assistant", "content": _text(rng, rng.randint(5, 60))},
+            ),
+            ResourcesMutated(
+                component="resources",
+                instance="res-0",
+                rollout_id=rid,
+                attempt=1,
+                session="env",
+                revision=t + 1,
+                tool="search",
+                arguments={"query": _text(rng, 6)},
+                result={"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
+                delta={"n": t + 1},
+            ),
+            AgentBoundary(
+                component="agent",
+                instance="agent-0",
+                rollout_id=rid,
+                attempt=1,
+                record=AgentBoundaryRecord(
+                    turn=t,
+                    output_items=[
+                        {"type": "message", "content": _text(rng, 30)} for _ in range(min(t + 1, 12))
+                    ],
+                    usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
+                    last_model_call_id=call,
+                    resources_revisions={"env": t + 1},
+                ),
+            ),
         ]
         out.extend(cycle)
     return out[:events]

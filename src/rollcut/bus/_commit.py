@@ -23,6 +23,7 @@ stale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -101,10 +102,8 @@ class GroupCommit:
             await asyncio.gather(*self._sending, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         for item in self._queue:
             if not item.future.done():
                 item.future.set_exception(BusError("the event log closed before this append was sent"))
@@ -153,7 +152,12 @@ class GroupCommit:
             for i, it in enumerate(items[:-1], 1)
         ]
         tail = items[-1]
-        commit = {**tail.headers, "Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(last), "Nats-Batch-Commit": "1"}
+        commit = {
+            **tail.headers,
+            "Nats-Batch-Id": bid,
+            "Nats-Batch-Sequence": str(last),
+            "Nats-Batch-Commit": "1",
+        }
         try:
             await send_unacked(self._nc, body)
             msg = await self._nc.request(tail.subject, tail.payload, timeout=self._timeout, headers=commit)
@@ -184,7 +188,9 @@ class GroupCommit:
         delay = 0.05
         for attempt in range(self._retries + 1):
             try:
-                msg = await self._nc.request(it.subject, it.payload, timeout=self._timeout, headers=it.headers)
+                msg = await self._nc.request(
+                    it.subject, it.payload, timeout=self._timeout, headers=it.headers
+                )
                 return parse_ack(msg.data)
             except (NatsTimeoutError, NatsError, OSError) as exc:
                 if attempt == self._retries:

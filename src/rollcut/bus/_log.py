@@ -144,7 +144,13 @@ class EventLog:
         )
 
     async def dispatch(
-        self, rollout_id: str, input: Any, *, instance: str, component: str = "collector", event_id: str | None = None
+        self,
+        rollout_id: str,
+        input: Any,
+        *,
+        instance: str,
+        component: str = "collector",
+        event_id: str | None = None,
     ) -> int:
         """Record a rollout's original input and open attempt 1. Returns the fence seq."""
         ev = RolloutDispatched(
@@ -164,17 +170,25 @@ class EventLog:
         return out.seq
 
     async def tombstone(
-        self, rollout_id: str, attempt: int, *, instance: str, reason: str = "", next_attempt: int | None = None
+        self,
+        rollout_id: str,
+        attempt: int,
+        *,
+        instance: str,
+        reason: str = "",
+        next_attempt: int | None = None,
     ) -> int:
         """Close attempt ``attempt``; from here on the server refuses its writes."""
         state = await self.fence_state(rollout_id)
         if state is None or state.attempt != attempt or not state.open:
-            raise AttemptConflictError(
-                rollout_id, f"cannot tombstone attempt {attempt}: fence is at {state}"
-            )
+            raise AttemptConflictError(rollout_id, f"cannot tombstone attempt {attempt}: fence is at {state}")
         ev = AttemptTombstoned(
-            rollout_id=rollout_id, attempt=attempt, component="coordinator", instance=instance,
-            reason=reason, next_attempt=next_attempt,
+            rollout_id=rollout_id,
+            attempt=attempt,
+            component="coordinator",
+            instance=instance,
+            reason=reason,
+            next_attempt=next_attempt,
         )
         out = await self._fence_write(ev, expect=state.seq)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
@@ -189,12 +203,15 @@ class EventLog:
         """Open ``attempt`` after the previous one was tombstoned. Returns its fence seq."""
         state = await self.fence_state(rollout_id)
         if state is None or state.open or attempt != state.attempt + 1:
-            raise AttemptConflictError(
-                rollout_id, f"cannot open attempt {attempt}: fence is at {state}"
-            )
+            raise AttemptConflictError(rollout_id, f"cannot open attempt {attempt}: fence is at {state}")
         ev = AttemptOpened(
-            rollout_id=rollout_id, attempt=attempt, component="coordinator", instance=instance,
-            previous_attempt=state.attempt, reason=reason, checkpoint_id=checkpoint_id,
+            rollout_id=rollout_id,
+            attempt=attempt,
+            component="coordinator",
+            instance=instance,
+            previous_attempt=state.attempt,
+            reason=reason,
+            checkpoint_id=checkpoint_id,
         )
         out = await self._fence_write(ev, expect=state.seq)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
@@ -208,7 +225,9 @@ class EventLog:
     ) -> int:
         """Tombstone ``attempt`` and open ``attempt + 1``; returns the new attempt."""
         await self.tombstone(rollout_id, attempt, instance=instance, reason=reason, next_attempt=attempt + 1)
-        await self.open_attempt(rollout_id, attempt + 1, instance=instance, reason=reason, checkpoint_id=checkpoint_id)
+        await self.open_attempt(
+            rollout_id, attempt + 1, instance=instance, reason=reason, checkpoint_id=checkpoint_id
+        )
         return attempt + 1
 
     async def _fence_write(self, ev: RolloutEvent, *, expect: int) -> Outcome:
@@ -260,8 +279,7 @@ class EventLog:
     def _raise_other(self, out: Outcome, event: Event) -> None:
         if out.err_code:
             raise BusError(
-                f"append of {type(event).__name__} {event.event_id} refused: "
-                f"{out.err_code} {out.description}"
+                f"append of {type(event).__name__} {event.event_id} refused: {out.err_code} {out.description}"
             )
 
     # --- read ---------------------------------------------------------------------

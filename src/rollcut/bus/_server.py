@@ -122,7 +122,8 @@ class EmbeddedServer:
         js = [f'store_dir: "{self.data_dir / "jetstream"}"']
         if self.sync_interval:
             js.append(
-                "sync_interval: always" if self.sync_interval == "always"
+                "sync_interval: always"
+                if self.sync_interval == "always"
                 else f'sync_interval: "{self.sync_interval}"'
             )
         ports_dir = self.data_dir / "ports"
@@ -159,7 +160,9 @@ class EmbeddedServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.port = self._await_port(self.data_dir / "ports" / f"{Path(self.binary).name}_{self._proc.pid}.ports")
+        self.port = self._await_port(
+            self.data_dir / "ports" / f"{Path(self.binary).name}_{self._proc.pid}.ports"
+        )
         return self
 
     def _await_port(self, ports_file: Path) -> int:

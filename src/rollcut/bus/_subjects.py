@@ -26,9 +26,7 @@ _FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombs
 
 def check_token(value: str, what: str) -> str:
     if not isinstance(value, str) or not _TOKEN.match(value):
-        raise ConfigError(
-            f"{what} {value!r} is not a valid token: use 1-128 of A-Z a-z 0-9 _ -"
-        )
+        raise ConfigError(f"{what} {value!r} is not a valid token: use 1-128 of A-Z a-z 0-9 _ -")
     return value
 
 

@@ -37,7 +37,14 @@ def frame_hpub(subject: str, header_lines: bytes, payload: bytes) -> bytes:
     """One ``HPUB`` protocol frame without a reply subject."""
     hlen = len(_HDR_LINE) + len(header_lines) + 2
     return b"".join(
-        (f"HPUB {subject} {hlen} {hlen + len(payload)}\r\n".encode(), _HDR_LINE, header_lines, _CRLF, payload, _CRLF)
+        (
+            f"HPUB {subject} {hlen} {hlen + len(payload)}\r\n".encode(),
+            _HDR_LINE,
+            header_lines,
+            _CRLF,
+            payload,
+            _CRLF,
+        )
     )
 
 

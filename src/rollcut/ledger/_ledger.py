@@ -41,7 +41,9 @@ def _cut_key(cut: int, checkpoint_id: str) -> bytes:
 class Ledger:
     """One LMDB environment (a directory) per coordinator."""
 
-    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, readonly: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, readonly: bool = False
+    ) -> None:
         self.path = Path(path)
         self.readonly = readonly
         if readonly and not (self.path / "data.mdb").exists():
@@ -49,8 +51,13 @@ class Ledger:
         self.path.mkdir(parents=True, exist_ok=True)
         try:
             self.env = lmdb.open(
-                str(self.path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
-                readonly=readonly, metasync=True, sync=True,
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(_DBS),
+                subdir=True,
+                readonly=readonly,
+                metasync=True,
+                sync=True,
             )
             self._db = {name: self.env.open_db(name.encode(), create=not readonly) for name in _DBS}
         except lmdb.Error as exc:
@@ -121,7 +128,11 @@ class Ledger:
     def checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         with self.env.begin(db=self._db["checkpoints"]) as txn:
             raw = txn.get(checkpoint_id.encode())
-        return None if raw is None else self._decode(raw, CheckpointRecord, "checkpoints", checkpoint_id.encode())
+        return (
+            None
+            if raw is None
+            else self._decode(raw, CheckpointRecord, "checkpoints", checkpoint_id.encode())
+        )
 
     def checkpoints(self) -> list[CheckpointRecord]:
         """Every published checkpoint, oldest cut first."""
@@ -131,7 +142,9 @@ class Ledger:
                 cid = k[8:]
                 raw = txn.get(cid, db=self._db["checkpoints"])
                 if raw is None:
-                    raise LedgerCorruptError(f"ledger {self.path}: cut index names missing checkpoint {cid!r}")
+                    raise LedgerCorruptError(
+                        f"ledger {self.path}: cut index names missing checkpoint {cid!r}"
+                    )
                 out.append(self._decode(raw, CheckpointRecord, "checkpoints", cid))
         return out
 

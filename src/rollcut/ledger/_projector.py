@@ -73,9 +73,7 @@ class Projector:
     def _check_stream(self) -> None:
         have = self.ledger.meta("stream")
         if have is not None and have != self.log.stream:
-            raise LedgerError(
-                f"ledger at {self.ledger.path} projects stream {have}, not {self.log.stream}"
-            )
+            raise LedgerError(f"ledger at {self.ledger.path} projects stream {have}, not {self.log.stream}")
 
     def _apply_page(self, page: list[StoredEvent]) -> int:
         with self.ledger.write() as wb:
@@ -101,9 +99,13 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
     if isinstance(ev, CheckpointCommitted):
         wb.put_checkpoint(
             CheckpointRecord(
-                checkpoint_id=ev.checkpoint_id, cut=ev.cut, commit_seq=seq,
-                token_snapshot_id=ev.token_snapshot_id, token_snapshot_digest=ev.token_snapshot_digest,
-                participants=list(ev.participants), ts=ev.ts,
+                checkpoint_id=ev.checkpoint_id,
+                cut=ev.cut,
+                commit_seq=seq,
+                token_snapshot_id=ev.token_snapshot_id,
+                token_snapshot_digest=ev.token_snapshot_digest,
+                participants=list(ev.participants),
+                ts=ev.ts,
             )
         )
         return
@@ -152,13 +154,17 @@ async def rebuild_ledger(
     """
     target = Path(path)
     tmp = target.with_name(target.name + ".rebuild")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
     with Ledger(tmp) as fresh:
         n = await Projector(fresh, log).catch_up(on_page=on_page)
+    return n, _swap_in(tmp, target)
+
+
+def _swap_in(new: Path, target: Path) -> Path | None:
+    """Move ``new`` to ``target``; an existing target is renamed aside, never deleted."""
     kept: Path | None = None
     if target.exists():
         kept = target.with_name(f"{target.name}.old-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         target.rename(kept)
-    tmp.rename(target)
-    return n, kept
+    new.rename(target)
+    return kept

@@ -13,7 +13,7 @@ from ._fold import (
     ResourcesSessions,
     default_registry,
 )
-from ._replay import AttemptState, ReplayResult, Replayer, RolloutState, replay
+from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
 
 __all__ = [
     "AgentFold",

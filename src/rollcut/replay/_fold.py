@@ -105,8 +105,11 @@ class ModelFold:
         ev: Event | None = stored.event
         if isinstance(ev, ModelCallAdmitted):
             state.calls[ev.call_id] = ModelCall(
-                call_id=ev.call_id, status="admitted", request_digest=ev.request_digest,
-                parent_call_id=ev.parent_call_id, admitted_seq=stored.seq,
+                call_id=ev.call_id,
+                status="admitted",
+                request_digest=ev.request_digest,
+                parent_call_id=ev.parent_call_id,
+                admitted_seq=stored.seq,
             )
             return state
         call_id = getattr(ev, "call_id", None)
@@ -156,8 +159,12 @@ class ResourcesFold:
         ev = stored.event
         if isinstance(ev, ResourcesSeeded):
             state.sessions[ev.session] = ResourceSession(
-                env=ev.env, revision=ev.revision, seed=ev.seed, state=ev.state,
-                state_revision=ev.revision, last_seq=stored.seq,
+                env=ev.env,
+                revision=ev.revision,
+                seed=ev.seed,
+                state=ev.state,
+                state_revision=ev.revision,
+                last_seq=stored.seq,
             )
             return state
         name = getattr(ev, "session", None)

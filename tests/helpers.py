@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import zlib
+
+import msgspec
 
 from rollcut.bus import AgentBoundary, AgentBoundaryRecord, ModelCallAdmitted, ResourcesMutated
 
@@ -44,3 +47,10 @@ def boundary_event(rollout_id: str, turn: int, attempt: int = 1) -> AgentBoundar
         attempt=attempt,
         record=AgentBoundaryRecord(turn=turn, output_items=[{"turn": turn}], last_model_call_id=f"c{turn}"),
     )
+
+
+def raw_frame(raw: dict[str, object]) -> bytes:
+    """Frame an arbitrary map the way the codec does, bypassing its validation,
+    as a foreign or future writer would."""
+    body = msgspec.msgpack.encode(raw)
+    return b"rc\x01\x00" + zlib.crc32(body).to_bytes(4, "big") + body

@@ -226,6 +226,7 @@ def bench_log_cmd(
     concurrency: Annotated[
         int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")
     ] = 1024,
+    repeat: Annotated[int, typer.Option(help="Paired runs; medians are reported.")] = 3,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -233,7 +234,7 @@ def bench_log_cmd(
     from .bench import bench_log
 
     with console.status(f"benchmarking {events} events at concurrency {concurrency}", spinner="dots"):
-        out = _run(bench_log(events=events, concurrency=concurrency, url=url))
+        out = _run(bench_log(events=events, concurrency=concurrency, url=url, repeat=repeat))
     if as_json:
         _print_json(out)
         return

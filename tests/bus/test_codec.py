@@ -16,7 +16,7 @@ from rollcut import (
 )
 from rollcut.bus import SCHEMA_VERSION, Codec, ModelCallAdmitted, ResourcesMutated
 
-from ..helpers import model_event
+from ..helpers import model_event, raw_frame
 
 
 def test_roundtrip_preserves_every_field() -> None:
@@ -57,7 +57,7 @@ def test_flipped_byte_is_detected_with_its_position() -> None:
     codec = Codec()
     frame = bytearray(codec.encode(model_event("r1")))
     frame[-3] ^= 0xFF
-    with pytest.raises(CorruptEventError, match="digest") as info:
+    with pytest.raises(CorruptEventError, match="checksum") as info:
         codec.decode(bytes(frame), stream="S", seq=42, subject="rc.x.ev.r1.1.model")
     assert info.value.seq == 42
     assert "seq 42" in str(info.value)
@@ -68,26 +68,18 @@ def test_foreign_bytes_are_named_as_such() -> None:
         Codec().decode(b"hello world, not a frame at all")
 
 
-def _frame_of(raw: dict[str, object]) -> bytes:
-    """Frame an arbitrary map exactly as the codec would (bypassing validation)."""
-    import hashlib
-
-    body = msgspec.msgpack.encode(raw)
-    return b"rc" + bytes((1, 0)) + hashlib.blake2b(body, digest_size=16).digest() + body
-
-
 def test_unknown_kind_is_named() -> None:
     raw = msgspec.to_builtins(model_event("r1"))
     raw["kind"] = "teleport.started"
     with pytest.raises(UnknownEventKindError, match=r"teleport\.started"):
-        Codec().decode(_frame_of(raw))
+        Codec().decode(raw_frame(raw))
 
 
 def test_newer_schema_version_is_refused() -> None:
     raw = msgspec.to_builtins(model_event("r1"))
     raw["schema_version"] = SCHEMA_VERSION + 1
     with pytest.raises(SchemaVersionError, match=f"schema_version {SCHEMA_VERSION + 1}"):
-        Codec().decode(_frame_of(raw))
+        Codec().decode(raw_frame(raw))
 
 
 def test_older_schema_version_is_upcast_step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,8 +97,8 @@ def test_older_schema_version_is_upcast_step_by_step(monkeypatch: pytest.MonkeyP
         return d
 
     with pytest.raises(SchemaError, match="no upcaster from schema_version 1"):
-        Codec().decode(_frame_of(raw))
-    ev = Codec(upcasters={("model.admitted", 1): v1_to_v2}).decode(_frame_of(raw))
+        Codec().decode(raw_frame(raw))
+    ev = Codec(upcasters={("model.admitted", 1): v1_to_v2}).decode(raw_frame(raw))
     assert isinstance(ev, ModelCallAdmitted)
     assert ev.request_digest == "ab" * 8
     assert ev.schema_version == 2
@@ -127,3 +119,19 @@ def test_oversize_event_is_refused_before_sending() -> None:
     with pytest.raises(EventTooLargeError, match=r"resources\.mutated") as info:
         codec.encode(huge)
     assert info.value.size > 4096
+
+
+def test_nested_id_is_checked_on_write_with_its_path() -> None:
+    from rollcut.bus import ModelCallCompleted, TokenReceipt
+
+    ev = ModelCallCompleted(
+        component="model",
+        instance="m",
+        rollout_id="r1",
+        attempt=1,
+        call_id="c1",
+        request_digest="ab" * 8,
+        receipt=TokenReceipt(receipt_id="../../etc/passwd", count=1, digest="cd" * 8),
+    )
+    with pytest.raises(SchemaError, match=r"\$\.receipt\.receipt_id"):
+        Codec().encode(ev)

@@ -18,7 +18,7 @@ from rollcut import (
 )
 from rollcut.bus import BusConfig, EventLog, ModelCallAdmitted, ResourcesMutated
 
-from ..helpers import model_event
+from ..helpers import model_event, raw_frame
 
 
 async def _count(log: EventLog) -> int:
@@ -148,16 +148,12 @@ async def test_corrupt_payload_is_reported_with_its_sequence(log: EventLog) -> N
 
 
 async def test_unknown_kind_on_the_stream_is_named(log: EventLog) -> None:
-    import hashlib
-
     import msgspec
 
     await log.dispatch("r1", {}, instance="c")
     raw = msgspec.to_builtins(model_event("r1"))
     raw["kind"] = "hologram.emitted"
-    body = msgspec.msgpack.encode(raw)
-    frame = b"rc\x01\x00" + hashlib.blake2b(body, digest_size=16).digest() + body
-    await log.nc.jetstream().publish(log.subjects.event("r1", 1, "model"), frame)
+    await log.nc.jetstream().publish(log.subjects.event("r1", 1, "model"), raw_frame(raw))
     with pytest.raises(UnknownEventKindError, match=r"hologram\.emitted"):
         _ = [s async for s in log.read()]
 

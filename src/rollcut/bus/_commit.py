@@ -33,7 +33,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from .._errors import BusError
 from ._stream import PubAck, parse_ack
-from ._wire import encode_headers, send_unacked
+from ._wire import encode_headers, send_batch_body
 
 __all__ = ["GroupCommit", "Outcome"]
 
@@ -142,15 +142,7 @@ class GroupCommit:
         bid = os.urandom(16).hex()
         last = len(items)
         ack: PubAck | None = None
-        body = [
-            (
-                it.subject,
-                {**it.headers, "Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(i)},
-                it.header_lines + f"Nats-Batch-Id: {bid}\r\nNats-Batch-Sequence: {i}\r\n".encode(),
-                it.payload,
-            )
-            for i, it in enumerate(items[:-1], 1)
-        ]
+        body = [(it.subject, it.headers, it.header_lines, it.payload) for it in items[:-1]]
         tail = items[-1]
         commit = {
             **tail.headers,
@@ -159,7 +151,7 @@ class GroupCommit:
             "Nats-Batch-Commit": "1",
         }
         try:
-            await send_unacked(self._nc, body)
+            await send_batch_body(self._nc, bid, body)
             msg = await self._nc.request(tail.subject, tail.payload, timeout=self._timeout, headers=commit)
             ack = parse_ack(msg.data)
         except (NatsError, OSError):

@@ -55,12 +55,13 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-# A subject token: no dots, wildcards or whitespace, bounded length.
-Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+# An id that may become a subject token or header value. Decoding bounds its
+# length; writing also checks the alphabet [A-Za-z0-9_-] (see _strict.py).
+Token = Annotated[str, Meta(min_length=1, max_length=128, extra={"rollcut": "token"})]
 Attempt = Annotated[int, Meta(ge=1)]
 Revision = Annotated[int, Meta(ge=0)]
 Seq = Annotated[int, Meta(ge=0)]
-HexDigest = Annotated[str, Meta(pattern=r"^[0-9a-f]{16,128}$")]
+HexDigest = Annotated[str, Meta(min_length=16, max_length=128, extra={"rollcut": "hex"})]
 
 Component = Literal["model", "agent", "resources", "environment", "collector", "coordinator"]
 
@@ -70,8 +71,13 @@ def new_event_id() -> str:
     return os.urandom(12).hex()
 
 
-class Event(Struct, frozen=True, kw_only=True, tag_field="kind"):
-    """Envelope shared by every event."""
+class Event(Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
+    """Envelope shared by every event.
+
+    ``gc=False``: events are trees (decoded msgpack cannot form cycles), so
+    the garbage collector need not track them; a long replay keeps hundreds of
+    thousands alive and GC scans would otherwise cost more than decoding.
+    """
 
     component: Component
     instance: Token
@@ -96,7 +102,7 @@ class CheckpointEvent(Event, frozen=True, kw_only=True):
 # --- payload records ---------------------------------------------------------
 
 
-class TokenReceipt(Struct, frozen=True, kw_only=True):
+class TokenReceipt(Struct, frozen=True, kw_only=True, gc=False):
     """Where a token array lives in the token store; never the tokens themselves."""
 
     receipt_id: Token
@@ -105,7 +111,7 @@ class TokenReceipt(Struct, frozen=True, kw_only=True):
     store: str = ""
 
 
-class AgentBoundaryRecord(Struct, frozen=True, kw_only=True):
+class AgentBoundaryRecord(Struct, frozen=True, kw_only=True, gc=False):
     """The state of a whitebox agent after a completed nonterminal turn."""
 
     record_version: Annotated[int, Meta(ge=1)] = 1

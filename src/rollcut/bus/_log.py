@@ -57,13 +57,45 @@ def input_digest(value: Any) -> str:
     return digest(msgspec.json.encode(value, order="sorted"))
 
 
-class StoredEvent(msgspec.Struct, frozen=True, gc=False):
-    """An event as read back: its stream position and either the event or why not."""
+class StoredEvent:
+    """An event as read back: its stream position and either the event or why not.
 
-    seq: int
-    subject: str
-    event: Event | None
-    error: CorruptEventError | None = None
+    On a body-only read the subject is worked out from the event only when
+    someone asks: replay of a healthy log never needs it.
+    """
+
+    __slots__ = ("_subject", "_subjects", "error", "event", "seq")
+
+    def __init__(
+        self,
+        seq: int,
+        subject: str,
+        event: Event | None,
+        error: CorruptEventError | None = None,
+        subjects: Subjects | None = None,
+    ) -> None:
+        self.seq = seq
+        self.event = event
+        self.error = error
+        self._subject = subject
+        self._subjects = subjects
+
+    @property
+    def subject(self) -> str:
+        if not self._subject and self.event is not None and self._subjects is not None:
+            self._subject = self._subjects.for_event(self.event)
+        return self._subject
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredEvent):
+            return NotImplemented
+        mine = (self.seq, self.subject, self.event, self.error)
+        return mine == (other.seq, other.subject, other.event, other.error)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StoredEvent(seq={self.seq}, subject={self.subject!r}, event={self.event!r}, error={self.error!r})"  # noqa: E501
 
 
 class FenceState(msgspec.Struct, frozen=True):
@@ -303,24 +335,41 @@ class EventLog:
         one attempt's events. ``strict=False`` yields a corrupt record with its
         error instead of raising, so replay can quarantine just that rollout.
         """
+        async for page in self.read_pages(
+            rollout_id=rollout_id, attempt=attempt, up_to=up_to, start=start, strict=strict
+        ):
+            for stored in page:
+                yield stored
+
+    async def read_pages(
+        self,
+        *,
+        rollout_id: str | None = None,
+        attempt: int | None = None,
+        up_to: int | None = None,
+        start: int = 1,
+        strict: bool = True,
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Like :meth:`read`, a page at a time: bulk consumers skip a hop per event."""
         if attempt is not None and rollout_id is None:
             raise FenceError("reading one attempt needs its rollout_id too")
         if rollout_id is None:
             async for pg in scan(self.nc, self.stream, start=start, up_to=up_to):
-                for m in pg:
-                    stored = self._decode(m, strict=False)
-                    if not stored.subject:  # a body-only page: name the subject
-                        stored = await self._named(stored)
-                    if strict and stored.error is not None:
-                        raise stored.error
-                    yield stored
+                out = [self._decode(m, strict=False) for m in pg]
+                for i, stored in enumerate(out):
+                    if stored.error is not None:
+                        if not stored.subject:  # body-only page: fetch the name
+                            out[i] = stored = await self._named(stored)
+                        if strict:
+                            raise stored.error  # type: ignore[misc]
+                yield out
             return
         if attempt is not None:
             filters = [self.subjects.attempt_filter(rollout_id, attempt)]
         else:
             filters = self.subjects.rollout_filters(rollout_id)
-        for m in await scan_merged(self.nc, self.stream, filters, start=start, up_to=up_to):
-            yield self._decode(m, strict)
+        msgs = await scan_merged(self.nc, self.stream, filters, start=start, up_to=up_to)
+        yield [self._decode(m, strict) for m in msgs]
 
     def _decode(self, m: RawMessage, strict: bool) -> StoredEvent:
         try:
@@ -329,11 +378,10 @@ class EventLog:
             if strict:
                 raise
             return StoredEvent(m.seq, m.subject, None, exc)
-        return StoredEvent(m.seq, m.subject, ev)
+        return StoredEvent(m.seq, m.subject, ev, None, self.subjects)
 
     async def _named(self, stored: StoredEvent) -> StoredEvent:
-        if stored.event is not None:
-            return StoredEvent(stored.seq, self.subjects.for_event(stored.event), stored.event)
+        """A corrupt record from a body-only page: ask the server for its subject."""
         msg = await self._direct_get({"seq": stored.seq}, f"seq {stored.seq}")
         subject = msg.subject if msg is not None else ""
         err = stored.error

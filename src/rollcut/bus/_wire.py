@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client as NATS
 
-__all__ = ["encode_headers", "fast_path_available", "frame_hpub", "send_unacked"]
+__all__ = ["encode_headers", "fast_path_available", "frame_hpub", "send_batch_body"]
 
 _HDR_LINE = b"NATS/1.0\r\n"
 _CRLF = b"\r\n"
@@ -30,7 +30,7 @@ def fast_path_available(nc: NATS) -> bool:
 
 def encode_headers(headers: dict[str, str]) -> bytes:
     """Header lines (without the NATS/1.0 line and the closing blank line)."""
-    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode()
+    return "".join([f"{k}: {v}\r\n" for k, v in headers.items()]).encode()
 
 
 def frame_hpub(subject: str, header_lines: bytes, payload: bytes) -> bytes:
@@ -48,14 +48,23 @@ def frame_hpub(subject: str, header_lines: bytes, payload: bytes) -> bytes:
     )
 
 
-async def send_unacked(nc: NATS, messages: list[tuple[str, dict[str, str], bytes, bytes]]) -> None:
-    """Queue ``(subject, headers, header_lines, payload)`` messages that expect no
-    reply, in order, ahead of anything sent later. ``header_lines`` must be
-    ``encode_headers(headers)``; the fast path uses it, the fallback the dict."""
+async def send_batch_body(
+    nc: NATS, batch_id: str, messages: list[tuple[str, dict[str, str], bytes, bytes]]
+) -> None:
+    """Queue the un-acked messages of an atomic batch, numbered from 1, in order.
+
+    Each message is ``(subject, headers, header_lines, payload)`` where
+    ``header_lines == encode_headers(headers)``: the fast path appends the
+    batch headers to the pre-encoded lines, the fallback to the dict.
+    """
     if not messages:
         return
     if fast_path_available(nc):
-        await nc._send_command(b"".join(frame_hpub(s, hl, p) for s, _, hl, p in messages))
+        frames = [
+            frame_hpub(s, hl + f"Nats-Batch-Id: {batch_id}\r\nNats-Batch-Sequence: {i}\r\n".encode(), p)
+            for i, (s, _, hl, p) in enumerate(messages, 1)
+        ]
+        await nc._send_command(b"".join(frames))
         return
-    for s, h, _, p in messages:
-        await nc.publish(s, p, headers=h)
+    for i, (s, h, _, p) in enumerate(messages, 1):
+        await nc.publish(s, p, headers={**h, "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)})

@@ -56,18 +56,11 @@ class Projector:
             )
         end = last if up_to is None else min(up_to, last)
         applied = 0
-        page: list[StoredEvent] = []
-        async for stored in self.log.read(start=start, up_to=end, strict=False):
-            page.append(stored)
-            if len(page) >= 4096:
+        async for page in self.log.read_pages(start=start, up_to=end, strict=False):
+            if page:
                 applied += self._apply_page(page)
                 if on_page:
                     on_page(page[-1].seq, end)
-                page = []
-        if page:
-            applied += self._apply_page(page)
-            if on_page:
-                on_page(page[-1].seq, end)
         return applied
 
     def _check_stream(self) -> None:

@@ -12,6 +12,7 @@ a fresh dispatch. Nothing else is affected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -82,6 +83,11 @@ class Replayer:
         self.subjects = subjects
         self.registry = registry or default_registry()
         self.result = ReplayResult(cut=0)
+        self._lifecycle: dict[type, Callable[[StoredEvent, Any], None]] = {
+            RolloutDispatched: self._dispatched,
+            AttemptOpened: self._opened,
+            AttemptTombstoned: self._tombstoned,
+        }
 
     def _rollout(self, rollout_id: str) -> RolloutState:
         r = self.result.rollouts.get(rollout_id)
@@ -97,15 +103,16 @@ class Replayer:
 
     def apply(self, stored: StoredEvent) -> None:
         res = self.result
-        res.cut = max(res.cut, stored.seq)
+        if stored.seq > res.cut:
+            res.cut = stored.seq
         res.events += 1
         ev = stored.event
         if ev is None:
-            parsed = self.subjects.parse(stored.subject)
-            if parsed.rollout_id is not None:
-                r = self._rollout(parsed.rollout_id)
-                r.corrupt_seqs.append(stored.seq)
-                r.last_seq = stored.seq
+            self._corrupt(stored)
+            return
+        handler = self._lifecycle.get(type(ev))
+        if handler is not None:
+            handler(stored, ev)
             return
         if isinstance(ev, CheckpointEvent):
             res.markers.append((stored.seq, ev))
@@ -114,23 +121,10 @@ class Replayer:
             return
         r = self._rollout(ev.rollout_id)
         r.last_seq = stored.seq
-        if isinstance(ev, RolloutDispatched):
-            r.input, r.input_digest, r.dispatch_seq = ev.input, ev.input_digest, stored.seq
-            r.current_attempt, r.open = 1, True
-            self._attempt(r, 1).opened_seq = stored.seq
-            return
-        if isinstance(ev, AttemptOpened):
-            r.current_attempt, r.open = ev.attempt, True
-            self._attempt(r, ev.attempt).opened_seq = stored.seq
-            return
-        if isinstance(ev, AttemptTombstoned):
-            r.open = False
-            self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
-            return
         a = self._attempt(r, ev.attempt)
         a.events += 1
         a.last_seq = stored.seq
-        if isinstance(ev, ResultAccepted):
+        if type(ev) is ResultAccepted:
             r.accepted, r.accepted_seq = ev, stored.seq
             return
         fold = self.registry.get(ev.component)
@@ -140,6 +134,32 @@ class Replayer:
         if session is None:
             session = fold.initial()
         a.sessions[ev.component] = fold.apply(session, stored)
+
+    def _corrupt(self, stored: StoredEvent) -> None:
+        parsed = self.subjects.parse(stored.subject)
+        if parsed.rollout_id is not None:
+            r = self._rollout(parsed.rollout_id)
+            r.corrupt_seqs.append(stored.seq)
+            r.last_seq = stored.seq
+
+    def _dispatched(self, stored: StoredEvent, ev: RolloutDispatched) -> None:
+        r = self._rollout(ev.rollout_id)
+        r.last_seq = stored.seq
+        r.input, r.input_digest, r.dispatch_seq = ev.input, ev.input_digest, stored.seq
+        r.current_attempt, r.open = 1, True
+        self._attempt(r, 1).opened_seq = stored.seq
+
+    def _opened(self, stored: StoredEvent, ev: AttemptOpened) -> None:
+        r = self._rollout(ev.rollout_id)
+        r.last_seq = stored.seq
+        r.current_attempt, r.open = ev.attempt, True
+        self._attempt(r, ev.attempt).opened_seq = stored.seq
+
+    def _tombstoned(self, stored: StoredEvent, ev: AttemptTombstoned) -> None:
+        r = self._rollout(ev.rollout_id)
+        r.last_seq = stored.seq
+        r.open = False
+        self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
 
 
 async def replay(
@@ -152,7 +172,9 @@ async def replay(
     """The state of every rollout (or one) as of ``up_to`` (default: the end now)."""
     cut = up_to if up_to is not None else await log.last_seq()
     rp = Replayer(log.subjects, registry)
-    async for stored in log.read(rollout_id=rollout_id, up_to=cut, strict=False):
-        rp.apply(stored)
+    apply = rp.apply
+    async for page in log.read_pages(rollout_id=rollout_id, up_to=cut, strict=False):
+        for stored in page:
+            apply(stored)
     rp.result.cut = cut
     return rp.result

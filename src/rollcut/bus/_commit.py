@@ -65,7 +65,7 @@ class GroupCommit:
         nc: NATS,
         *,
         max_batch: int = 500,
-        max_inflight: int = 4,
+        max_inflight: int = 8,
         timeout: float = 10.0,
         retries: int = 3,
     ) -> None:
@@ -85,12 +85,16 @@ class GroupCommit:
         self.singles_sent = 0
         self.fallbacks = 0
 
-    def submit(self, subject: str, payload: bytes, headers: dict[str, str]) -> asyncio.Future[Outcome]:
+    def submit(
+        self, subject: str, payload: bytes, headers: dict[str, str], header_lines: bytes | None = None
+    ) -> asyncio.Future[Outcome]:
+        """Queue one message. ``header_lines``, if given, must equal ``encode_headers(headers)``."""
         if self._closed:
             raise BusError("the event log is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Outcome] = loop.create_future()
-        self._queue.append(_Item(subject, payload, headers, encode_headers(headers), fut))
+        lines = header_lines if header_lines is not None else encode_headers(headers)
+        self._queue.append(_Item(subject, payload, headers, lines, fut))
         if self._task is None:
             self._task = loop.create_task(self._run(), name="rollcut-group-commit")
         self._wake.set()

@@ -294,12 +294,20 @@ class EventLog:
         if is_fence_kind(event):
             raise FenceError(f"{type(event).__name__} is written by dispatch/tombstone/open_attempt")
         frame = self.codec.encode(event)
-        headers = {_MSG_ID: event.event_id}
+        eid = event.event_id
         if isinstance(event, RolloutEvent):
-            fence_seq = await self._fence_seq_for(event.rollout_id, event.attempt)
-            headers[_EXPECT_SEQ] = str(fence_seq)
-            headers[_EXPECT_SUBJ] = self.subjects.fence(event.rollout_id)
-        out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
+            known = self._open.get(event.rollout_id)
+            if known is not None and known[0] == event.attempt:
+                fence_seq = known[1]
+            else:
+                fence_seq = await self._fence_seq_for(event.rollout_id, event.attempt)
+            fence = self.subjects.fence(event.rollout_id)
+            headers = {_MSG_ID: eid, _EXPECT_SEQ: str(fence_seq), _EXPECT_SUBJ: fence}
+            lines = f"{_MSG_ID}: {eid}\r\n{_EXPECT_SEQ}: {fence_seq}\r\n{_EXPECT_SUBJ}: {fence}\r\n".encode()
+        else:
+            headers = {_MSG_ID: eid}
+            lines = f"{_MSG_ID}: {eid}\r\n".encode()
+        out = await self._commit.submit(self.subjects.for_event(event), frame, headers, lines)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE and isinstance(event, RolloutEvent):
             self._open.pop(event.rollout_id, None)
             state = await self.fence_state(event.rollout_id)

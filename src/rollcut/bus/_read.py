@@ -100,29 +100,47 @@ async def scan(
     decoded event names its own subject.
     """
     api = f"$JS.API.DIRECT.GET.{stream}"
-    seq = start
-    while up_to is None or seq <= up_to:
+
+    def request(seq: int) -> tuple[dict[str, object], int]:
         want = page if up_to is None else min(page, up_to - seq + 1)
         req: dict[str, object] = {"seq": seq, "batch": want}
         if subject:
             req["next_by_subj"] = subject
         else:
             req["no_hdr"] = True
-        pg = await _fetch(nc, api, req, want, timeout, stream)
-        if pg.raw:
-            if pg.last - seq + 1 == len(pg.raw):
-                pg.messages = [RawMessage(seq + i, "", d) for i, d in enumerate(pg.raw)]
-            else:  # a gap: ask again with headers to learn the real sequences
-                del req["no_hdr"]
-                pg = await _fetch(nc, api, req, want, timeout, stream)
-        msgs = pg.messages
-        if up_to is not None and msgs and msgs[-1].seq > up_to:
-            msgs = [m for m in msgs if m.seq <= up_to]
-        if msgs:
-            yield msgs
-        if not pg.messages or pg.pending == 0:
-            return
-        seq = pg.messages[-1].seq + 1
+        return req, want
+
+    def start_fetch(seq: int) -> asyncio.Task[_Page]:
+        req, want = request(seq)
+        return asyncio.ensure_future(_fetch(nc, api, req, want, timeout, stream))
+
+    # the next page is requested before this one is handed out, so the server
+    # reads it from disk while the caller decodes
+    pending: asyncio.Task[_Page] | None = start_fetch(start) if up_to is None or start <= up_to else None
+    seq = start
+    try:
+        while pending is not None:
+            pg = await pending
+            pending = None
+            if pg.raw:
+                if pg.last - seq + 1 == len(pg.raw):
+                    pg.messages = [RawMessage(seq + i, "", d) for i, d in enumerate(pg.raw)]
+                else:  # a gap: ask again with headers to learn the real sequences
+                    req, want = request(seq)
+                    del req["no_hdr"]
+                    pg = await _fetch(nc, api, req, want, timeout, stream)
+            if pg.messages and pg.pending > 0:
+                seq = pg.messages[-1].seq + 1
+                if up_to is None or seq <= up_to:
+                    pending = start_fetch(seq)
+            msgs = pg.messages
+            if up_to is not None and msgs and msgs[-1].seq > up_to:
+                msgs = [m for m in msgs if m.seq <= up_to]
+            if msgs:
+                yield msgs
+    finally:
+        if pending is not None:
+            pending.cancel()
 
 
 async def scan_merged(

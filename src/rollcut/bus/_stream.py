@@ -36,7 +36,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     replicas: int = 1
     duplicate_window_s: float = 120.0
     max_batch: int = 500
-    max_inflight: int = 4
+    max_inflight: int = 8
     user: str | None = None
     password: str | None = None
     connect_timeout_s: float = 5.0

@@ -1,6 +1,9 @@
 """Folds: how each component kind's events become session state.
 
 A fold is a pair of pure functions, ``initial()`` and ``apply(state, stored)``.
+The built-in session states are trees (``gc=False``): a replay of a long
+history keeps many of them alive, and cyclic-GC scans of them would cost more
+than the folding itself.
 Live participants and replay use the same folds, which is what makes "the
 state after replaying a prefix equals the live state at that point" a
 property of the code rather than a hope. A component registers its fold once;
@@ -80,7 +83,7 @@ class FoldRegistry:
 # --- model ---------------------------------------------------------------------
 
 
-class ModelCall(msgspec.Struct, kw_only=True):
+class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     call_id: str
     status: str  # admitted | completed | prefix_cut | failed | excluded
     request_digest: str = ""
@@ -92,7 +95,7 @@ class ModelCall(msgspec.Struct, kw_only=True):
     response: Any = None
 
 
-class ModelSession(msgspec.Struct, kw_only=True):
+class ModelSession(msgspec.Struct, kw_only=True, gc=False):
     calls: dict[str, ModelCall] = {}
     last_completed_call_id: str | None = None
 
@@ -134,7 +137,7 @@ class ModelFold:
 # --- resources -------------------------------------------------------------------
 
 
-class ResourceSession(msgspec.Struct, kw_only=True):
+class ResourceSession(msgspec.Struct, kw_only=True, gc=False):
     env: str = ""
     revision: int = 0
     seed: Any = None
@@ -145,7 +148,7 @@ class ResourceSession(msgspec.Struct, kw_only=True):
     last_seq: int = 0
 
 
-class ResourcesSessions(msgspec.Struct, kw_only=True):
+class ResourcesSessions(msgspec.Struct, kw_only=True, gc=False):
     sessions: dict[str, ResourceSession] = {}
 
 
@@ -189,7 +192,7 @@ class ResourcesFold:
 # --- agent --------------------------------------------------------------------
 
 
-class AgentSession(msgspec.Struct, kw_only=True):
+class AgentSession(msgspec.Struct, kw_only=True, gc=False):
     boundary: AgentBoundaryRecord | None = None
     boundary_seq: int = 0
     boundaries: int = 0

@@ -54,3 +54,17 @@ def raw_frame(raw: dict[str, object]) -> bytes:
     as a foreign or future writer would."""
     body = msgspec.msgpack.encode(raw)
     return b"rc\x01\x00" + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def mutation_event(rollout_id: str = "r1", **fields: object) -> ResourcesMutated:
+    """A resources mutation with defaults for everything the test does not care about."""
+    base: dict[str, object] = dict(
+        component="resources",
+        instance="x",
+        rollout_id=rollout_id,
+        attempt=1,
+        session="s",
+        revision=1,
+        tool="t",
+    )
+    return ResourcesMutated(**{**base, **fields})  # type: ignore[arg-type]

@@ -14,9 +14,9 @@ from rollcut import (
     SchemaVersionError,
     UnknownEventKindError,
 )
-from rollcut.bus import SCHEMA_VERSION, Codec, ModelCallAdmitted, ResourcesMutated
+from rollcut.bus import SCHEMA_VERSION, Codec, ModelCallAdmitted
 
-from ..helpers import model_event, raw_frame
+from ..helpers import model_event, mutation_event, raw_frame
 
 
 def test_roundtrip_preserves_every_field() -> None:
@@ -28,16 +28,7 @@ def test_roundtrip_preserves_every_field() -> None:
 def test_large_payload_is_compressed_and_small_is_not() -> None:
     codec = Codec(compress_threshold=256)
     small = model_event("r1")
-    big = ResourcesMutated(
-        component="resources",
-        instance="x",
-        rollout_id="r1",
-        attempt=1,
-        session="s",
-        revision=1,
-        tool="t",
-        result={"text": "lorem ipsum " * 500},
-    )
+    big = mutation_event(result={"text": "lorem ipsum " * 500})
     assert codec.encode(small)[3] == 0
     frame = codec.encode(big)
     assert frame[3] & 1
@@ -106,16 +97,7 @@ def test_older_schema_version_is_upcast_step_by_step(monkeypatch: pytest.MonkeyP
 
 def test_oversize_event_is_refused_before_sending() -> None:
     codec = Codec(max_event_bytes=4096)
-    huge = ResourcesMutated(
-        component="resources",
-        instance="x",
-        rollout_id="r1",
-        attempt=1,
-        session="s",
-        revision=1,
-        tool="t",
-        state=os.urandom(8192),
-    )
+    huge = mutation_event(state=os.urandom(8192))
     with pytest.raises(EventTooLargeError, match=r"resources\.mutated") as info:
         codec.encode(huge)
     assert info.value.size > 4096

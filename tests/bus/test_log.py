@@ -16,9 +16,9 @@ from rollcut import (
     StaleAttemptError,
     UnknownEventKindError,
 )
-from rollcut.bus import BusConfig, EventLog, ModelCallAdmitted, ResourcesMutated
+from rollcut.bus import BusConfig, EventLog, ModelCallAdmitted
 
-from ..helpers import model_event, raw_frame
+from ..helpers import model_event, mutation_event, raw_frame
 
 
 async def _count(log: EventLog) -> int:
@@ -161,16 +161,7 @@ async def test_unknown_kind_on_the_stream_is_named(log: EventLog) -> None:
 async def test_oversize_and_invalid_events_store_nothing(log: EventLog) -> None:
     await log.dispatch("r1", {}, instance="c")
     before = await _count(log)
-    huge = ResourcesMutated(
-        component="resources",
-        instance="x",
-        rollout_id="r1",
-        attempt=1,
-        session="s",
-        revision=1,
-        tool="t",
-        state=os.urandom(2 * 1024 * 1024),
-    )
+    huge = mutation_event(state=os.urandom(2 * 1024 * 1024))
     with pytest.raises(EventTooLargeError):
         await log.append(huge)
     bad = ModelCallAdmitted(

@@ -1,8 +1,12 @@
 """rollcut: crash-safe partial-rollout checkpointing on NATS JetStream and LMDB."""
 
 from ._errors import (
+    AdmissionClosedError,
     AttemptConflictError,
     BusError,
+    CheckpointConflictError,
+    CheckpointError,
+    CheckpointFailedError,
     ConfigError,
     CorruptEventError,
     EventTooLargeError,
@@ -17,14 +21,20 @@ from ._errors import (
     ServerStartError,
     ServerVersionError,
     StaleAttemptError,
+    StaleCheckpointError,
+    TokenStoreError,
     UnknownEventKindError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdmissionClosedError",
     "AttemptConflictError",
     "BusError",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "CheckpointFailedError",
     "ConfigError",
     "CorruptEventError",
     "EventTooLargeError",
@@ -39,6 +49,8 @@ __all__ = [
     "ServerStartError",
     "ServerVersionError",
     "StaleAttemptError",
+    "StaleCheckpointError",
+    "TokenStoreError",
     "UnknownEventKindError",
     "__version__",
 ]

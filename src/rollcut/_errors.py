@@ -19,9 +19,15 @@ catch one root and still see the original cause.
     │   ├── StaleAttemptError       the server refused a tombstoned attempt
     │   ├── AttemptConflictError    someone else moved the fence first
     │   └── RolloutExistsError
-    └── LedgerError
-        ├── LedgerSchemaError
-        └── LedgerCorruptError
+    ├── LedgerError
+    │   ├── LedgerSchemaError
+    │   └── LedgerCorruptError
+    ├── TokenStoreError
+    ├── AdmissionClosedError        retryable: a checkpoint holds admission
+    └── CheckpointError
+        ├── CheckpointFailedError   aborted, nothing published, admission reopened
+        ├── CheckpointConflictError another checkpoint holds the coordinator lane
+        └── StaleCheckpointError    a control op named a non-active checkpoint
 
 Errors carry the identifiers an operator needs (stream, seq, rollout_id,
 attempt) as attributes, not only inside the message.
@@ -30,8 +36,12 @@ attempt) as attributes, not only inside the message.
 from __future__ import annotations
 
 __all__ = [
+    "AdmissionClosedError",
     "AttemptConflictError",
     "BusError",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "CheckpointFailedError",
     "ConfigError",
     "CorruptEventError",
     "EventTooLargeError",
@@ -46,6 +56,8 @@ __all__ = [
     "ServerStartError",
     "ServerVersionError",
     "StaleAttemptError",
+    "StaleCheckpointError",
+    "TokenStoreError",
     "UnknownEventKindError",
 ]
 
@@ -151,3 +163,42 @@ class LedgerSchemaError(LedgerError):
 
 class LedgerCorruptError(LedgerError):
     pass
+
+
+class TokenStoreError(RollcutError):
+    """The token store is missing a record, or a record fails its digest."""
+
+
+class AdmissionClosedError(RollcutError):
+    """A request arrived while a checkpoint holds admission closed: retry later."""
+
+    retryable = True
+
+    def __init__(self, instance: str, checkpoint_id: str, retry_after_s: float) -> None:
+        self.instance = instance
+        self.checkpoint_id = checkpoint_id
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"{instance}: admission is closed for checkpoint {checkpoint_id}; retry in {retry_after_s:.1f}s"
+        )
+
+
+class CheckpointError(RollcutError):
+    """A checkpoint could not be taken, committed or restored."""
+
+    def __init__(self, message: str, *, checkpoint_id: str = "", participant: str | None = None) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.participant = participant
+        super().__init__(message)
+
+
+class CheckpointFailedError(CheckpointError):
+    """The checkpoint was aborted: nothing was published and admission was reopened."""
+
+
+class CheckpointConflictError(CheckpointError):
+    """Another checkpoint holds the coordinator lane."""
+
+
+class StaleCheckpointError(CheckpointError):
+    """A control operation named a checkpoint that is not the participant's active one."""

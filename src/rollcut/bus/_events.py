@@ -28,6 +28,7 @@ __all__ = [
     "AnyEvent",
     "AttemptOpened",
     "AttemptTombstoned",
+    "CheckpointAborted",
     "CheckpointCommitted",
     "CheckpointEvent",
     "CheckpointPrepared",
@@ -40,6 +41,7 @@ __all__ = [
     "ModelCallExcluded",
     "ModelCallFailed",
     "ModelCallPrefixCut",
+    "ParticipantLeaseExpired",
     "ParticipantReplied",
     "ResourcesMutated",
     "ResourcesRetired",
@@ -255,6 +257,7 @@ class ParticipantReplied(CheckpointEvent, frozen=True, kw_only=True, tag="checkp
 
 class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.seal"):
     participants: list[str] = []
+    last_seqs: dict[str, Seq] = {}
 
 
 class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.commit"):
@@ -266,6 +269,18 @@ class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="check
 
 class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.resume"):
     pass
+
+
+class CheckpointAborted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.abort"):
+    """The checkpoint will never be published; releases the coordinator lane."""
+
+    reason: str
+
+
+class ParticipantLeaseExpired(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.lease_expired"):
+    """A participant reopened admission by itself: its coordinator went silent."""
+
+    participant: Token
 
 
 AnyEvent = (
@@ -289,6 +304,8 @@ AnyEvent = (
     | CheckpointSealed
     | CheckpointCommitted
     | CheckpointResumed
+    | CheckpointAborted
+    | ParticipantLeaseExpired
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {

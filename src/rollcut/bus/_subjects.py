@@ -2,12 +2,15 @@
 
     rc.<ns>.ev.<rollout_id>.<attempt>.<component>   events of one attempt
     rc.<ns>.fence.<rollout_id>                      attempt lifecycle (dispatch, open, tombstone)
-    rc.<ns>.mark.<checkpoint_id>                    checkpoint markers (their seq is meaningful)
+    rc.<ns>.mark.checkpoint                         the coordinator lane: prepare, seal, commit, abort
+    rc.<ns>.mark.<instance>                         a participant's own markers (replies, lease expiry)
     rc.<ns>.ctl.>                                   control request/reply (core NATS, not stored)
 
 Markers live outside ``ctl`` on purpose: the stream must capture them, and a
 stream that captured ``ctl`` would also capture (and answer!) every control
-request.
+request. All coordinator markers share one lane so that each can be appended
+with a compare-and-set on the lane's last sequence: that is what makes two
+concurrent checkpoints impossible (see participants/_coordinator.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from typing import NamedTuple
 from .._errors import ConfigError
 from ._events import CheckpointEvent, Event, RolloutEvent
 
-__all__ = ["ParsedSubject", "Subjects", "check_token"]
+__all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
+
+COORDINATOR_LANE = "checkpoint"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombstoned"})
@@ -35,7 +40,7 @@ class ParsedSubject(NamedTuple):
     rollout_id: str | None
     attempt: int | None
     component: str | None
-    checkpoint_id: str | None
+    lane: str | None
 
 
 class Subjects:
@@ -57,8 +62,8 @@ class Subjects:
     def fence(self, rollout_id: str) -> str:
         return f"{self.prefix}.fence.{rollout_id}"
 
-    def mark(self, checkpoint_id: str) -> str:
-        return f"{self.prefix}.mark.{checkpoint_id}"
+    def mark(self, lane: str = COORDINATOR_LANE) -> str:
+        return f"{self.prefix}.mark.{lane}"
 
     def control(self, suffix: str) -> str:
         return f"{self.prefix}.ctl.{suffix}"
@@ -76,7 +81,7 @@ class Subjects:
                 return self.fence(event.rollout_id)
             return self.event(event.rollout_id, event.attempt, event.component)
         if isinstance(event, CheckpointEvent):
-            return self.mark(event.checkpoint_id)
+            return self.mark(COORDINATOR_LANE if event.component == "coordinator" else event.instance)
         raise ConfigError(f"{type(event).__name__} has no subject")
 
     def parse(self, subject: str) -> ParsedSubject:

@@ -1,0 +1,6 @@
+"""Token custody: the contracts a token store satisfies, and the local default."""
+
+from ._contracts import LineageStore, TokenRecord, TokenSink, TokenSnapshot, TokenSource
+from ._local import LocalTokenStore
+
+__all__ = ["LineageStore", "LocalTokenStore", "TokenRecord", "TokenSink", "TokenSnapshot", "TokenSource"]

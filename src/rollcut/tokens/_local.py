@@ -1,0 +1,188 @@
+"""The default token store: one LMDB environment on local disk.
+
+Snapshots must be cheap to take inside a checkpoint, whatever the number of
+records, so the store keeps an order-independent multiset hash (the sum of
+blake2b-256 of every ``receipt_id:digest``, mod 2**256) updated on each put.
+A snapshot is then ``(count, hash)`` read in one transaction; verifying it
+recomputes the hash from the records themselves, checking each record's
+content against its digest on the way.
+
+Named databases: ``records`` (receipt id -> index, digest, zstd msgpack body),
+``lineage`` (call id -> parent call id, receipt id), ``snapshots``
+(snapshot id -> TokenSnapshot), ``meta`` (count, hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+from typing import Self
+
+import lmdb
+import msgspec
+import zstandard
+
+from .._errors import TokenStoreError
+from ..bus import TokenReceipt, digest
+from ._contracts import TokenRecord, TokenSnapshot
+
+__all__ = ["LocalTokenStore"]
+
+_MOD = 1 << 256
+_enc = msgspec.msgpack.Encoder()
+_rec_dec = msgspec.msgpack.Decoder(TokenRecord)
+_snap_dec = msgspec.msgpack.Decoder(TokenSnapshot)
+
+
+def _term(receipt_id: str, dig: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{receipt_id}:{dig}".encode(), digest_size=32).digest(), "big")
+
+
+class LocalTokenStore:
+    """TokenSink, TokenSource and LineageStore over one LMDB directory."""
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 32, name: str = "local") -> None:
+        self.path = Path(path)
+        self.name = name
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
+        except lmdb.Error as exc:
+            raise TokenStoreError(f"cannot open token store at {self.path}: {exc}") from exc
+        self._records = self.env.open_db(b"records")
+        self._lineage = self.env.open_db(b"lineage")
+        self._snapshots = self.env.open_db(b"snapshots")
+        self._meta = self.env.open_db(b"meta")
+        self._zc = zstandard.ZstdCompressor(level=3)
+        self._zd = zstandard.ZstdDecompressor()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- sink ---------------------------------------------------------------------
+
+    def put(self, call_id: str, record: TokenRecord) -> TokenReceipt:
+        body = _enc.encode(record)
+        dig = digest(body)
+        receipt = TokenReceipt(
+            receipt_id=f"{call_id}-{dig[:12]}", count=len(record.output_ids), digest=dig, store=self.name
+        )
+        key = receipt.receipt_id.encode()
+        with self.env.begin(write=True) as txn:
+            if txn.get(key, db=self._records) is not None:
+                return receipt  # idempotent: same call, same content
+            count, acc = self._counters(txn)
+            value = struct.pack(">Q", count) + bytes.fromhex(dig) + self._zc.compress(body)
+            txn.put(key, value, db=self._records)
+            txn.put(b"count", struct.pack(">Q", count + 1), db=self._meta)
+            txn.put(
+                b"hash", ((acc + _term(receipt.receipt_id, dig)) % _MOD).to_bytes(32, "big"), db=self._meta
+            )
+        return receipt
+
+    def _counters(self, txn: lmdb.Transaction) -> tuple[int, int]:
+        c = txn.get(b"count", db=self._meta)
+        h = txn.get(b"hash", db=self._meta)
+        return (struct.unpack(">Q", c)[0] if c else 0), (int.from_bytes(h, "big") if h else 0)
+
+    # --- source -------------------------------------------------------------------
+
+    def _raw(self, receipt_id: str) -> tuple[int, str, bytes] | None:
+        with self.env.begin() as txn:
+            v = txn.get(receipt_id.encode(), db=self._records)
+        if v is None:
+            return None
+        return struct.unpack(">Q", v[:8])[0], v[8:24].hex(), bytes(v[24:])
+
+    def has(self, receipt: TokenReceipt) -> bool:
+        raw = self._raw(receipt.receipt_id)
+        return raw is not None and raw[1] == receipt.digest[:32]
+
+    def get(self, receipt: TokenReceipt) -> TokenRecord:
+        raw = self._raw(receipt.receipt_id)
+        if raw is None:
+            raise TokenStoreError(f"token store {self.path}: no record for receipt {receipt.receipt_id}")
+        _, dig, packed = raw
+        try:
+            body = self._zd.decompress(packed)
+        except zstandard.ZstdError as exc:
+            raise TokenStoreError(f"receipt {receipt.receipt_id}: stored record is corrupt: {exc}") from exc
+        if digest(body) != receipt.digest or dig != receipt.digest[:32]:
+            raise TokenStoreError(f"receipt {receipt.receipt_id}: stored record does not match its digest")
+        return _rec_dec.decode(body)
+
+    # --- lineage ------------------------------------------------------------------
+
+    def link(self, call_id: str, parent_call_id: str | None, receipt_id: str) -> None:
+        with self.env.begin(write=True) as txn:
+            txn.put(call_id.encode(), _enc.encode((parent_call_id, receipt_id)), db=self._lineage)
+
+    def chain(self, call_id: str) -> list[str]:
+        out: list[str] = []
+        seen: set[str] = set()
+        cur: str | None = call_id
+        with self.env.begin() as txn:
+            while cur is not None and cur not in seen:
+                seen.add(cur)
+                raw = txn.get(cur.encode(), db=self._lineage)
+                if raw is None:
+                    raise TokenStoreError(f"lineage of {call_id}: no link for {cur}")
+                out.append(cur)
+                cur = msgspec.msgpack.decode(raw)[0]
+        return out[::-1]
+
+    # --- snapshots ----------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: str) -> TokenSnapshot:
+        sid = f"snap-{checkpoint_id}"
+        with self.env.begin(write=True) as txn:
+            existing = txn.get(sid.encode(), db=self._snapshots)
+            if existing is not None:
+                return _snap_dec.decode(existing)
+            count, acc = self._counters(txn)
+            snap = TokenSnapshot(
+                snapshot_id=sid,
+                checkpoint_id=checkpoint_id,
+                count=count,
+                digest=acc.to_bytes(32, "big").hex(),
+                store=self.name,
+            )
+            txn.put(sid.encode(), _enc.encode(snap), db=self._snapshots)
+        return snap
+
+    def in_snapshot(self, snapshot: TokenSnapshot, receipt: TokenReceipt) -> bool:
+        raw = self._raw(receipt.receipt_id)
+        return raw is not None and raw[0] < snapshot.count and raw[1] == receipt.digest[:32]
+
+    def verify_snapshot(self, snapshot: TokenSnapshot) -> list[str]:
+        problems: list[str] = []
+        with self.env.begin() as txn:
+            stored = txn.get(snapshot.snapshot_id.encode(), db=self._snapshots)
+            if stored is None or _snap_dec.decode(stored) != snapshot:
+                problems.append(f"snapshot {snapshot.snapshot_id} is not recorded as bound")
+            acc = 0
+            for key, value in txn.cursor(db=self._records):
+                index = struct.unpack(">Q", value[:8])[0]
+                if index >= snapshot.count:
+                    continue
+                rid, dig = bytes(key).decode(), value[8:24].hex()
+                try:
+                    body = self._zd.decompress(bytes(value[24:]))
+                except zstandard.ZstdError:
+                    problems.append(f"receipt {rid}: record does not decompress")
+                    continue
+                full = digest(body)
+                if full[:32] != dig:
+                    problems.append(f"receipt {rid}: record does not match its digest")
+                acc = (acc + _term(rid, full)) % _MOD
+        if acc.to_bytes(32, "big").hex() != snapshot.digest:
+            problems.append(f"snapshot {snapshot.snapshot_id}: recomputed digest differs")
+        return problems

@@ -25,8 +25,7 @@ from ._errors import (
     TokenStoreError,
     UnknownEventKindError,
 )
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "AdmissionClosedError",

@@ -38,9 +38,10 @@ from ._events import (
 from ._log import EventLog, FenceState, StoredEvent, input_digest
 from ._server import MIN_SERVER_VERSION, EmbeddedServer, find_nats_server
 from ._stream import BusConfig
-from ._subjects import Subjects
+from ._subjects import COORDINATOR_LANE, Subjects
 
 __all__ = [
+    "COORDINATOR_LANE",
     "DEFAULT_COMPRESS_THRESHOLD",
     "DEFAULT_MAX_EVENT_BYTES",
     "MIN_SERVER_VERSION",

@@ -258,6 +258,7 @@ class ParticipantReplied(CheckpointEvent, frozen=True, kw_only=True, tag="checkp
 class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.seal"):
     participants: list[str] = []
     last_seqs: dict[str, Seq] = {}
+    deadline: float = 0.0
 
 
 class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.commit"):

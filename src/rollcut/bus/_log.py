@@ -124,6 +124,8 @@ class EventLog:
         )
         # rollout_id -> (attempt, fence seq) for attempts this process saw open.
         self._open: dict[str, tuple[int, int]] = {}
+        # the highest sequence this log appended: a participant's "last appended" at prepare
+        self.last_appended = 0
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
@@ -314,7 +316,31 @@ class EventLog:
             current = state.attempt if state is not None and state.open else None
             raise StaleAttemptError(event.rollout_id, event.attempt, current)
         self._raise_other(out, event)
+        if out.seq > self.last_appended:
+            self.last_appended = out.seq
         return out.seq
+
+    async def append_expecting(self, event: Event, expect_last_seq: int) -> int | None:
+        """Append only if the event's subject still ends at ``expect_last_seq`` (0: empty).
+
+        A compare-and-set on one subject; returns None when someone else
+        appended there first. The coordinator's lane lock is built on this.
+        """
+        if isinstance(event, RolloutEvent):
+            raise FenceError("rollout events are fenced by their attempt, not by append_expecting")
+        frame = self.codec.encode(event)
+        headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: str(expect_last_seq)}
+        out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
+        if out.err_code == ERR_WRONG_LAST_SEQUENCE:
+            return None
+        self._raise_other(out, event)
+        self.last_appended = max(self.last_appended, out.seq)
+        return out.seq
+
+    async def last_on(self, subject: str) -> StoredEvent | None:
+        """The last event stored on one subject, or None."""
+        msg = await self._direct_last(subject)
+        return None if msg is None else self._decode(msg, strict=True)
 
     def _raise_other(self, out: Outcome, event: Event) -> None:
         if out.err_code:

@@ -3,6 +3,7 @@
 from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
+from ._validate import validate_references
 
 __all__ = [
     "LEDGER_SCHEMA_VERSION",
@@ -11,4 +12,5 @@ __all__ = [
     "Projector",
     "RolloutIndex",
     "rebuild_ledger",
+    "validate_references",
 ]

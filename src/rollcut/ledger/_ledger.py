@@ -11,6 +11,12 @@ Named databases:
     checkpoints      checkpoint_id -> CheckpointRecord
     checkpoint_cuts  cut (8-byte big-endian) + checkpoint_id -> b""   (ordered: latest is last)
     rollouts         rollout_id -> RolloutIndex
+    calls            rollout \0 attempt \0 call_id -> b"c" completed | b"p" prefix cut
+    revisions        rollout \0 attempt \0 session -> highest revision (8-byte big-endian)
+
+The last two exist so a checkpoint can check that an agent boundary's
+references (its last model call, its resources revisions) resolve below the
+cut without rereading the log.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 __all__ = ["Ledger"]
 
 T = TypeVar("T")
-_DBS = ("meta", "checkpoints", "checkpoint_cuts", "rollouts")
+_DBS = ("meta", "checkpoints", "checkpoint_cuts", "rollouts", "calls", "revisions")
 _enc = msgspec.msgpack.Encoder()
 
 
 def _cut_key(cut: int, checkpoint_id: str) -> bytes:
     return struct.pack(">Q", cut) + checkpoint_id.encode()
+
+
+def session_key(rollout_id: str, attempt: int, name: str) -> bytes:
+    return f"{rollout_id}\0{attempt}\0{name}".encode()
 
 
 class Ledger:
@@ -157,6 +167,17 @@ class Ledger:
             raw = txn.get(cid, db=self._db["checkpoints"])
         return None if raw is None else self._decode(raw, CheckpointRecord, "checkpoints", cid)
 
+    def call_status(self, rollout_id: str, attempt: int, call_id: str) -> str | None:
+        """ "completed", "prefix_cut", or None if no such call ended below the watermark."""
+        with self.env.begin(db=self._db["calls"]) as txn:
+            raw = txn.get(session_key(rollout_id, attempt, call_id))
+        return None if raw is None else {b"c": "completed", b"p": "prefix_cut"}[bytes(raw)]
+
+    def revision(self, rollout_id: str, attempt: int, session: str) -> int:
+        with self.env.begin(db=self._db["revisions"]) as txn:
+            raw = txn.get(session_key(rollout_id, attempt, session))
+        return 0 if raw is None else struct.unpack(">Q", raw)[0]
+
     def dump(self) -> dict[str, dict[bytes, bytes]]:
         """Every key and value of every named database (for equality checks)."""
         out: dict[str, dict[bytes, bytes]] = {}
@@ -236,6 +257,15 @@ class _WriteBatch:
             return
         self.txn.put(key, _enc.encode(rec), db=self.ledger._db["checkpoints"])
         self.txn.put(_cut_key(rec.cut, rec.checkpoint_id), b"", db=self.ledger._db["checkpoint_cuts"])
+
+    def set_call(self, rollout_id: str, attempt: int, call_id: str, status: bytes) -> None:
+        self.txn.put(session_key(rollout_id, attempt, call_id), status, db=self.ledger._db["calls"])
+
+    def raise_revision(self, rollout_id: str, attempt: int, session: str, revision: int) -> None:
+        key, db = session_key(rollout_id, attempt, session), self.ledger._db["revisions"]
+        raw = self.txn.get(key, db=db)
+        if raw is None or struct.unpack(">Q", raw)[0] < revision:
+            self.txn.put(key, struct.pack(">Q", revision), db=db)
 
     def set_meta(self, key: str, value: Any) -> None:
         self.txn.put(key.encode(), _enc.encode(value), db=self.ledger._db["meta"])

@@ -22,6 +22,11 @@ from ..bus import (
     AttemptTombstoned,
     CheckpointCommitted,
     EventLog,
+    ModelCallCompleted,
+    ModelCallPrefixCut,
+    ResourcesMutated,
+    ResourcesSeeded,
+    ResourcesSnapshot,
     ResultAccepted,
     RolloutCompleted,
     RolloutDispatched,
@@ -94,7 +99,6 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
             CheckpointRecord(
                 checkpoint_id=ev.checkpoint_id,
                 cut=ev.cut,
-                commit_seq=seq,
                 token_snapshot_id=ev.token_snapshot_id,
                 token_snapshot_digest=ev.token_snapshot_digest,
                 participants=list(ev.participants),
@@ -104,6 +108,12 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
         return
     if not isinstance(ev, RolloutEvent):
         return
+    if isinstance(ev, ModelCallCompleted):
+        wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"c")
+    elif isinstance(ev, ModelCallPrefixCut):
+        wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"p")
+    elif isinstance(ev, ResourcesMutated | ResourcesSeeded | ResourcesSnapshot):
+        wb.raise_revision(ev.rollout_id, ev.attempt, ev.session, ev.revision)
     rec = wb.rollout(ev.rollout_id)
     if rec is None:
         rec = RolloutIndex(rollout_id=ev.rollout_id)

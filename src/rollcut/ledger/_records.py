@@ -15,7 +15,6 @@ class CheckpointRecord(msgspec.Struct, frozen=True, kw_only=True):
     record_version: int = 1
     checkpoint_id: str
     cut: int
-    commit_seq: int
     token_snapshot_id: str = ""
     token_snapshot_digest: str = ""
     participants: list[str] = []

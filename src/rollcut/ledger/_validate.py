@@ -1,0 +1,71 @@
+"""Checking that every reference below a cut resolves, incrementally.
+
+A checkpoint may be published only if what the log refers to exists: each
+completed or prefix-cut model call's token receipt is inside the token-store
+snapshot bound to the checkpoint (with the same digest), and each agent
+boundary's last model call and resources revisions were recorded. Checking
+the whole history at every checkpoint would make checkpoint time grow with
+the number of rollouts; instead the ledger remembers ``validated_seq``, and
+each checkpoint checks only the events after it. Receipts are immutable once
+in the store, so what validated once stays valid.
+"""
+
+from __future__ import annotations
+
+from ..bus import AgentBoundary, EventLog, ModelCallCompleted, ModelCallPrefixCut
+from ..tokens import LineageStore, TokenSnapshot
+from ._ledger import Ledger
+
+__all__ = ["validate_references"]
+
+
+async def validate_references(
+    log: EventLog,
+    ledger: Ledger,
+    tokens: LineageStore | None,
+    snapshot: TokenSnapshot | None,
+    *,
+    start: int,
+    cut: int,
+    limit: int = 20,
+) -> tuple[list[str], int]:
+    """Problems found among events ``start..cut`` (at most ``limit``), and events checked.
+
+    The ledger must already be projected up to ``cut``.
+    """
+    problems: list[str] = []
+    checked = 0
+    async for page in log.read_pages(start=start, up_to=cut, strict=False):
+        for s in page:
+            checked += 1
+            ev = s.event
+            if isinstance(ev, ModelCallCompleted | ModelCallPrefixCut):
+                if tokens is None or snapshot is None:
+                    problems.append(
+                        f"seq {s.seq}: call {ev.call_id} has a token receipt but no token store is bound"
+                    )
+                elif not tokens.in_snapshot(snapshot, ev.receipt):
+                    problems.append(
+                        f"seq {s.seq}: receipt {ev.receipt.receipt_id} of call {ev.call_id} "
+                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snapshot.snapshot_id}"
+                    )
+            elif isinstance(ev, AgentBoundary):
+                rec = ev.record
+                if (
+                    rec.last_model_call_id
+                    and ledger.call_status(ev.rollout_id, ev.attempt, rec.last_model_call_id) is None
+                ):
+                    problems.append(
+                        f"seq {s.seq}: boundary of {ev.rollout_id}/{ev.attempt} names model call "
+                        f"{rec.last_model_call_id}, which never completed"
+                    )
+                for session, rev in rec.resources_revisions.items():
+                    have = ledger.revision(ev.rollout_id, ev.attempt, session)
+                    if have < rev:
+                        problems.append(
+                            f"seq {s.seq}: boundary of {ev.rollout_id}/{ev.attempt} names {session} revision "
+                            f"{rev}, but only {have} was recorded"
+                        )
+            if len(problems) >= limit:
+                return problems, checked
+    return problems, checked

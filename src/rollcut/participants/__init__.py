@@ -1,0 +1,28 @@
+"""Participants and the coordinator: the checkpoint control plane.
+
+The participant side (:class:`Participant`: capabilities, admission gate,
+idempotent control endpoint, lease) and the coordinator side
+(:class:`Coordinator`: discovery, prepare, seal, validation, publication)
+speak the records in ``_protocol``.
+"""
+
+from ._admission import AdmissionGate
+from ._coordinator import CheckpointResult, Coordinator, InstanceInfo, new_checkpoint_id
+from ._protocol import Capabilities, CheckpointMode, ControlReply, ControlRequest, ProcessMode
+from ._runtime import Participant, ParticipantHooks, service_name
+
+__all__ = [
+    "AdmissionGate",
+    "Capabilities",
+    "CheckpointMode",
+    "CheckpointResult",
+    "ControlReply",
+    "ControlRequest",
+    "Coordinator",
+    "InstanceInfo",
+    "Participant",
+    "ParticipantHooks",
+    "ProcessMode",
+    "new_checkpoint_id",
+    "service_name",
+]

@@ -1,0 +1,73 @@
+"""The control plane's wire records: JSON over NATS request-reply.
+
+JSON (not msgpack) because these are few, small, and read by operators with
+``nats req``; versioned msgspec structs like every other record.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "CONTROL_SCHEMA_VERSION",
+    "Capabilities",
+    "CheckpointMode",
+    "ControlReply",
+    "ControlRequest",
+    "Op",
+    "ProcessMode",
+]
+
+CONTROL_SCHEMA_VERSION = 1
+Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+
+# event_sourced: state is a fold of its events; exported: must export a snapshot at prepare;
+# stateless: holds nothing between requests; restart_only: cannot continue, fresh dispatch only.
+CheckpointMode = Literal["event_sourced", "exported", "stateless", "restart_only"]
+ProcessMode = Literal["single", "coordinated_workers", "unmanaged"]
+Op = Literal["capabilities", "prepare", "commit", "restore", "resume", "abort"]
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = CONTROL_SCHEMA_VERSION
+    component: str
+    instance: str
+    role: str = "primary"
+    group: str = ""
+    worker: int = 0
+    workers: int = 1
+    checkpoint_mode: CheckpointMode
+    admission_states: list[str] = msgspec.field(default_factory=lambda: ["open", "closed"])
+    process_mode: ProcessMode = "single"
+    concurrency_contract: str = "serialized_per_session"
+    event_schema_version: int = 1
+    active_checkpoint: str | None = None
+    phase: str = "idle"
+    admission: str = "open"
+    lease_expiries: int = 0
+
+
+class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = CONTROL_SCHEMA_VERSION
+    op: Op
+    checkpoint_id: Token
+    deadline: float  # absolute, seconds since the epoch
+    cut: int | None = None
+    detail: dict[str, Any] = {}
+
+
+class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = CONTROL_SCHEMA_VERSION
+    ok: bool
+    op: str
+    checkpoint_id: str
+    instance: str
+    phase: str = "idle"
+    last_seq: int = 0
+    unreproducible: list[str] = []
+    error: str = ""
+    error_kind: str = ""  # stale | busy | deadline | failed | bad_request
+    capabilities: Capabilities | None = None

@@ -1,0 +1,376 @@
+"""The participant runtime: one object turns a server process into a checkpoint participant.
+
+It registers the process as a NATS micro service instance, so a coordinator
+finds every live worker by ``$SRV.PING`` instead of trusting a configured
+count, and it answers control operations on its own subject,
+``rc.<ns>.ctl.<instance>``.
+
+Control operations are idempotent per ``(checkpoint_id, op)``: a repeated
+request (a retry after a lost reply) gets the same answer and causes no
+second effect. At most one checkpoint is active at a time; a request naming
+another checkpoint is refused as stale or busy, so a stale or concurrent
+checkpoint can neither commit nor reopen admission. If the coordinator goes
+silent, the lease (the checkpoint's deadline plus a grace period) runs out,
+the participant reopens admission by itself and records that on the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from .._errors import ConfigError
+from .._version import __version__
+from ..bus import COORDINATOR_LANE, Event, EventLog, ParticipantLeaseExpired
+from ..bus._subjects import check_token
+from ._admission import AdmissionGate
+from ._protocol import Capabilities, CheckpointMode, ControlReply, ControlRequest, ProcessMode
+
+__all__ = ["Participant", "ParticipantHooks", "service_name"]
+
+_req_decoder = msgspec.json.Decoder(ControlRequest)
+
+
+def service_name(namespace: str) -> str:
+    """The micro service name every participant of a namespace registers under."""
+    return f"rollcut-{namespace}"
+
+
+class ParticipantHooks(Protocol):
+    """What an ``exported`` participant does at prepare and restore."""
+
+    async def export(self, checkpoint_id: str) -> list[str]:
+        """Append snapshot events for state the log cannot reproduce; return what still cannot be."""
+        ...
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        """Rebuild sessions from the log up to ``cut``; stay paused until resume."""
+        ...
+
+
+class _NoHooks:
+    async def export(self, checkpoint_id: str) -> list[str]:
+        return []
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        return None
+
+
+@dataclass
+class _Active:
+    checkpoint_id: str
+    deadline: float
+    phase: str
+    prepared: asyncio.Future[ControlReply] | None = None
+
+
+class Participant:
+    """Capabilities, admission gate and control-plane endpoint of one process."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        component: str,
+        instance: str,
+        mode: CheckpointMode,
+        hooks: ParticipantHooks | None = None,
+        role: str = "primary",
+        group: str = "",
+        worker: int = 0,
+        workers: int = 1,
+        process_mode: ProcessMode = "single",
+        concurrency_contract: str = "serialized_per_session",
+        lease_grace_s: float = 5.0,
+        remember: int = 256,
+    ) -> None:
+        check_token(instance, "instance")
+        if instance == COORDINATOR_LANE:
+            raise ConfigError(f"instance name {instance!r} is reserved for the coordinator")
+        if not 0 <= worker < workers:
+            raise ConfigError(f"worker index {worker} is outside 0..{workers - 1}")
+        self.log = log
+        self.component = component
+        self.instance = instance
+        self.mode: CheckpointMode = mode
+        self.hooks: ParticipantHooks = hooks or _NoHooks()
+        self.role, self.group, self.worker, self.workers = role, group or instance, worker, workers
+        self.process_mode: ProcessMode = process_mode
+        self.concurrency_contract = concurrency_contract
+        self.lease_grace_s = lease_grace_s
+        self.gate = AdmissionGate(instance)
+        self.lease_expiries = 0
+        self._active: _Active | None = None
+        self._finished: OrderedDict[str, str] = OrderedDict()  # checkpoint id -> how it ended
+        self._remember = remember
+        self._service: Service | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        # test seam: drop this many replies on the wire (the effect still happens)
+        self.drop_replies = 0
+        self.on_control: Callable[[ControlRequest], Awaitable[None]] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @property
+    def control_subject(self) -> str:
+        return self.log.subjects.control(self.instance)
+
+    async def start(self) -> Participant:
+        self._service = await add_service(
+            self.log.nc,
+            name=service_name(self.log.subjects.namespace),
+            version=__version__,
+            description=f"rollcut {self.component} participant",
+            metadata={
+                "instance": self.instance,
+                "component": self.component,
+                "group": self.group,
+                "worker": str(self.worker),
+                "workers": str(self.workers),
+                "mode": self.mode,
+                "control": self.control_subject,
+            },
+        )
+        await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
+        self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
+        return self
+
+    async def stop(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
+
+    async def __aenter__(self) -> Participant:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- state --------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        a = self._active
+        return Capabilities(
+            component=self.component,
+            instance=self.instance,
+            role=self.role,
+            group=self.group,
+            worker=self.worker,
+            workers=self.workers,
+            checkpoint_mode=self.mode,
+            process_mode=self.process_mode,
+            concurrency_contract=self.concurrency_contract,
+            active_checkpoint=a.checkpoint_id if a else None,
+            phase=a.phase if a else "idle",
+            admission=self.gate.state,
+            lease_expiries=self.lease_expiries,
+        )
+
+    async def append(self, event: Event) -> int:
+        """Append through the participant's log (its last sequence is what prepare reports)."""
+        return await self.log.append(event)
+
+    def _finish(self, checkpoint_id: str, how: str) -> None:
+        self._finished[checkpoint_id] = how
+        while len(self._finished) > self._remember:
+            self._finished.popitem(last=False)
+        if self._active is not None and self._active.checkpoint_id == checkpoint_id:
+            self._active = None
+        self.gate.open()
+
+    # --- control plane --------------------------------------------------------------
+
+    async def _handle(self, req: Request) -> None:
+        try:
+            creq = _req_decoder.decode(req.data)
+        except msgspec.DecodeError as exc:
+            reply = ControlReply(
+                ok=False,
+                op="?",
+                checkpoint_id="",
+                instance=self.instance,
+                error=f"bad control request: {exc}",
+                error_kind="bad_request",
+            )
+        else:
+            if self.on_control is not None:
+                await self.on_control(creq)
+            reply = await self.handle(creq)
+        if self.drop_replies > 0:
+            self.drop_replies -= 1
+            return
+        await req.respond(msgspec.json.encode(reply))
+
+    async def handle(self, req: ControlRequest) -> ControlReply:
+        """Apply one control operation; safe to call again with the same request."""
+        self._expire_lease()
+        op = req.op
+        if op == "capabilities":
+            caps = self.capabilities()
+            return self._reply(req, True, capabilities=caps)
+        if op == "prepare":
+            return await self._prepare(req)
+        if op == "restore":
+            return await self._restore(req)
+        a = self._active
+        if a is not None and a.checkpoint_id == req.checkpoint_id:
+            if op == "commit":
+                if a.phase not in ("prepared", "committed", "restored"):
+                    return self._reply(req, False, error=f"cannot commit in phase {a.phase}", kind="failed")
+                a.phase = "committed" if a.phase != "restored" else a.phase
+                return self._reply(req, True)
+            if op in ("resume", "abort"):
+                self._finish(req.checkpoint_id, "resumed" if op == "resume" else "aborted")
+                return self._reply(req, True)
+        ended = self._finished.get(req.checkpoint_id)
+        if ended is not None:
+            # a repeat after the fact: same answer, no second effect
+            agrees = {"commit": ("resumed",), "resume": ("resumed",), "abort": ("aborted", "lease_expired")}
+            if ended in agrees.get(op, ()):
+                return self._reply(req, True, phase=ended)
+            return self._reply(
+                req, False, error=f"checkpoint {req.checkpoint_id} already {ended}", kind="stale", phase=ended
+            )
+        if op == "abort" and a is None:
+            return self._reply(req, True)  # nothing active: aborting is a no-op
+        active = a.checkpoint_id if a else "none"
+        return self._reply(
+            req,
+            False,
+            kind="stale",
+            error=f"{op} for checkpoint {req.checkpoint_id}, but the active one is {active}",
+        )
+
+    async def _prepare(self, req: ControlRequest) -> ControlReply:
+        a = self._active
+        if a is not None and a.checkpoint_id != req.checkpoint_id:
+            return self._reply(
+                req, False, kind="busy", error=f"checkpoint {a.checkpoint_id} is active (phase {a.phase})"
+            )
+        if req.checkpoint_id in self._finished:
+            return self._reply(
+                req,
+                False,
+                kind="stale",
+                error=f"checkpoint {req.checkpoint_id} already {self._finished[req.checkpoint_id]}",
+            )
+        if a is None:
+            if req.deadline <= time.time():
+                return self._reply(req, False, kind="deadline", error="the deadline has already passed")
+            a = self._active = _Active(req.checkpoint_id, req.deadline, "preparing")
+            a.prepared = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().create_task(self._do_prepare(req, a))
+        assert a.prepared is not None
+        return await asyncio.shield(a.prepared)
+
+    async def _do_prepare(self, req: ControlRequest, a: _Active) -> None:
+        assert a.prepared is not None
+        try:
+            unrepro: list[str] = []
+            if self.mode == "exported":
+                self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
+                if not await self.gate.drain(req.deadline):
+                    raise TimeoutError(
+                        f"{self.gate.inflight} accepted requests still running at the deadline"
+                    )
+                unrepro = list(
+                    await asyncio.wait_for(
+                        self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
+                    )
+                )
+            elif self.mode == "restart_only":
+                unrepro = [f"{self.instance}: restart_only, sessions cannot continue"]
+            a.phase = "prepared"
+            reply = self._reply(req, True, last_seq=self.log.last_appended, unreproducible=unrepro)
+        except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
+            self._finish(req.checkpoint_id, "aborted")
+            kind = "deadline" if isinstance(exc, TimeoutError) else "failed"
+            reply = self._reply(req, False, kind=kind, error=f"prepare failed: {exc!r}")
+        a.prepared.set_result(reply)
+
+    async def _restore(self, req: ControlRequest) -> ControlReply:
+        a = self._active
+        if a is not None and a.checkpoint_id != req.checkpoint_id:
+            return self._reply(req, False, kind="busy", error=f"checkpoint {a.checkpoint_id} is active")
+        if req.cut is None:
+            return self._reply(req, False, kind="bad_request", error="restore needs the cut")
+        if a is None or a.phase != "restored":
+            self._finished.pop(req.checkpoint_id, None)
+            self._active = _Active(req.checkpoint_id, req.deadline, "restoring")
+            self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
+            await self.hooks.restore(req.checkpoint_id, req.cut)
+            self._active.phase = "restored"  # paused until an explicit resume
+        return self._reply(req, True)
+
+    def _reply(
+        self,
+        req: ControlRequest,
+        ok: bool,
+        *,
+        error: str = "",
+        kind: str = "",
+        phase: str | None = None,
+        last_seq: int = 0,
+        unreproducible: list[str] | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> ControlReply:
+        a = self._active
+        return ControlReply(
+            ok=ok,
+            op=req.op,
+            checkpoint_id=req.checkpoint_id,
+            instance=self.instance,
+            phase=phase or (a.phase if a else "idle"),
+            last_seq=last_seq,
+            unreproducible=unreproducible or [],
+            error=error,
+            error_kind=kind,
+            capabilities=capabilities,
+        )
+
+    # --- lease ----------------------------------------------------------------------
+
+    def _expire_lease(self) -> bool:
+        a = self._active
+        if a is None or time.time() <= a.deadline + self.lease_grace_s:
+            return False
+        self.lease_expiries += 1
+        self._finish(a.checkpoint_id, "lease_expired")
+        asyncio.get_running_loop().create_task(self._record_expiry(a.checkpoint_id))
+        return True
+
+    async def _record_expiry(self, checkpoint_id: str) -> None:
+        with contextlib.suppress(Exception):  # the record is best effort; reopening is not
+            await self.log.append(
+                ParticipantLeaseExpired(
+                    component=self.component,
+                    instance=self.instance,  # type: ignore[arg-type]
+                    checkpoint_id=checkpoint_id,
+                    participant=self.instance,
+                )
+            )
+
+    async def _lease_watch(self) -> None:
+        while True:
+            a = self._active
+            wait = (
+                1.0
+                if a is None
+                else max(0.01, min(1.0, a.deadline + self.lease_grace_s - time.time() + 0.01))
+            )
+            await asyncio.sleep(wait)
+            self._expire_lease()

@@ -1,0 +1,354 @@
+"""The checkpoint control plane against a real nats-server: participants, coordinator, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFailedError
+from rollcut.bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    CheckpointCommitted,
+    EventLog,
+    ModelCallCompleted,
+    ParticipantLeaseExpired,
+    TokenReceipt,
+)
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator
+from rollcut.tokens import LocalTokenStore, TokenRecord
+
+
+class CountingExport:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[str] = []
+        self.delay = delay
+
+    async def export(self, checkpoint_id: str) -> list[str]:
+        self.calls.append(checkpoint_id)
+        if self.delay:
+            await asyncio.sleep(self.delay)  # a slow state export, on purpose
+        return []
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        return None
+
+
+async def _lane_markers(log: EventLog, kind: type) -> list[Any]:
+    return [s.event async for s in log.read() if isinstance(s.event, kind)]
+
+
+async def test_checkpoint_publishes_and_releases_everyone(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger, tokens: LocalTokenStore
+) -> None:
+    model = await participants("model-0", "event_sourced", component="model")
+    hooks = CountingExport()
+    res_p = await participants("res-0", "exported", hooks=hooks)
+    await log.dispatch("r1", {"q": 1}, instance="collector")
+    rc = tokens.put("c1", TokenRecord(prompt_ids=[1], output_ids=[2, 3]))
+    await model.append(
+        ModelCallCompleted(
+            component="model",
+            instance="model-0",
+            rollout_id="r1",
+            attempt=1,
+            call_id="c1",
+            request_digest="ab" * 8,
+            receipt=rc,
+        )
+    )
+    result = await coordinator.checkpoint(deadline_s=5)
+    rec = result.record
+    assert ledger.checkpoint(rec.checkpoint_id) == rec == ledger.latest_checkpoint()
+    assert sorted(result.participants) == ["model-0", "res-0"] and sorted(result.resumed) == [
+        "model-0",
+        "res-0",
+    ]
+    assert hooks.calls == [rec.checkpoint_id]
+    assert tokens.verify_snapshot(tokens.snapshot(rec.checkpoint_id)) == []
+    assert rec.token_snapshot_digest == tokens.snapshot(rec.checkpoint_id).digest
+    seal_seq = rec.cut
+    assert [s.event.checkpoint_id async for s in log.read(start=seal_seq, up_to=seal_seq)] == [
+        rec.checkpoint_id
+    ]
+    assert model.gate.state == res_p.gate.state == "open"
+    assert [m.checkpoint_id for m in await _lane_markers(log, CheckpointCommitted)] == [rec.checkpoint_id]
+
+
+async def test_control_ops_are_idempotent(participants: Any, coordinator: Coordinator) -> None:
+    hooks = CountingExport()
+    p = await participants("res-0", "exported", hooks=hooks)
+    [info] = await coordinator.discover()
+    deadline = time.time() + 5
+    first = await coordinator.call(info, "prepare", "ck1", deadline)
+    again = await coordinator.call(info, "prepare", "ck1", deadline)
+    assert first == again and first.ok and hooks.calls == ["ck1"]
+    assert p.gate.state == "closed"
+    assert (await coordinator.call(info, "commit", "ck1", deadline)).ok
+    assert (await coordinator.call(info, "commit", "ck1", deadline)).ok
+    assert (await coordinator.call(info, "resume", "ck1", deadline)).ok
+    assert (await coordinator.call(info, "resume", "ck1", deadline)).ok
+    assert p.gate.state == "open" and hooks.calls == ["ck1"]
+
+
+async def test_stale_checkpoint_can_neither_commit_nor_reopen(
+    participants: Any, coordinator: Coordinator
+) -> None:
+    p = await participants("res-0", "exported")
+    [info] = await coordinator.discover()
+    deadline = time.time() + 5
+    assert (await coordinator.call(info, "prepare", "old", deadline)).ok
+    assert (await coordinator.call(info, "abort", "old", deadline)).ok
+    assert (await coordinator.call(info, "prepare", "new", deadline)).ok
+    for op in ("commit", "resume"):
+        reply = await coordinator.call(info, op, "old", deadline)  # type: ignore[arg-type]
+        assert not reply.ok and reply.error_kind == "stale", op
+        assert p.gate.state == "closed"
+    # repeating the old abort gets the old answer, and does not touch the new checkpoint
+    again = await coordinator.call(info, "abort", "old", deadline)
+    assert again.ok and again.phase == "aborted"
+    assert p.gate.state == "closed" and p.capabilities().active_checkpoint == "new"
+    busy = await coordinator.call(info, "prepare", "other", deadline)
+    assert not busy.ok and busy.error_kind == "busy"
+    assert (await coordinator.call(info, "resume", "new", deadline)).ok and p.gate.state == "open"
+
+
+async def test_closed_admission_refuses_at_once_and_retryably(
+    participants: Any, coordinator: Coordinator
+) -> None:
+    p = await participants("res-0", "exported")
+    [info] = await coordinator.discover()
+    assert (await coordinator.call(info, "prepare", "ck", time.time() + 5)).ok
+    t0 = time.perf_counter()
+    with pytest.raises(AdmissionClosedError) as err:
+        async with p.gate.admit():
+            pass
+    assert time.perf_counter() - t0 < 1.0  # refused, not parked
+    assert err.value.retryable and err.value.checkpoint_id == "ck" and err.value.retry_after_s > 0
+
+
+async def test_concurrent_checkpoints_exactly_one_publishes(
+    log: EventLog, plog: EventLog, participants: Any, tmp_path: Path, tokens: LocalTokenStore
+) -> None:
+    await participants("res-0", "exported", hooks=CountingExport(delay=0.2))
+    with Ledger(tmp_path / "l1") as l1, Ledger(tmp_path / "l2") as l2:
+        a = Coordinator(log, l1, tokens, instance="coord-a")
+        b = Coordinator(plog, l2, tokens, instance="coord-b")
+        results = await asyncio.gather(
+            a.checkpoint(deadline_s=5), b.checkpoint(deadline_s=5), return_exceptions=True
+        )
+        published = [r for r in results if not isinstance(r, BaseException)]
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert len(published) == 1 and len(failed) == 1
+        assert isinstance(failed[0], CheckpointConflictError | CheckpointFailedError)
+        assert len(l1.checkpoints()) + len(l2.checkpoints()) == 1
+    assert len(await _lane_markers(log, CheckpointCommitted)) == 1
+
+
+async def test_silent_worker_fails_the_checkpoint_and_everyone_reopens(
+    participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    silent = await participants("res-silent", "exported")
+    other = await participants("res-ok", "exported")
+
+    async def never_answer_prepare(req: Any) -> None:
+        if req.op == "prepare":
+            await asyncio.Event().wait()
+
+    silent.on_control = never_answer_prepare
+    with pytest.raises(CheckpointFailedError, match="res-silent") as err:
+        await coordinator.checkpoint(deadline_s=1.0)
+    assert err.value.participant == "res-silent"
+    assert ledger.checkpoints() == []
+    assert other.gate.state == "open"
+
+
+async def test_deadline_expiry_during_export_aborts(
+    participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    slow = await participants("res-slow", "exported", hooks=CountingExport(delay=3.0))
+    with pytest.raises(CheckpointFailedError, match="res-slow"):
+        await coordinator.checkpoint(deadline_s=0.8)
+    assert ledger.checkpoints() == []
+    assert slow.gate.state == "open"
+
+
+async def test_lost_reply_is_retried_without_a_second_effect(
+    participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    hooks = CountingExport()
+    p = await participants("res-0", "exported", hooks=hooks)
+    p.drop_replies = 1  # the first prepare reply is lost on the wire
+    coordinator.per_try_s = 0.3
+    res = await coordinator.checkpoint(deadline_s=5)
+    assert hooks.calls == [res.record.checkpoint_id]
+    assert ledger.checkpoint(res.record.checkpoint_id) is not None
+
+
+async def test_missing_worker_of_a_group_fails_by_name(participants: Any, coordinator: Coordinator) -> None:
+    await participants(
+        "model-w0",
+        "event_sourced",
+        component="model",
+        group="model",
+        worker=0,
+        workers=2,
+        process_mode="coordinated_workers",
+    )
+    with pytest.raises(CheckpointFailedError, match="model worker 1 of 2"):
+        await coordinator.checkpoint(deadline_s=2)
+
+
+async def test_unresolved_receipt_fails_validation_and_publishes_nothing(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    res_p = await participants("res-0", "exported")
+    await log.dispatch("r1", {}, instance="c")
+    ghost = TokenReceipt(receipt_id="never-stored", count=3, digest="cd" * 16)
+    await log.append(
+        ModelCallCompleted(
+            component="model",
+            instance="m",
+            rollout_id="r1",
+            attempt=1,
+            call_id="c9",
+            request_digest="ab" * 8,
+            receipt=ghost,
+        )
+    )
+    await log.append(
+        AgentBoundary(
+            component="agent",
+            instance="a",
+            rollout_id="r1",
+            attempt=1,
+            record=AgentBoundaryRecord(
+                turn=0, last_model_call_id="c-missing", resources_revisions={"env": 4}
+            ),
+        )
+    )
+    with pytest.raises(CheckpointFailedError) as err:
+        await coordinator.checkpoint(deadline_s=3)
+    msg = str(err.value)
+    assert "never-stored" in msg and "c-missing" in msg and "env revision 4" in msg
+    assert ledger.checkpoints() == [] and res_p.gate.state == "open"
+
+
+async def test_lease_expiry_reopens_admission_and_is_recorded(
+    log: EventLog, participants: Any, coordinator: Coordinator
+) -> None:
+    p = await participants("res-0", "exported", lease_grace_s=0.2)
+    [info] = await coordinator.discover()
+    assert (await coordinator.call(info, "prepare", "orphan", time.time() + 0.3)).ok
+    assert p.gate.state == "closed"
+    # the coordinator vanishes: nobody sends resume. Wait (bounded) for the lease to run out.
+    for _ in range(100):
+        if p.gate.state == "open":
+            break
+        await asyncio.sleep(0.05)
+    assert p.gate.state == "open" and p.lease_expiries == 1
+    for _ in range(100):
+        recorded = await _lane_markers(log, ParticipantLeaseExpired)
+        if recorded:
+            break
+        await asyncio.sleep(0.05)
+    assert [(m.checkpoint_id, m.participant) for m in recorded] == [("orphan", "res-0")]
+
+
+@pytest.mark.slow
+async def test_participant_killed_during_prepare_fails_that_checkpoint(
+    nats_url: str, namespace: str, coordinator: Coordinator, ledger: Ledger, spawn: Any
+) -> None:
+    proc = spawn(
+        "participant", "--url", nats_url, "--ns", namespace, "--instance", "victim", "--slow-export", "60"
+    )
+    await proc.aexpect("READY")
+    task = asyncio.create_task(coordinator.checkpoint(deadline_s=3))
+    await proc.aexpect("PREPARING")
+    proc.kill()  # SIGKILL mid-prepare
+    with pytest.raises(CheckpointFailedError, match="victim"):
+        await task
+    assert ledger.checkpoints() == []
+    # with the dead process gone from discovery, the next checkpoint succeeds
+    res = await coordinator.checkpoint(deadline_s=3)
+    assert ledger.checkpoint(res.record.checkpoint_id) is not None
+
+
+@pytest.mark.slow
+async def test_coordinator_killed_between_seal_and_publication(
+    log: EventLog,
+    nats_url: str,
+    namespace: str,
+    participants: Any,
+    coordinator: Coordinator,
+    ledger: Ledger,
+    tmp_path: Path,
+    spawn: Any,
+) -> None:
+    p = await participants("res-0", "exported", lease_grace_s=0.3)
+    dead = spawn(
+        "coordinator",
+        "--url",
+        nats_url,
+        "--ns",
+        namespace,
+        "--ledger",
+        str(tmp_path / "dead-ledger"),
+        "--tokens",
+        str(tmp_path / "dead-tokens"),
+        "--deadline",
+        "1.0",
+        "--hang-after",
+        "seal",
+    )
+    await dead.aexpect("AFTER seal")
+    dead.kill()  # SIGKILL with the seal on the log and nothing in its ledger
+    with Ledger(tmp_path / "dead-ledger") as dl:
+        assert dl.checkpoints() == []
+    assert p.gate.state == "closed"
+    # the next checkpoint succeeds once the dead one's deadline has passed (bounded wait)
+    give_up = time.time() + 15
+    while True:
+        try:
+            res = await coordinator.checkpoint(deadline_s=3)
+            break
+        except CheckpointConflictError:
+            assert time.time() < give_up
+            await asyncio.sleep(0.1)
+    assert [c.checkpoint_id for c in ledger.checkpoints()] == [res.record.checkpoint_id]
+    assert p.gate.state == "open"
+    committed = await _lane_markers(log, CheckpointCommitted)
+    assert [m.checkpoint_id for m in committed] == [res.record.checkpoint_id]
+
+
+async def test_capabilities_describe_each_instance(participants: Any, coordinator: Coordinator) -> None:
+    await participants(
+        "model-w0",
+        "event_sourced",
+        component="model",
+        group="model",
+        worker=0,
+        workers=2,
+        process_mode="coordinated_workers",
+    )
+    await participants(
+        "model-w1",
+        "event_sourced",
+        component="model",
+        group="model",
+        worker=1,
+        workers=2,
+        process_mode="coordinated_workers",
+    )
+    await participants("env-0", "restart_only", component="environment")
+    caps = {c.instance: c for c in await coordinator.capabilities()}
+    assert sorted(caps) == ["env-0", "model-w0", "model-w1"]
+    assert caps["model-w1"].workers == 2 and caps["model-w1"].process_mode == "coordinated_workers"
+    assert caps["env-0"].checkpoint_mode == "restart_only" and caps["env-0"].phase == "idle"
+    res = await coordinator.checkpoint(deadline_s=3)
+    assert res.unreproducible == {"env-0": ["env-0: restart_only, sessions cannot continue"]}

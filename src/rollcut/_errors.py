@@ -14,7 +14,8 @@ catch one root and still see the original cause.
     ├── CorruptEventError           stored bytes fail their digest or decode
     ├── BusError                    the NATS server or connection failed us
     │   ├── ServerVersionError
-    │   └── ServerStartError
+    │   ├── ServerStartError
+    │   └── PermissionDeniedError   the role may not publish there
     ├── FenceError
     │   ├── StaleAttemptError       the server refused a tombstoned attempt
     │   ├── AttemptConflictError    someone else moved the fence first
@@ -49,6 +50,7 @@ __all__ = [
     "LedgerCorruptError",
     "LedgerError",
     "LedgerSchemaError",
+    "PermissionDeniedError",
     "RollcutError",
     "RolloutExistsError",
     "SchemaError",
@@ -117,6 +119,14 @@ class BusError(RollcutError):
 
 class ServerVersionError(BusError):
     pass
+
+
+class PermissionDeniedError(BusError):
+    """The server refused a publish: this connection's role may not write there."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(f"the server refused publishing to {subject}: this role may not write there")
 
 
 class ServerStartError(BusError):

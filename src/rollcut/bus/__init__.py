@@ -1,6 +1,7 @@
 """The bus: event schema, codec, subjects, the fenced group-committed append,
 ordered reads up to a cut, stream setup, and the embedded nats-server."""
 
+from ._auth import PARTICIPANT_ROLES, ROLES, Credentials, load_credentials
 from ._codec import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_MAX_EVENT_BYTES, Codec, Upcaster, digest
 from ._events import (
     SCHEMA_VERSION,
@@ -45,6 +46,8 @@ __all__ = [
     "DEFAULT_COMPRESS_THRESHOLD",
     "DEFAULT_MAX_EVENT_BYTES",
     "MIN_SERVER_VERSION",
+    "PARTICIPANT_ROLES",
+    "ROLES",
     "SCHEMA_VERSION",
     "AgentBoundary",
     "AgentBoundaryRecord",
@@ -60,6 +63,7 @@ __all__ = [
     "CheckpointSealed",
     "Codec",
     "Component",
+    "Credentials",
     "EmbeddedServer",
     "Event",
     "EventLog",
@@ -86,5 +90,6 @@ __all__ = [
     "digest",
     "find_nats_server",
     "input_digest",
+    "load_credentials",
     "new_event_id",
 ]

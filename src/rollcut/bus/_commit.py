@@ -31,8 +31,8 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from .._errors import BusError
-from ._stream import PubAck, parse_ack
+from .._errors import BusError, PermissionDeniedError
+from ._stream import Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
 __all__ = ["GroupCommit", "Outcome"]
@@ -68,6 +68,7 @@ class GroupCommit:
         max_inflight: int = 8,
         timeout: float = 10.0,
         retries: int = 3,
+        denials: Denials | None = None,
     ) -> None:
         if not 1 <= max_batch <= 1000:
             raise BusError(f"max_batch must be within 1..1000 (server limit), got {max_batch}")
@@ -76,6 +77,7 @@ class GroupCommit:
         self._slots = asyncio.Semaphore(max(1, max_inflight))
         self._timeout = timeout
         self._retries = retries
+        self._denials = denials
         self._queue: list[_Item] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -156,10 +158,10 @@ class GroupCommit:
         }
         try:
             await send_batch_body(self._nc, bid, body)
-            msg = await self._nc.request(tail.subject, tail.payload, timeout=self._timeout, headers=commit)
-            ack = parse_ack(msg.data)
-        except (NatsError, OSError):
-            ack = None  # outcome unknown: the per-message path resolves it via dedupe
+            data = await self._request(tail.subject, tail.payload, commit, [it.subject for it in items])
+            ack = parse_ack(data)
+        except (NatsError, OSError, PermissionDeniedError):
+            ack = None  # outcome unknown or partly denied: the per-message path sorts it out
         if ack is not None and ack.error is None and ack.count == last:
             first = ack.seq - last + 1
             for i, it in enumerate(items):
@@ -174,7 +176,11 @@ class GroupCommit:
         for it in items:
             if it.future.done():
                 continue
-            ack = await self._publish_one(it)
+            try:
+                ack = await self._publish_one(it)
+            except PermissionDeniedError as exc:
+                it.future.set_exception(exc)
+                continue
             if ack.error is not None:
                 it.future.set_result(Outcome(err_code=ack.error.err_code, description=ack.error.description))
             else:
@@ -184,10 +190,7 @@ class GroupCommit:
         delay = 0.05
         for attempt in range(self._retries + 1):
             try:
-                msg = await self._nc.request(
-                    it.subject, it.payload, timeout=self._timeout, headers=it.headers
-                )
-                return parse_ack(msg.data)
+                return parse_ack(await self._request(it.subject, it.payload, it.headers, [it.subject]))
             except (NatsTimeoutError, NatsError, OSError) as exc:
                 if attempt == self._retries:
                     raise BusError(
@@ -195,4 +198,25 @@ class GroupCommit:
                     ) from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 4, 2.0)
-        raise AssertionError("unreachable")
+        raise BusError(f"append to {it.subject}: no attempt was made")  # retries < 0
+
+    async def _request(
+        self, subject: str, payload: bytes, headers: dict[str, str], watch: list[str]
+    ) -> bytes:
+        """An acked publish that fails at once if the server denies any of ``watch``."""
+        if self._denials is None:
+            return (await self._nc.request(subject, payload, timeout=self._timeout, headers=headers)).data
+        denied = self._denials.watch(watch)
+        if denied.done():
+            raise PermissionDeniedError(denied.result())
+        req = asyncio.ensure_future(
+            self._nc.request(subject, payload, timeout=self._timeout, headers=headers)
+        )
+        try:
+            await asyncio.wait([req, denied], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._denials.unwatch(watch, denied)
+        if req.done():
+            return req.result().data
+        req.cancel()
+        raise PermissionDeniedError(denied.result())

@@ -42,7 +42,7 @@ from ._events import (
     RolloutEvent,
 )
 from ._read import RawMessage, scan, scan_merged
-from ._stream import ERR_WRONG_LAST_SEQUENCE, BusConfig, connect, ensure_stream
+from ._stream import ERR_WRONG_LAST_SEQUENCE, BusConfig, Denials, connect, ensure_stream
 from ._subjects import Subjects, is_fence_kind
 
 __all__ = ["EventLog", "FenceState", "StoredEvent", "input_digest"]
@@ -110,7 +110,9 @@ class FenceState(msgspec.Struct, frozen=True):
 class EventLog:
     """One connection's view of one namespace's event stream."""
 
-    def __init__(self, nc: NATS, config: BusConfig, *, owns_connection: bool = False) -> None:
+    def __init__(
+        self, nc: NATS, config: BusConfig, *, owns_connection: bool = False, denials: Denials | None = None
+    ) -> None:
         self.nc = nc
         self.config = config
         self.subjects = Subjects(config.namespace)
@@ -121,6 +123,7 @@ class EventLog:
             max_batch=config.max_batch,
             max_inflight=config.max_inflight,
             timeout=config.request_timeout_s,
+            denials=denials,
         )
         # rollout_id -> (attempt, fence seq) for attempts this process saw open.
         self._open: dict[str, tuple[int, int]] = {}
@@ -129,8 +132,9 @@ class EventLog:
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
-        nc = await connect(config, name=name)
-        log = cls(nc, config, owns_connection=True)
+        denials = Denials()
+        nc = await connect(config, name=name, denials=denials)
+        log = cls(nc, config, owns_connection=True, denials=denials)
         try:
             await ensure_stream(nc, log.subjects, config)
         except BaseException:

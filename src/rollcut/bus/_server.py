@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Self
 
 from .._errors import ConfigError, ServerStartError, ServerVersionError
+from ._auth import Credentials, server_authorization
 
 __all__ = ["MIN_SERVER_VERSION", "EmbeddedServer", "find_nats_server", "parse_version", "server_version"]
 
@@ -90,6 +91,7 @@ class EmbeddedServer:
         port: int = 0,
         sync_interval: str | None = None,
         extra_config: str = "",
+        credentials: Credentials | None = None,
         binary: str | None = None,
         start_timeout: float = 30.0,
     ) -> None:
@@ -98,6 +100,7 @@ class EmbeddedServer:
         self.requested_port = port
         self.sync_interval = sync_interval
         self.extra_config = extra_config
+        self.credentials = credentials
         self.binary = binary or find_nats_server()
         self.start_timeout = start_timeout
         self.port: int | None = None
@@ -138,6 +141,7 @@ class EmbeddedServer:
                 "jetstream {",
                 *("  " + line for line in js),
                 "}",
+                server_authorization(self.credentials) if self.credentials else "",
                 self.extra_config,
                 "",
             ]

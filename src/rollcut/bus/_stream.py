@@ -6,6 +6,9 @@ order: that order is what makes every prefix a consistent cut.
 
 from __future__ import annotations
 
+import asyncio
+import re
+
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
@@ -14,10 +17,11 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import BadRequestError, NotFoundError
 
 from .._errors import BusError, ConfigError
+from ._auth import Credentials
 from ._server import check_version, parse_version
 from ._subjects import Subjects
 
-__all__ = ["ApiError", "BusConfig", "PubAck", "connect", "ensure_stream"]
+__all__ = ["ApiError", "BusConfig", "Denials", "PubAck", "connect", "ensure_stream"]
 
 # JetStream error codes rollcut reacts to.
 ERR_WRONG_LAST_SEQUENCE = 10071
@@ -41,6 +45,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     password: str | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
+
+    def as_role(self, creds: Credentials, role: str) -> BusConfig:
+        """The same bus, logged in as ``role``."""
+        user, password = creds.login(role)
+        return msgspec.structs.replace(self, user=user, password=password, namespace=creds.namespace)
 
 
 class ApiError(msgspec.Struct, frozen=True):
@@ -68,24 +77,74 @@ def parse_ack(data: bytes) -> PubAck:
         raise BusError(f"unreadable JetStream ack {data[:200]!r}") from exc
 
 
-async def connect(config: BusConfig, *, name: str = "rollcut") -> NATS:
+class Denials:
+    """Publish permission violations the server reported on this connection.
+
+    The server drops a denied publish and says so asynchronously; without
+    this, the publisher would only notice when its request timed out.
+    """
+
+    _RE = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+    def __init__(self) -> None:
+        self.subjects: set[str] = set()
+        self._waiters: dict[str, list[asyncio.Future[str]]] = {}
+
+    async def on_error(self, exc: Exception) -> None:
+        m = self._RE.search(str(exc))
+        if m:
+            subject = m.group(1)
+            self.subjects.add(subject)
+            for fut in self._waiters.pop(subject, []):
+                if not fut.done():
+                    fut.set_result(subject)
+
+    def watch(self, subjects: list[str]) -> asyncio.Future[str]:
+        """A future that resolves with the first of ``subjects`` the server denies."""
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        for s in subjects:
+            if s in self.subjects:
+                fut.set_result(s)
+                return fut
+        for s in subjects:
+            self._waiters.setdefault(s, []).append(fut)
+        return fut
+
+    def unwatch(self, subjects: list[str], fut: asyncio.Future[str]) -> None:
+        for s in subjects:
+            lst = self._waiters.get(s)
+            if lst and fut in lst:
+                lst.remove(fut)
+                if not lst:
+                    del self._waiters[s]
+
+
+async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials | None = None) -> NATS:
     """Connect and refuse servers too old for fencing and group commit."""
     if not config.url:
         raise ConfigError("no NATS url: start an EmbeddedServer or configure one")
+
+    async def on_error(exc: Exception) -> None:
+        if denials is not None:
+            await denials.on_error(exc)
+
     try:
         nc = await nats.connect(
             config.url,
+            error_cb=on_error,
             name=name,
             user=config.user,
             password=config.password,
             connect_timeout=config.connect_timeout_s,
-            max_reconnect_attempts=-1,
+            # bounded for the first connect: a wrong password or a dead URL must fail, not loop
+            max_reconnect_attempts=2,
             allow_reconnect=True,
             reconnect_time_wait=0.2,
             pending_size=64 * 1024 * 1024,
         )
     except (NatsError, OSError) as exc:
-        raise BusError(f"cannot connect to {config.url}: {exc!r}") from exc
+        raise BusError(f"cannot connect to {config.url} as {config.user or 'anonymous'}: {exc!r}") from exc
+    nc.options["max_reconnect_attempts"] = -1  # once in, ride out server restarts indefinitely
     try:
         check_version(parse_version(nc.connected_server_version.__str__()), config.url)
     except Exception:

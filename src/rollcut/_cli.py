@@ -39,6 +39,14 @@ HomeOpt = Annotated[
 ]
 NsOpt = Annotated[str, typer.Option("--namespace", "-n", envvar="ROLLCUT_NAMESPACE", help="Event namespace.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+CredsOpt = Annotated[
+    Path | None,
+    typer.Option("--credentials", envvar="ROLLCUT_CREDENTIALS", help="Role credentials file for --url."),
+]
+LedgerOpt = Annotated[Path | None, typer.Option("--ledger", help="Ledger directory (default HOME/ledger).")]
+TokensOpt = Annotated[
+    Path | None, typer.Option("--tokens", help="Token store directory (default HOME/tokens).")
+]
 
 
 def _print_json(obj: Any) -> None:
@@ -59,20 +67,27 @@ def nats(
     port: Annotated[int, typer.Option(help="Client port; 0 picks a free one.")] = 4222,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     sync: Annotated[str | None, typer.Option(help="JetStream sync_interval, e.g. 'always' or '2m'.")] = None,
+    namespace: NsOpt = "default",
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="Accept unauthenticated clients (dev only).")
+    ] = False,
 ) -> None:
-    """Run the embedded nats-server with JetStream in the foreground."""
+    """Run the embedded nats-server with JetStream in the foreground, with per-role credentials."""
+    from ._runtime import credentials_for
     from .bus import EmbeddedServer
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        server = EmbeddedServer(data, host=host, port=port, sync_interval=sync).start()
+        creds = None if no_auth else credentials_for(data, namespace)
+        server = EmbeddedServer(data, host=host, port=port, sync_interval=sync, credentials=creds).start()
     except RollcutError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     console.print(
         f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})"
+        + ("" if no_auth else f"; role credentials in {data / 'credentials.json'}")
     )
     sys.stdout.write(server.url + "\n")
     sys.stdout.flush()
@@ -87,7 +102,8 @@ def ledger_rebuild(
     url: UrlOpt = None,
     home: HomeOpt = None,
     namespace: NsOpt = "default",
-    ledger: Annotated[Path | None, typer.Option(help="Ledger directory (default HOME/ledger).")] = None,
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild the ledger from the stream alone; the old one is kept beside it."""
@@ -97,7 +113,7 @@ def ledger_rebuild(
     path = ledger or home / "ledger"
 
     async def go() -> dict[str, Any]:
-        async with open_log(url, home=home, namespace=namespace) as log:
+        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
             last = await log.last_seq()
             with Progress(
                 TextColumn("rebuilding ledger"),
@@ -137,7 +153,8 @@ def ledger_status(
     url: UrlOpt = None,
     home: HomeOpt = None,
     namespace: NsOpt = "default",
-    ledger: Annotated[Path | None, typer.Option(help="Ledger directory (default HOME/ledger).")] = None,
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
     catch_up: Annotated[bool, typer.Option(help="Project new events first.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
@@ -150,7 +167,7 @@ def ledger_status(
     async def go() -> dict[str, Any]:
         with Ledger(path) as led:
             if catch_up:
-                async with open_log(url, home=home, namespace=namespace) as log:
+                async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
                     await Projector(led, log).catch_up()
             return {
                 "ledger": str(path),
@@ -189,6 +206,7 @@ def replay_cmd(
     url: UrlOpt = None,
     home: HomeOpt = None,
     namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
     up_to: Annotated[
         int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")
     ] = None,
@@ -199,7 +217,9 @@ def replay_cmd(
     from .replay import replay
 
     async def go() -> Any:
-        async with open_log(url, home=home or default_home(), namespace=namespace) as log:
+        async with open_log(
+            url, home=home or default_home(), namespace=namespace, credentials=credentials
+        ) as log:
             return await replay(log, up_to=up_to, rollout_id=rollout)
 
     res = _run(go())
@@ -218,6 +238,129 @@ def replay_cmd(
             rid, str(st.current_attempt), st.status, str(sum(a.events for a in st.attempts.values()))
         )
     Console().print(table)
+
+
+checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")
+app.add_typer(checkpoints_app, name="checkpoints")
+
+
+def _record_dict(rec: Any) -> dict[str, Any]:
+    return msgspec.to_builtins(rec)
+
+
+@app.command("checkpoint")
+def checkpoint_cmd(
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
+    tokens: TokensOpt = None,
+    deadline: Annotated[
+        float, typer.Option("--deadline", help="Seconds until the checkpoint must publish.")
+    ] = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a checkpoint of whatever is running on the bus, and print its record."""
+    from .ledger import Ledger
+    from .participants import Coordinator
+    from .tokens import LocalTokenStore
+
+    home = home or default_home()
+
+    async def go() -> Any:
+        async with open_log(
+            url, home=home, namespace=namespace, role="coordinator", credentials=credentials
+        ) as log:
+            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
+                return await Coordinator(log, led, tk).checkpoint(deadline_s=deadline)
+
+    res = _run(go())
+    out = {
+        **_record_dict(res.record),
+        "phases_ms": res.phases_ms,
+        "validated_events": res.validated_events,
+        "unreproducible": res.unreproducible,
+        "resumed": res.resumed,
+    }
+    if as_json:
+        _print_json(out)
+    else:
+        to_publish = ("acquire", "discover", "prepare", "seal", "validate", "publish")
+        ms = sum(res.phases_ms.get(k, 0.0) for k in to_publish)
+        console.print(
+            f"published [bold]{res.record.checkpoint_id}[/bold] at cut {res.record.cut} "
+            f"with {len(res.participants)} participants in {ms:.1f} ms"
+        )
+
+
+@checkpoints_app.command("list")
+def checkpoints_list(home: HomeOpt = None, ledger: LedgerOpt = None, as_json: JsonOpt = False) -> None:
+    """Published checkpoints, oldest first."""
+    from .ledger import Ledger
+
+    with Ledger(ledger or (home or default_home()) / "ledger", readonly=True) as led:
+        recs = led.checkpoints()
+    if as_json:
+        _print_json([_record_dict(r) for r in recs])
+        return
+    table = Table("checkpoint", "cut", "participants", "token snapshot", title="published checkpoints")
+    for r in recs:
+        table.add_row(r.checkpoint_id, str(r.cut), ",".join(r.participants), r.token_snapshot_id)
+    Console().print(table)
+
+
+@checkpoints_app.command("show")
+def checkpoints_show(
+    checkpoint_id: str, home: HomeOpt = None, ledger: LedgerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """One checkpoint record."""
+    from .ledger import Ledger
+
+    with Ledger(ledger or (home or default_home()) / "ledger", readonly=True) as led:
+        rec = led.checkpoint(checkpoint_id)
+    if rec is None:
+        console.print(f"[red]error:[/red] no published checkpoint {checkpoint_id}")
+        raise typer.Exit(1)
+    if as_json:
+        _print_json(_record_dict(rec))
+    else:
+        for k, v in _record_dict(rec).items():
+            Console().print(f"{k:>24}: {v}")
+
+
+@checkpoints_app.command("verify")
+def checkpoints_verify(
+    checkpoint_id: str,
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
+    tokens: TokensOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
+    from .ledger import Ledger, verify_checkpoint
+    from .tokens import LocalTokenStore
+
+    home = home or default_home()
+
+    async def go() -> list[str]:
+        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
+            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
+                return await verify_checkpoint(log, led, tk, checkpoint_id)
+
+    problems = _run(go())
+    if as_json:
+        _print_json({"checkpoint_id": checkpoint_id, "ok": not problems, "problems": problems})
+    elif problems:
+        for p in problems:
+            console.print(f"[red]x[/red] {p}")
+    else:
+        console.print(f"[green]ok[/green] {checkpoint_id} verifies")
+    if problems:
+        raise typer.Exit(1)
 
 
 @bench_app.command("log")

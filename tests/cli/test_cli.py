@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import nats
+import pytest
 
-from rollcut.bus import EventLog
+from rollcut.bus import EventLog, load_credentials
 
 from ..helpers import boundary_event
 
@@ -74,7 +75,7 @@ def test_bench_log_prints_the_promised_fields() -> None:
 
 async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*ROLLCUT, "nats", "--data", str(tmp_path), "--port", "0"],
+        [*ROLLCUT, "nats", "--data", str(tmp_path), "--port", "0", "--namespace", "demo"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -82,7 +83,11 @@ async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
     try:
         url = proc.stdout.readline().strip()  # printed once the server is ready
         assert url.startswith("nats://127.0.0.1:")
-        nc = await nats.connect(url)
+        creds = load_credentials(tmp_path / "credentials.json")
+        assert creds.namespace == "demo" and (tmp_path / "credentials.json").stat().st_mode & 0o077 == 0
+        with pytest.raises(Exception, match="Authorization Violation"):
+            await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
+        nc = await nats.connect(url, user="admin", password=creds.passwords["admin"])
         info = await nc.jetstream().account_info()
         assert info.limits is not None
         await nc.close()
@@ -90,3 +95,17 @@ async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert (tmp_path / "jetstream").is_dir()
+
+
+def test_checkpoint_commands_on_the_embedded_default(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path)]
+    rec = json.loads(_run("checkpoint", *home, "--deadline", "10", "--json").stdout)
+    assert rec["cut"] > 0 and rec["checkpoint_id"].startswith("ck-")
+    listed = json.loads(_run("checkpoints", "list", *home, "--json").stdout)
+    assert [r["checkpoint_id"] for r in listed] == [rec["checkpoint_id"]]
+    shown = json.loads(_run("checkpoints", "show", rec["checkpoint_id"], *home, "--json").stdout)
+    assert shown["cut"] == rec["cut"]
+    ok = _run("checkpoints", "verify", rec["checkpoint_id"], *home, "--json")
+    assert json.loads(ok.stdout) == {"checkpoint_id": rec["checkpoint_id"], "ok": True, "problems": []}
+    missing = _run("checkpoints", "verify", "ck-nope", *home, check=False)
+    assert missing.returncode == 1

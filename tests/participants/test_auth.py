@@ -60,7 +60,7 @@ async def test_a_participant_writes_only_its_own_subjects(
         forged = ParticipantLeaseExpired(
             component="coordinator", instance="model-0", checkpoint_id="ck", participant="model-0"
         )
-        with pytest.raises(PermissionDeniedError, match="mark.checkpoint"):
+        with pytest.raises(PermissionDeniedError, match=r"mark\.checkpoint"):
             await model.append(forged)  # a coordinator marker
         with pytest.raises(PermissionDeniedError, match="fence"):
             await model.tombstone("r1", 1, instance="model-0")

@@ -352,3 +352,34 @@ async def test_capabilities_describe_each_instance(participants: Any, coordinato
     assert caps["env-0"].checkpoint_mode == "restart_only" and caps["env-0"].phase == "idle"
     res = await coordinator.checkpoint(deadline_s=3)
     assert res.unreproducible == {"env-0": ["env-0: restart_only, sessions cannot continue"]}
+
+
+async def test_verify_detects_a_token_record_corrupted_on_disk(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger, tokens: LocalTokenStore
+) -> None:
+    from rollcut.ledger import verify_checkpoint
+
+    model = await participants("model-0", "event_sourced", component="model")
+    await log.dispatch("r1", {}, instance="c")
+    rc = tokens.put("c1", TokenRecord(prompt_ids=[1, 2, 3], output_ids=[4, 5]))
+    await model.append(
+        ModelCallCompleted(
+            component="model",
+            instance="model-0",
+            rollout_id="r1",
+            attempt=1,
+            call_id="c1",
+            request_digest="ab" * 8,
+            receipt=rc,
+        )
+    )
+    res = await coordinator.checkpoint(deadline_s=5)
+    cid = res.record.checkpoint_id
+    assert await verify_checkpoint(log, ledger, tokens, cid) == []
+    with tokens.env.begin(write=True) as txn:  # bit rot in the stored token record
+        key = rc.receipt_id.encode()
+        v = bytearray(txn.get(key, db=tokens._records))
+        v[-1] ^= 0x01
+        txn.put(key, bytes(v), db=tokens._records)
+    problems = await verify_checkpoint(log, ledger, tokens, cid)
+    assert any(rc.receipt_id in p for p in problems)

@@ -4,6 +4,7 @@ from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 from ._validate import validate_references
+from ._verify import verify_checkpoint
 
 __all__ = [
     "LEDGER_SCHEMA_VERSION",
@@ -13,4 +14,5 @@ __all__ = [
     "RolloutIndex",
     "rebuild_ledger",
     "validate_references",
+    "verify_checkpoint",
 ]

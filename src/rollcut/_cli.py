@@ -387,6 +387,26 @@ def bench_log_cmd(
     Console().print(table)
 
 
+@bench_app.command("checkpoint")
+def bench_checkpoint_cmd(
+    rollouts: Annotated[int, typer.Option(help="Active rollouts, each with a history.")] = 10_000,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
+    from .bench import bench_checkpoint
+
+    with console.status(f"benchmarking a checkpoint of {rollouts} rollouts", spinner="dots"):
+        out = _run(bench_checkpoint(rollouts=rollouts, url=url))
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("metric", "value", title="rollcut bench checkpoint")
+    for k, v in out.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
 def main() -> None:
     app()
 

@@ -109,3 +109,21 @@ def test_checkpoint_commands_on_the_embedded_default(tmp_path: Path) -> None:
     assert json.loads(ok.stdout) == {"checkpoint_id": rec["checkpoint_id"], "ok": True, "problems": []}
     missing = _run("checkpoints", "verify", "ck-nope", *home, check=False)
     assert missing.returncode == 1
+
+
+def test_bench_checkpoint_prints_the_promised_fields() -> None:
+    out = json.loads(_run("bench", "checkpoint", "--rollouts", "200", "--json").stdout)
+    for key in (
+        "rollouts",
+        "participants",
+        "checkpoint_ms",
+        "files_created",
+        "baseline_checkpoint_ms",
+        "baseline_files_created",
+        "speedup",
+    ):
+        assert key in out, key
+    assert out["rollouts"] == 200 and out["participants"] == 3
+    assert out["baseline_files_created"] == 3 * 200 + 3 + 1  # a file per rollout per participant + manifests
+    assert out["validated_events"] < out["validated_events_first"]  # steady state checks only the delta
+    assert out["speedup"] == round(out["baseline_checkpoint_ms"] / out["checkpoint_ms"], 1)

@@ -1,7 +1,7 @@
 """The bus: event schema, codec, subjects, the fenced group-committed append,
 ordered reads up to a cut, stream setup, and the embedded nats-server."""
 
-from ._auth import PARTICIPANT_ROLES, ROLES, Credentials, load_credentials
+from ._auth import PARTICIPANT_ROLES, ROLES, Credentials, load_credentials, server_authorization
 from ._codec import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_MAX_EVENT_BYTES, Codec, Upcaster, digest
 from ._events import (
     SCHEMA_VERSION,
@@ -92,4 +92,5 @@ __all__ = [
     "input_digest",
     "load_credentials",
     "new_event_id",
+    "server_authorization",
 ]

@@ -7,7 +7,14 @@ import zlib
 
 import msgspec
 
-from rollcut.bus import AgentBoundary, AgentBoundaryRecord, ModelCallAdmitted, ResourcesMutated
+from rollcut.bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ResourcesMutated,
+    TokenReceipt,
+)
 
 
 def model_event(
@@ -68,3 +75,17 @@ def mutation_event(rollout_id: str = "r1", **fields: object) -> ResourcesMutated
         tool="t",
     )
     return ResourcesMutated(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def completed_event(
+    rollout_id: str, call_id: str, receipt: TokenReceipt, instance: str = "model-0"
+) -> ModelCallCompleted:
+    return ModelCallCompleted(
+        component="model",
+        instance=instance,
+        rollout_id=rollout_id,
+        attempt=1,
+        call_id=call_id,
+        request_digest="ab" * 8,
+        receipt=receipt,
+    )

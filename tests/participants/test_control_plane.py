@@ -15,13 +15,14 @@ from rollcut.bus import (
     AgentBoundaryRecord,
     CheckpointCommitted,
     EventLog,
-    ModelCallCompleted,
     ParticipantLeaseExpired,
     TokenReceipt,
 )
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore, TokenRecord
+
+from ..helpers import completed_event
 
 
 class CountingExport:
@@ -51,17 +52,7 @@ async def test_checkpoint_publishes_and_releases_everyone(
     res_p = await participants("res-0", "exported", hooks=hooks)
     await log.dispatch("r1", {"q": 1}, instance="collector")
     rc = tokens.put("c1", TokenRecord(prompt_ids=[1], output_ids=[2, 3]))
-    await model.append(
-        ModelCallCompleted(
-            component="model",
-            instance="model-0",
-            rollout_id="r1",
-            attempt=1,
-            call_id="c1",
-            request_digest="ab" * 8,
-            receipt=rc,
-        )
-    )
+    await model.append(completed_event("r1", "c1", rc, instance="model-0"))
     result = await coordinator.checkpoint(deadline_s=5)
     rec = result.record
     assert ledger.checkpoint(rec.checkpoint_id) == rec == ledger.latest_checkpoint()
@@ -210,17 +201,7 @@ async def test_unresolved_receipt_fails_validation_and_publishes_nothing(
     res_p = await participants("res-0", "exported")
     await log.dispatch("r1", {}, instance="c")
     ghost = TokenReceipt(receipt_id="never-stored", count=3, digest="cd" * 16)
-    await log.append(
-        ModelCallCompleted(
-            component="model",
-            instance="m",
-            rollout_id="r1",
-            attempt=1,
-            call_id="c9",
-            request_digest="ab" * 8,
-            receipt=ghost,
-        )
-    )
+    await log.append(completed_event("r1", "c9", ghost, instance="m"))
     await log.append(
         AgentBoundary(
             component="agent",
@@ -362,17 +343,7 @@ async def test_verify_detects_a_token_record_corrupted_on_disk(
     model = await participants("model-0", "event_sourced", component="model")
     await log.dispatch("r1", {}, instance="c")
     rc = tokens.put("c1", TokenRecord(prompt_ids=[1, 2, 3], output_ids=[4, 5]))
-    await model.append(
-        ModelCallCompleted(
-            component="model",
-            instance="model-0",
-            rollout_id="r1",
-            attempt=1,
-            call_id="c1",
-            request_digest="ab" * 8,
-            receipt=rc,
-        )
-    )
+    await model.append(completed_event("r1", "c1", rc, instance="model-0"))
     res = await coordinator.checkpoint(deadline_s=5)
     cid = res.record.checkpoint_id
     assert await verify_checkpoint(log, ledger, tokens, cid) == []

@@ -354,3 +354,19 @@ async def test_verify_detects_a_token_record_corrupted_on_disk(
         txn.put(key, bytes(v), db=tokens._records)
     problems = await verify_checkpoint(log, ledger, tokens, cid)
     assert any(rc.receipt_id in p for p in problems)
+
+
+async def test_phases_feed_prometheus_metrics(participants: Any, coordinator: Coordinator) -> None:
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    await participants("res-0", "exported")
+    published = value("rollcut_checkpoints_total", outcome="published")
+    prepares = value("rollcut_checkpoint_phase_seconds_count", phase="prepare")
+    res = await coordinator.checkpoint(deadline_s=5)
+    assert value("rollcut_checkpoints_total", outcome="published") == published + 1
+    assert value("rollcut_checkpoint_phase_seconds_count", phase="prepare") == prepares + 1
+    assert value("rollcut_participant_reply_seconds_count", op="prepare", instance="res-0") >= 1
+    assert set(res.phases_ms) >= {"acquire", "discover", "prepare", "seal", "validate", "publish", "release"}

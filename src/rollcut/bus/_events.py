@@ -38,9 +38,11 @@ __all__ = [
     "Event",
     "ModelCallAdmitted",
     "ModelCallCompleted",
+    "ModelCallContinued",
     "ModelCallExcluded",
     "ModelCallFailed",
     "ModelCallPrefixCut",
+    "ModelCallReused",
     "ParticipantLeaseExpired",
     "ParticipantReplied",
     "ResourcesMutated",
@@ -137,9 +139,16 @@ class RolloutDispatched(RolloutEvent, frozen=True, kw_only=True, tag="rollout.di
 
 
 class AttemptOpened(RolloutEvent, frozen=True, kw_only=True, tag="attempt.opened"):
+    """``from_cut``: the checkpoint cut this attempt continues from (0: from the input).
+
+    Participants read it to serve the previous attempt's completed work from the
+    log, never anything the old attempt did after the cut.
+    """
+
     previous_attempt: Annotated[int, Meta(ge=0)]
     reason: str = ""
     checkpoint_id: str = ""
+    from_cut: Seq = 0
 
 
 class AttemptTombstoned(RolloutEvent, frozen=True, kw_only=True, tag="attempt.tombstoned"):
@@ -171,6 +180,36 @@ class ModelCallPrefixCut(RolloutEvent, frozen=True, kw_only=True, tag="model.pre
     receipt: TokenReceipt
     token_boundary: Annotated[int, Meta(ge=0)]
     buffer_id: Token
+
+
+class ModelCallReused(RolloutEvent, frozen=True, kw_only=True, tag="model.reused"):
+    """A call of this attempt answered from an earlier attempt's completed call: nothing generated."""
+
+    call_id: Token
+    request_digest: HexDigest
+    source_call_id: Token
+    source_attempt: Attempt
+    receipt: TokenReceipt
+    parent_call_id: str | None = None
+    response: Any = None
+
+
+class ModelCallContinued(RolloutEvent, frozen=True, kw_only=True, tag="model.continued"):
+    """A call of this attempt resumes an earlier attempt's durable prefix.
+
+    ``delivery`` says how the prefix reached the backend: ``staged`` (the
+    backend read it from the token store by receipt) or ``inline`` (token ids
+    materialized and validated by the server). Never both.
+    """
+
+    call_id: Token
+    request_digest: HexDigest
+    source_call_id: Token
+    source_attempt: Attempt
+    prefix_receipt: TokenReceipt
+    token_boundary: Annotated[int, Meta(ge=0)]
+    delivery: Literal["staged", "inline"]
+    parent_call_id: str | None = None
 
 
 class ModelCallFailed(RolloutEvent, frozen=True, kw_only=True, tag="model.failed"):
@@ -291,6 +330,8 @@ AnyEvent = (
     | ModelCallAdmitted
     | ModelCallCompleted
     | ModelCallPrefixCut
+    | ModelCallReused
+    | ModelCallContinued
     | ModelCallFailed
     | ModelCallExcluded
     | ResourcesSeeded

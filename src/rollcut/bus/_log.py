@@ -236,7 +236,14 @@ class EventLog:
         return out.seq
 
     async def open_attempt(
-        self, rollout_id: str, attempt: int, *, instance: str, reason: str = "", checkpoint_id: str = ""
+        self,
+        rollout_id: str,
+        attempt: int,
+        *,
+        instance: str,
+        reason: str = "",
+        checkpoint_id: str = "",
+        from_cut: int = 0,
     ) -> int:
         """Open ``attempt`` after the previous one was tombstoned. Returns its fence seq."""
         state = await self.fence_state(rollout_id)
@@ -250,6 +257,7 @@ class EventLog:
             previous_attempt=state.attempt,
             reason=reason,
             checkpoint_id=checkpoint_id,
+            from_cut=from_cut,
         )
         out = await self._fence_write(ev, expect=state.seq)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
@@ -259,12 +267,24 @@ class EventLog:
         return out.seq
 
     async def supersede(
-        self, rollout_id: str, attempt: int, *, instance: str, reason: str = "", checkpoint_id: str = ""
+        self,
+        rollout_id: str,
+        attempt: int,
+        *,
+        instance: str,
+        reason: str = "",
+        checkpoint_id: str = "",
+        from_cut: int = 0,
     ) -> int:
         """Tombstone ``attempt`` and open ``attempt + 1``; returns the new attempt."""
         await self.tombstone(rollout_id, attempt, instance=instance, reason=reason, next_attempt=attempt + 1)
         await self.open_attempt(
-            rollout_id, attempt + 1, instance=instance, reason=reason, checkpoint_id=checkpoint_id
+            rollout_id,
+            attempt + 1,
+            instance=instance,
+            reason=reason,
+            checkpoint_id=checkpoint_id,
+            from_cut=from_cut,
         )
         return attempt + 1
 

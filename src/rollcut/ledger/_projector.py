@@ -24,6 +24,7 @@ from ..bus import (
     EventLog,
     ModelCallCompleted,
     ModelCallPrefixCut,
+    ModelCallReused,
     ResourcesMutated,
     ResourcesSeeded,
     ResourcesSnapshot,
@@ -108,7 +109,7 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
         return
     if not isinstance(ev, RolloutEvent):
         return
-    if isinstance(ev, ModelCallCompleted):
+    if isinstance(ev, ModelCallCompleted | ModelCallReused):
         wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"c")
     elif isinstance(ev, ModelCallPrefixCut):
         wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"p")

@@ -12,7 +12,17 @@ in the store, so what validated once stays valid.
 
 from __future__ import annotations
 
-from ..bus import AgentBoundary, EventLog, ModelCallCompleted, ModelCallPrefixCut
+from ..bus import (
+    AgentBoundary,
+    EventLog,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallExcluded,
+    ModelCallFailed,
+    ModelCallPrefixCut,
+    ModelCallReused,
+)
 from ..tokens import LineageStore, TokenSnapshot
 from ._ledger import Ledger
 
@@ -28,26 +38,44 @@ async def validate_references(
     start: int,
     cut: int,
     limit: int = 20,
+    reported: dict[str, set[str]] | None = None,
 ) -> tuple[list[str], int]:
     """Problems found among events ``start..cut`` (at most ``limit``), and events checked.
 
-    The ledger must already be projected up to ``cut``.
+    The ledger must already be projected up to ``cut``. ``reported`` maps a model
+    participant instance to the calls its prepare reply accounted for: a call that
+    instance admitted in this range and did not finish below the cut must be
+    among them, or the acknowledgement is partial.
     """
     problems: list[str] = []
     checked = 0
+    open_calls: dict[str, tuple[str, int]] = {}  # call_id -> (instance, seq) admitted, not yet ended
     async for page in log.read_pages(start=start, up_to=cut, strict=False):
         for s in page:
             checked += 1
             ev = s.event
-            if isinstance(ev, ModelCallCompleted | ModelCallPrefixCut):
+            if reported is not None:
+                if isinstance(ev, ModelCallAdmitted | ModelCallContinued):
+                    open_calls[ev.call_id] = (ev.instance, s.seq)
+                elif isinstance(
+                    ev, ModelCallCompleted | ModelCallReused | ModelCallFailed | ModelCallExcluded
+                ):
+                    open_calls.pop(ev.call_id, None)
+            if isinstance(ev, ModelCallContinued):
+                receipt = ev.prefix_receipt
+            elif isinstance(ev, ModelCallCompleted | ModelCallPrefixCut | ModelCallReused):
+                receipt = ev.receipt
+            else:
+                receipt = None
+            if receipt is not None:
                 if tokens is None or snapshot is None:
                     problems.append(
                         f"seq {s.seq}: call {ev.call_id} has a token receipt but no token store is bound"
                     )
-                elif not tokens.in_snapshot(snapshot, ev.receipt):
+                elif not tokens.in_snapshot(snapshot, receipt):
                     problems.append(
-                        f"seq {s.seq}: receipt {ev.receipt.receipt_id} of call {ev.call_id} "
-                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snapshot.snapshot_id}"
+                        f"seq {s.seq}: receipt {receipt.receipt_id} of call {ev.call_id} "  # type: ignore[union-attr]
+                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snapshot.snapshot_id}"  # type: ignore[union-attr]
                     )
             elif isinstance(ev, AgentBoundary):
                 rec = ev.record
@@ -68,4 +96,7 @@ async def validate_references(
                         )
             if len(problems) >= limit:
                 return problems, checked
-    return problems, checked
+    for call_id, (instance, seq) in open_calls.items():
+        if reported is not None and instance in reported and call_id not in reported[instance]:
+            problems.append(f"seq {seq}: {instance} admitted call {call_id} but its prepare reply omits it")
+    return problems[:limit], checked

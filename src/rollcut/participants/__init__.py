@@ -8,17 +8,27 @@ speak the records in ``_protocol``.
 
 from ._admission import AdmissionGate
 from ._coordinator import CheckpointResult, Coordinator, InstanceInfo, new_checkpoint_id
-from ._protocol import Capabilities, CheckpointMode, ControlReply, ControlRequest, ProcessMode
+from ._protocol import (
+    CallDisposition,
+    Capabilities,
+    CheckpointMode,
+    ControlReply,
+    ControlRequest,
+    ExportReport,
+    ProcessMode,
+)
 from ._runtime import Participant, ParticipantHooks, service_name
 
 __all__ = [
     "AdmissionGate",
+    "CallDisposition",
     "Capabilities",
     "CheckpointMode",
     "CheckpointResult",
     "ControlReply",
     "ControlRequest",
     "Coordinator",
+    "ExportReport",
     "InstanceInfo",
     "Participant",
     "ParticipantHooks",

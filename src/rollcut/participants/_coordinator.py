@@ -312,9 +312,17 @@ class Coordinator:
                 await self.projector.catch_up(up_to=cut)
                 snapshot = self.tokens.snapshot(cid) if self.tokens is not None else None
                 start = int(self.ledger.meta("validated_seq", 0)) + 1
+                reported = {r.instance: {c.call_id for c in r.calls} for r in replies if r.calls is not None}
                 problems, checked = await validate_references(
-                    self.log, self.ledger, self.tokens, snapshot, start=start, cut=cut
+                    self.log, self.ledger, self.tokens, snapshot, start=start, cut=cut, reported=reported
                 )
+                for r in replies:
+                    for c in r.calls or []:
+                        if c.receipt is not None and (self.tokens is None or not self.tokens.has(c.receipt)):
+                            problems.append(
+                                f"{r.instance}: call {c.call_id} ({c.disposition}) names receipt "
+                                f"{c.receipt.receipt_id}, which does not match the token store"
+                            )
                 if problems:
                     raise CheckpointFailedError(
                         "references do not resolve below the cut: " + "; ".join(problems), checkpoint_id=cid

@@ -11,12 +11,16 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from ..bus import TokenReceipt
+
 __all__ = [
     "CONTROL_SCHEMA_VERSION",
+    "CallDisposition",
     "Capabilities",
     "CheckpointMode",
     "ControlReply",
     "ControlRequest",
+    "ExportReport",
     "Op",
     "ProcessMode",
 ]
@@ -50,6 +54,24 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     lease_expiries: int = 0
 
 
+class CallDisposition(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one admitted model call stood when admission closed (generation cuts)."""
+
+    call_id: str
+    rollout_id: str
+    attempt: int
+    disposition: Literal["never_started", "completed", "prefix_cut", "failed", "excluded"]
+    receipt: TokenReceipt | None = None
+    token_boundary: int = 0
+
+
+class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What an exported participant's prepare hook returns."""
+
+    unreproducible: list[str] = []
+    calls: list[CallDisposition] | None = None  # None: this participant holds no model calls
+
+
 class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int = CONTROL_SCHEMA_VERSION
     op: Op
@@ -71,3 +93,4 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     error_kind: str = ""  # stale | busy | deadline | failed | bad_request
     capabilities: Capabilities | None = None
+    calls: list[CallDisposition] | None = None

@@ -34,7 +34,15 @@ from .._version import __version__
 from ..bus import COORDINATOR_LANE, Event, EventLog, ParticipantLeaseExpired
 from ..bus._subjects import check_token
 from ._admission import AdmissionGate
-from ._protocol import Capabilities, CheckpointMode, ControlReply, ControlRequest, ProcessMode
+from ._protocol import (
+    CallDisposition,
+    Capabilities,
+    CheckpointMode,
+    ControlReply,
+    ControlRequest,
+    ExportReport,
+    ProcessMode,
+)
 
 __all__ = ["Participant", "ParticipantHooks", "service_name"]
 
@@ -49,8 +57,9 @@ def service_name(namespace: str) -> str:
 class ParticipantHooks(Protocol):
     """What an ``exported`` participant does at prepare and restore."""
 
-    async def export(self, checkpoint_id: str) -> list[str]:
-        """Append snapshot events for state the log cannot reproduce; return what still cannot be."""
+    async def export(self, checkpoint_id: str) -> list[str] | ExportReport:
+        """Append snapshot events for state the log cannot reproduce; return what still cannot be
+        (a model server returns an ExportReport listing every admitted call's disposition)."""
         ...
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
@@ -93,6 +102,7 @@ class Participant:
         concurrency_contract: str = "serialized_per_session",
         lease_grace_s: float = 5.0,
         remember: int = 256,
+        drain: bool = True,
     ) -> None:
         check_token(instance, "instance")
         if instance == COORDINATOR_LANE:
@@ -108,6 +118,8 @@ class Participant:
         self.process_mode: ProcessMode = process_mode
         self.concurrency_contract = concurrency_contract
         self.lease_grace_s = lease_grace_s
+        # exported participants wait for accepted work unless they cut it instead (model servers)
+        self.drain = drain
         self.gate = AdmissionGate(instance)
         self.lease_expiries = 0
         self._active: _Active | None = None
@@ -142,6 +154,8 @@ class Participant:
             },
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
+        # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
+        await self.log.nc.flush()
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 
@@ -281,21 +295,25 @@ class Participant:
         assert a.prepared is not None
         try:
             unrepro: list[str] = []
+            calls: list[CallDisposition] | None = None
             if self.mode == "exported":
                 self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
-                if not await self.gate.drain(req.deadline):
-                    raise TimeoutError(
-                        f"{self.gate.inflight} accepted requests still running at the deadline"
-                    )
-                unrepro = list(
-                    await asyncio.wait_for(
-                        self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
-                    )
+                if self.drain and not await self.gate.drain(req.deadline):
+                    busy = self.gate.inflight
+                    raise TimeoutError(f"{busy} accepted requests still running at the deadline")
+                out = await asyncio.wait_for(
+                    self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
                 )
+                if isinstance(out, ExportReport):
+                    unrepro, calls = list(out.unreproducible), out.calls
+                else:
+                    unrepro = list(out)
             elif self.mode == "restart_only":
                 unrepro = [f"{self.instance}: restart_only, sessions cannot continue"]
             a.phase = "prepared"
-            reply = self._reply(req, True, last_seq=self.log.last_appended, unreproducible=unrepro)
+            reply = self._reply(
+                req, True, last_seq=self.log.last_appended, unreproducible=unrepro, calls=calls
+            )
         except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
             self._finish(req.checkpoint_id, "aborted")
             kind = "deadline" if isinstance(exc, TimeoutError) else "failed"
@@ -327,6 +345,7 @@ class Participant:
         last_seq: int = 0,
         unreproducible: list[str] | None = None,
         capabilities: Capabilities | None = None,
+        calls: list[CallDisposition] | None = None,
     ) -> ControlReply:
         a = self._active
         return ControlReply(
@@ -340,6 +359,7 @@ class Participant:
             error=error,
             error_kind=kind,
             capabilities=capabilities,
+            calls=calls,
         )
 
     # --- lease ----------------------------------------------------------------------

@@ -23,9 +23,11 @@ from ..bus import (
     Event,
     ModelCallAdmitted,
     ModelCallCompleted,
+    ModelCallContinued,
     ModelCallExcluded,
     ModelCallFailed,
     ModelCallPrefixCut,
+    ModelCallReused,
     ResourcesMutated,
     ResourcesRetired,
     ResourcesSeeded,
@@ -85,7 +87,7 @@ class FoldRegistry:
 
 class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     call_id: str
-    status: str  # admitted | completed | prefix_cut | failed | excluded
+    status: str  # admitted | continued | completed | reused | prefix_cut | failed | excluded
     request_digest: str = ""
     parent_call_id: str | None = None
     receipt: TokenReceipt | None = None
@@ -106,6 +108,28 @@ class ModelFold:
 
     def apply(self, state: ModelSession, stored: StoredEvent) -> ModelSession:
         ev: Event | None = stored.event
+        if isinstance(ev, ModelCallReused):
+            state.calls[ev.call_id] = ModelCall(
+                call_id=ev.call_id,
+                status="reused",
+                request_digest=ev.request_digest,
+                parent_call_id=ev.parent_call_id,
+                receipt=ev.receipt,
+                response=ev.response,
+                admitted_seq=stored.seq,
+                final_seq=stored.seq,
+            )
+            state.last_completed_call_id = ev.call_id
+            return state
+        if isinstance(ev, ModelCallContinued):
+            state.calls[ev.call_id] = ModelCall(
+                call_id=ev.call_id,
+                status="continued",
+                request_digest=ev.request_digest,
+                parent_call_id=ev.parent_call_id,
+                admitted_seq=stored.seq,
+            )
+            return state
         if isinstance(ev, ModelCallAdmitted):
             state.calls[ev.call_id] = ModelCall(
                 call_id=ev.call_id,

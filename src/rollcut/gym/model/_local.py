@@ -1,0 +1,170 @@
+"""The ``local`` backend: deterministic generation with no weights and no network.
+
+Why deterministic and planned: tests and the demo must be able to check that a
+generation cut at any token and continued from its durable prefix produces
+exactly the tokens an uninterrupted run would have. So each call first makes a
+*plan*, a fixed token sequence derived from (seed, policy version, prompt,
+tools); generation then emits the plan one token at a time, sleeping
+``token_delay_s`` per token so that a generation has a real duration a
+checkpoint can cut. Continuing from a prefix checks the prefix against the
+plan and emits the rest.
+
+The tokenizer is byte-level and reversible (token = byte + 3; 0-2 reserved).
+Generated text is ASCII so any prefix decodes cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LocalBackend", "Plan", "decode", "encode", "render_prompt"]
+
+_OFFSET = 3
+_WORDS = (
+    "the", "result", "shows", "that", "we", "should", "check", "next", "value", "and", "then",
+    "answer", "with", "care", "because", "each", "step", "counts", "so", "far", "looks", "good",
+)  # fmt: skip
+
+
+def encode(text: str) -> list[int]:
+    return [b + _OFFSET for b in text.encode("utf-8")]
+
+
+def decode(ids: list[int]) -> str:
+    return bytes(i - _OFFSET for i in ids if i >= _OFFSET).decode("utf-8", "replace")
+
+
+def render_prompt(messages: list[dict[str, Any]]) -> str:
+    """The chat transcript as the text the tokenizer sees."""
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        calls = m.get("tool_calls") or []
+        call_text = "".join(
+            f"<call>{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})</call>"
+            for c in calls
+        )
+        parts.append(f"<{m.get('role', 'user')}>{content or ''}{call_text}</{m.get('role', 'user')}>\n")
+    return "".join(parts)
+
+
+@dataclass
+class Plan:
+    """What a call will produce, fixed before the first token."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _arg_for(schema: dict[str, Any], rng: random.Random) -> Any:
+    t = schema.get("type")
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if t == "integer":
+        return rng.randint(1, 9)
+    if t == "number":
+        return round(rng.uniform(0, 10), 2)
+    if t == "boolean":
+        return rng.random() < 0.5
+    return rng.choice(_WORDS)
+
+
+class LocalBackend:
+    """Deterministic planner and token emitter."""
+
+    name = "local"
+    can_cut = True
+    dispositions = ("never_started", "completed", "prefix_cut", "failed", "excluded")
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        token_delay_s: float = 0.0,
+        tool_turns: int = 3,
+        policy_version: str = "local-v1",
+    ) -> None:
+        self.seed = seed
+        self.token_delay_s = token_delay_s
+        self.tool_turns = tool_turns
+        self.policy_version = policy_version
+
+    def plan(self, body: dict[str, Any]) -> Plan:
+        messages = body.get("messages") or []
+        prompt = render_prompt(messages)
+        prompt_ids = encode(prompt)
+        tools = body.get("tools") or []
+        tools_text = json.dumps(tools, sort_keys=True)
+        material = f"{self.seed}|{self.policy_version}|{body.get('seed')}|{prompt}|{tools_text}"
+        key = hashlib.blake2b(material.encode(), digest_size=16).digest()
+        rng = random.Random(key)
+        tool_results = sum(1 for m in messages if m.get("role") == "tool")
+        tool_calls: list[dict[str, Any]] = []
+        if tools and tool_results < self.tool_turns:
+            fn = rng.choice(tools).get("function", {})
+            props = (fn.get("parameters") or {}).get("properties") or {}
+            args = {k: _arg_for(v, rng) for k, v in sorted(props.items())}
+            call = {
+                "id": f"call_{key.hex()[:12]}",
+                "type": "function",
+                "function": {"name": fn.get("name", "tool"), "arguments": json.dumps(args, sort_keys=True)},
+            }
+            tool_calls = [call]
+            shown = json.dumps({"name": call["function"]["name"], "arguments": args}, sort_keys=True)
+            text = f"<tool_call>{shown}</tool_call>"
+            finish = "tool_calls"
+        else:
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 40))]
+            text = " ".join(words) + f". The answer is {rng.randint(0, 99)}."
+            finish = "stop"
+        for stop in [body["stop"]] if isinstance(body.get("stop"), str) else body.get("stop") or []:
+            at = text.find(stop) if stop else -1
+            if at >= 0:
+                text, tool_calls, finish = text[:at], [], "stop"
+        ids = encode(text)
+        limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+        if limit is not None and len(ids) > int(limit):
+            ids, tool_calls, finish = ids[: int(limit)], [], "length"
+            text = decode(ids)
+        logprobs = [
+            -(
+                (
+                    int.from_bytes(hashlib.blake2b(key + i.to_bytes(4, "big"), digest_size=4).digest(), "big")
+                    % 2000
+                )
+                / 1000
+            )
+            - 0.001
+            for i in range(len(ids))
+        ]
+        return Plan(
+            prompt_ids=prompt_ids,
+            output_ids=ids,
+            logprobs=logprobs,
+            finish_reason=finish,
+            text=None if tool_calls else text,
+            tool_calls=tool_calls,
+        )
+
+    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncIterator[int]:
+        """Emit the plan's tokens from ``start``, one at a time."""
+        for i in range(start, len(plan.output_ids)):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)  # the time a real model would take
+            yield plan.output_ids[i]
+
+    def check_prefix(self, plan: Plan, prefix: list[int]) -> bool:
+        """Whether a durable prefix belongs to this plan (so continuing it is sound)."""
+        return plan.output_ids[: len(prefix)] == prefix

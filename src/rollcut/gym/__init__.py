@@ -1,0 +1,1 @@
+"""Runnable Gym servers built on rollcut's public APIs."""

@@ -1,0 +1,388 @@
+"""Durable custody of model calls, independent of HTTP.
+
+For every call: a fenced ``model.admitted`` event before generation starts (a
+tombstoned attempt is refused by the server and nothing is generated); the
+tokens into the token store; then ``model.completed`` with the receipt and
+the parent call before the response leaves. A failure is recorded as
+``model.failed``.
+
+Generation cuts: while admission is closed for an aligned prepare, each
+in-flight call gets exactly one disposition. A call that is generating has
+its active buffer swapped: the tokens so far are frozen, written to the token
+store and recorded as ``model.prefix_cut``; generation then goes on (the
+HTTP request is still open).
+
+Reuse: in attempt N+1 (opened from a checkpoint cut), a request whose digest
+matches a call of an earlier attempt that completed below the cut is answered
+from the log and the token store (``model.reused``, zero tokens generated);
+one that matches a prefix-cut call continues from its durable prefix
+(``model.continued``) and generates only the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..._errors import RollcutError, StaleAttemptError
+from ...bus import (
+    AttemptOpened,
+    EventLog,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallFailed,
+    ModelCallPrefixCut,
+    ModelCallReused,
+    TokenReceipt,
+    input_digest,
+)
+from ...participants import CallDisposition, ExportReport, Participant
+from ...replay import ModelCall, replay
+from ...tokens import LocalTokenStore, TokenRecord
+from ._local import LocalBackend, Plan, decode
+
+__all__ = ["CallError", "CallResult", "Identity", "ModelService"]
+
+_DIGEST_SKIP = frozenset({"stream", "stream_options", "user"})
+
+
+class CallError(RollcutError):
+    """A call the server refuses; carries the HTTP status and an OpenAI-style error type."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after_s: float | None = None) -> None:
+        self.status = status
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Identity:
+    rollout_id: str
+    attempt: int
+
+
+@dataclass
+class CallResult:
+    call_id: str
+    plan: Plan
+    output_ids: list[int]
+    receipt: TokenReceipt
+    served_from_log: bool = False
+    continued_from: int = 0
+
+
+@dataclass
+class _InFlight:
+    ident: Identity
+    call_id: str
+    plan: Plan | None = None
+    emitted: list[int] = field(default_factory=list)
+    state: str = "admitting"  # admitting | queued | generating | done | failed
+    cuts: int = 0
+
+
+@dataclass
+class _AttemptContext:
+    from_cut: int
+    reusable: dict[str, tuple[int, ModelCall]]  # request digest -> (source attempt, call)
+
+
+class ModelService:
+    """One worker's model calls: custody, cuts, reuse."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        tokens: LocalTokenStore,
+        backend: LocalBackend,
+        *,
+        instance: str,
+        participant: Participant | None = None,
+    ) -> None:
+        self.log = log
+        self.tokens = tokens
+        self.backend = backend
+        self.instance = instance
+        self.participant = participant
+        self._inflight: dict[str, _InFlight] = {}
+        self._contexts: OrderedDict[Identity, _AttemptContext] = OrderedDict()
+        self.stats = {
+            "calls_generated": 0,
+            "calls_served_from_log": 0,
+            "calls_continued": 0,
+            "calls_failed": 0,
+            "tokens_generated": 0,
+            "tokens_reused": 0,
+            "prefix_cuts": 0,
+        }
+
+    # --- the attempt's restore context --------------------------------------------------
+
+    async def _context(self, ident: Identity) -> _AttemptContext:
+        ctx = self._contexts.get(ident)
+        if ctx is not None:
+            return ctx
+        from_cut = 0
+        if ident.attempt > 1:
+            opened = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
+            ev = opened.event if opened else None
+            if not (isinstance(ev, AttemptOpened) and ev.attempt == ident.attempt):
+                state = await self.log.fence_state(ident.rollout_id)
+                current = state.attempt if state and state.open else None
+                stale = StaleAttemptError(ident.rollout_id, ident.attempt, current)
+                raise CallError(409, "stale_attempt", str(stale))
+            from_cut = ev.from_cut
+        reusable: dict[str, tuple[int, ModelCall]] = {}
+        if from_cut:
+            res = await replay(self.log, up_to=from_cut, rollout_id=ident.rollout_id)
+            r = res.rollouts.get(ident.rollout_id)
+            for attempt, a in sorted(r.attempts.items()) if r else []:
+                if attempt >= ident.attempt or "model" not in a.sessions:
+                    continue
+                for call in a.sessions["model"].calls.values():
+                    if call.status in ("completed", "reused", "prefix_cut") and call.receipt is not None:
+                        reusable[call.request_digest] = (attempt, call)
+        ctx = _AttemptContext(from_cut, reusable)
+        self._contexts[ident] = ctx
+        while len(self._contexts) > 4096:
+            self._contexts.popitem(last=False)
+        return ctx
+
+    async def _parent(self, ident: Identity) -> str | None:
+        last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))
+        ev = last.event if last else None
+        if isinstance(ev, ModelCallCompleted | ModelCallReused):
+            return ev.call_id
+        return getattr(ev, "parent_call_id", None)
+
+    # --- a call --------------------------------------------------------------------------
+
+    async def call(
+        self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
+    ) -> CallResult:
+        digest = input_digest({k: v for k, v in body.items() if k not in _DIGEST_SKIP})
+        ctx = await self._context(ident)
+        parent = await self._parent(ident)
+        call_id = (
+            "c"
+            + hashlib.blake2b(
+                f"{ident.rollout_id}|{ident.attempt}|{digest}|{parent}".encode(), digest_size=10
+            ).hexdigest()
+        )
+        gate = self.participant.gate.admit() if self.participant else None
+        try:
+            if gate is not None:
+                await gate.__aenter__()
+        except RollcutError as exc:
+            raise CallError(503, "admission_closed", str(exc), getattr(exc, "retry_after_s", 1.0)) from exc
+        try:
+            source = ctx.reusable.get(digest)
+            if source is not None and source[1].status in ("completed", "reused"):
+                return await self._reuse(ident, call_id, digest, parent, body, source)
+            return await self._generate(ident, call_id, digest, parent, body, source, on_token)
+        finally:
+            if gate is not None:
+                await gate.__aexit__(None, None, None)
+
+    def _ev(self, ident: Identity) -> dict[str, Any]:
+        return {
+            "component": "model",
+            "instance": self.instance,
+            "rollout_id": ident.rollout_id,
+            "attempt": ident.attempt,
+        }
+
+    async def _append(self, event: Any) -> int:
+        try:
+            return await self.log.append(event)
+        except StaleAttemptError as exc:
+            raise CallError(409, "stale_attempt", str(exc)) from exc
+
+    async def _reuse(
+        self,
+        ident: Identity,
+        call_id: str,
+        digest: str,
+        parent: str | None,
+        body: dict[str, Any],
+        source: tuple[int, ModelCall],
+    ) -> CallResult:
+        src_attempt, src = source
+        assert src.receipt is not None
+        record = self.tokens.get(src.receipt)  # verifies the digest
+        plan = self.backend.plan(body)
+        await self._append(
+            ModelCallReused(
+                **self._ev(ident),
+                call_id=call_id,
+                request_digest=digest,
+                source_call_id=src.call_id,
+                source_attempt=src_attempt,
+                receipt=src.receipt,
+                parent_call_id=parent,
+                response=src.response,
+            )
+        )
+        self.tokens.link(call_id, parent, src.receipt.receipt_id)
+        self.stats["calls_served_from_log"] += 1
+        self.stats["tokens_reused"] += len(record.output_ids)
+        return CallResult(call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
+
+    async def _generate(
+        self,
+        ident: Identity,
+        call_id: str,
+        digest: str,
+        parent: str | None,
+        body: dict[str, Any],
+        source: tuple[int, ModelCall] | None,
+        on_token: Callable[[int], Awaitable[None]] | None,
+    ) -> CallResult:
+        plan = self.backend.plan(body)
+        fl = _InFlight(ident, call_id, plan)
+        self._inflight[call_id] = fl
+        try:
+            start = 0
+            if source is not None and source[1].receipt is not None:  # a prefix cut: continue it
+                src_attempt, src = source
+                prefix = list(self.tokens.get(src.receipt).output_ids)
+                if self.backend.check_prefix(plan, prefix):
+                    await self._append(
+                        ModelCallContinued(
+                            **self._ev(ident),
+                            call_id=call_id,
+                            request_digest=digest,
+                            source_call_id=src.call_id,
+                            source_attempt=src_attempt,
+                            prefix_receipt=src.receipt,
+                            token_boundary=len(prefix),
+                            delivery="staged",
+                            parent_call_id=parent,
+                        )
+                    )
+                    fl.emitted, start = prefix, len(prefix)
+                    self.stats["calls_continued"] += 1
+                    self.stats["tokens_reused"] += len(prefix)
+            if start == 0:
+                await self._append(
+                    ModelCallAdmitted(
+                        **self._ev(ident),
+                        call_id=call_id,
+                        request_digest=digest,
+                        parent_call_id=parent,
+                    )
+                )
+            fl.state = "queued"
+            if on_token is not None:
+                for tok in fl.emitted:
+                    await on_token(tok)
+            fl.state = "generating"
+            async for tok in self.backend.generate(plan, start=start):
+                fl.emitted.append(tok)
+                self.stats["tokens_generated"] += 1
+                if on_token is not None:
+                    await on_token(tok)
+            out = list(fl.emitted)
+            receipt = self.tokens.put(
+                call_id,
+                TokenRecord(
+                    prompt_ids=plan.prompt_ids,
+                    output_ids=out,
+                    mask=[1] * len(out),
+                    logprobs=plan.logprobs[: len(out)],
+                    policy_version=self.backend.policy_version,
+                ),
+            )
+            await self._append(
+                ModelCallCompleted(
+                    **self._ev(ident),
+                    call_id=call_id,
+                    request_digest=digest,
+                    receipt=receipt,
+                    parent_call_id=parent,
+                    finish_reason=plan.finish_reason,
+                    policy_version=self.backend.policy_version,
+                    response=response_message(plan, out),
+                )
+            )
+            self.tokens.link(call_id, parent, receipt.receipt_id)
+            fl.state = "done"
+            self.stats["calls_generated"] += 1
+            return CallResult(call_id, plan, out, receipt, continued_from=start)
+        except CallError:
+            fl.state = "failed"
+            raise
+        except Exception as exc:
+            fl.state = "failed"
+            self.stats["calls_failed"] += 1
+            # the failure of recording a failure must not mask the failure
+            with contextlib.suppress(RollcutError):
+                await self.log.append(
+                    ModelCallFailed(**self._ev(ident), call_id=call_id, error=repr(exc)[:500])
+                )
+            raise
+        finally:
+            self._inflight.pop(call_id, None)
+
+    # --- generation cuts -----------------------------------------------------------------
+
+    async def cut(self, checkpoint_id: str) -> ExportReport:
+        """Give every in-flight call one disposition; swap the buffers of running ones."""
+        calls: list[CallDisposition] = []
+        for fl in list(self._inflight.values()):
+            base = {"call_id": fl.call_id, "rollout_id": fl.ident.rollout_id, "attempt": fl.ident.attempt}
+            if fl.state in ("admitting", "queued") or (fl.state == "generating" and not fl.emitted):
+                calls.append(CallDisposition(**base, disposition="never_started"))
+            elif fl.state == "generating":
+                frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
+                fl.cuts += 1
+                assert fl.plan is not None
+                receipt = self.tokens.put(
+                    f"{fl.call_id}-p{len(frozen)}",
+                    TokenRecord(
+                        prompt_ids=fl.plan.prompt_ids,
+                        output_ids=frozen,
+                        mask=[1] * len(frozen),
+                        logprobs=fl.plan.logprobs[: len(frozen)],
+                        policy_version=self.backend.policy_version,
+                    ),
+                )
+                await self._append(
+                    ModelCallPrefixCut(
+                        **self._ev(fl.ident),
+                        call_id=fl.call_id,
+                        receipt=receipt,
+                        token_boundary=len(frozen),
+                        buffer_id=f"{fl.call_id}-b{fl.cuts}",
+                    )
+                )
+                self.stats["prefix_cuts"] += 1
+                calls.append(
+                    CallDisposition(
+                        **base, disposition="prefix_cut", receipt=receipt, token_boundary=len(frozen)
+                    )
+                )
+            elif fl.state == "done":
+                calls.append(CallDisposition(**base, disposition="completed"))
+            else:
+                calls.append(CallDisposition(**base, disposition="failed"))
+        return ExportReport(calls=calls)
+
+    async def export(self, checkpoint_id: str) -> ExportReport:
+        return await self.cut(checkpoint_id)
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        self._contexts.clear()  # attempt contexts are rebuilt from the log on the next call
+
+
+def response_message(plan: Plan, output_ids: list[int]) -> dict[str, Any]:
+    """The assistant message a call returns (and the log keeps for reuse)."""
+    if plan.tool_calls and len(output_ids) == len(plan.output_ids):
+        return {"role": "assistant", "content": None, "tool_calls": plan.tool_calls}
+    return {"role": "assistant", "content": decode(output_ids)}

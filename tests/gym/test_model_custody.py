@@ -1,0 +1,142 @@
+"""Durable custody of model calls, through the HTTP surface, on the real bus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from rollcut.bus import ModelCallAdmitted, ModelCallCompleted, ModelCallReused
+from rollcut.gym.model import decode
+
+from .conftest import TOOLS, ModelRig
+
+
+async def _events(rig: ModelRig, rollout_id: str) -> list[Any]:
+    return [s async for s in rig.log.read(rollout_id=rollout_id) if s.event.component == "model"]
+
+
+async def test_non_streamed_call_has_admitted_then_completed_custody(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {"q": 1}, instance="collector")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    ext = out["rollcut"]
+    evs = await _events(rig, "r1")
+    kinds = [type(s.event) for s in evs]
+    assert kinds == [ModelCallAdmitted, ModelCallCompleted]
+    admitted, completed = evs[0], evs[1]
+    assert admitted.seq < completed.seq and completed.event.call_id == out["id"] == ext["call_id"]
+    assert completed.event.receipt.receipt_id == ext["receipt_id"]
+    record = rig.tokens.get(completed.event.receipt)
+    assert record.output_ids == ext["output_token_ids"] and record.prompt_ids == ext["prompt_token_ids"]
+    assert decode(record.output_ids) == out["choices"][0]["message"]["content"]
+    assert len(record.logprobs) == len(record.output_ids) == out["usage"]["completion_tokens"]
+
+
+async def test_streamed_call_has_the_same_custody_and_content(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    await rig.log.dispatch("r2", {}, instance="collector")
+    body = {"messages": [{"role": "user", "content": "stream me"}]}
+    plain = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))).json()
+    async with rig.client.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=rig.headers("r2")
+    ) as resp:
+        assert resp.status_code == 200
+        lines = [ln async for ln in resp.aiter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln[6:]) for ln in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == plain["choices"][0]["message"]["content"]
+    final = chunks[-1]
+    assert final["choices"][0]["finish_reason"] == "stop"
+    completed = [s.event for s in await _events(rig, "r2") if isinstance(s.event, ModelCallCompleted)]
+    assert [c.call_id for c in completed] == [final["rollcut"]["call_id"]]
+    assert completed[0].receipt.receipt_id == final["rollcut"]["receipt_id"]
+
+
+async def test_lineage_across_three_chained_calls(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "add three times"}]
+    ids = []
+    for _ in range(3):
+        out = (
+            await rig.client.post(
+                "/v1/chat/completions", json={"messages": messages, "tools": TOOLS}, headers=rig.headers("r1")
+            )
+        ).json()
+        msg = out["choices"][0]["message"]
+        ids.append(out["id"])
+        messages += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "ok"}]
+    completed = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallCompleted)]
+    assert [c.call_id for c in completed] == ids
+    assert [c.parent_call_id for c in completed] == [None, ids[0], ids[1]]
+    assert rig.tokens.chain(ids[2]) == ids
+
+
+async def test_stale_attempt_is_refused_and_generates_nothing(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    await rig.log.supersede("r1", 1, instance="coordinator")
+    before = dict(rig.service.stats)
+    resp = await rig.client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        headers=rig.headers("r1", 1),
+    )
+    assert resp.status_code == 409 and resp.json()["error"]["type"] == "stale_attempt"
+    assert "attempt 2 is current" in resp.json()["error"]["message"]
+    assert rig.service.stats["tokens_generated"] == before["tokens_generated"]
+    assert await _events(rig, "r1") == []
+
+
+async def test_call_without_identity_is_refused(rig: ModelRig) -> None:
+    resp = await rig.client.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "missing_identity"
+
+
+async def test_closed_admission_answers_503_with_retry_after(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    rig.participant.gate.close("ck-test", until=asyncio.get_running_loop().time() + 10)
+    resp = await rig.client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        headers=rig.headers("r1"),
+    )
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "admission_closed"
+    assert int(resp.headers["retry-after"]) >= 1
+
+
+async def test_repeated_call_after_restore_is_served_from_the_log(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    body = {"messages": [{"role": "user", "content": "expensive"}], "tools": TOOLS}
+    first = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))).json()
+    res = await rig.coordinator.checkpoint(deadline_s=5)
+    await rig.log.supersede(
+        "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+    )
+    generated = rig.service.stats["tokens_generated"]
+    again = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1", 2))).json()
+    assert again["rollcut"]["served_from_log"] is True
+    assert rig.service.stats["tokens_generated"] == generated  # zero tokens generated
+    assert again["choices"][0]["message"] == first["choices"][0]["message"]
+    assert again["rollcut"]["output_token_ids"] == first["rollcut"]["output_token_ids"]
+    reused = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallReused)]
+    assert [(r.attempt, r.source_call_id, r.source_attempt) for r in reused] == [(2, first["id"], 1)]
+
+
+async def test_responses_route_speaks_the_responses_shape(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    tools = [
+        {
+            "type": "function",
+            "name": "add",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        }
+    ]
+    out = (await rig.client.post("/r/r1/1/v1/responses", json={"input": "add", "tools": tools})).json()
+    assert out["object"] == "response" and out["output"][0]["type"] == "function_call"
+    assert out["output"][0]["name"] == "add" and json.loads(out["output"][0]["arguments"])["n"] >= 1
+    assert out["usage"]["output_tokens"] == len(out["rollcut"]["output_token_ids"])

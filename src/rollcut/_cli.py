@@ -240,6 +240,62 @@ def replay_cmd(
     Console().print(table)
 
 
+serve_app = typer.Typer(no_args_is_help=True, help="Run the Gym servers (policy model, …) as participants.")
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.command("model")
+def serve_model(
+    url: Annotated[
+        str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL of the bus.")
+    ] = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    tokens: Annotated[Path, typer.Option("--tokens", help="Token store directory.")] = Path(
+        ".rollcut/tokens"
+    ),
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port; 0 picks a free one.")] = 8000,
+    name: Annotated[str, typer.Option(help="Participant group name.")] = "model",
+    workers: Annotated[int, typer.Option(help="Worker processes, each its own participant.")] = 1,
+    backend: Annotated[str, typer.Option(help="Generation backend: local.")] = "local",
+    seed: Annotated[int, typer.Option(help="Seed of the local backend.")] = 0,
+    token_delay: Annotated[float, typer.Option("--token-delay", help="Seconds per generated token.")] = 0.0,
+    tool_turns: Annotated[int, typer.Option("--tool-turns", help="Tool calls before a final answer.")] = 3,
+    worker_index: Annotated[int | None, typer.Option(hidden=True)] = None,
+    listen_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """The OpenAI-compatible policy model server with durable call custody."""
+    from .gym.model._serve import ModelServeOptions, run_model_server
+
+    if not url:
+        console.print(
+            "[red]error:[/red] serve model needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)"
+        )
+        raise typer.Exit(2)
+    if backend != "local":
+        console.print(f"[red]error:[/red] unknown backend {backend!r}; this build serves: local")
+        raise typer.Exit(2)
+    opts = ModelServeOptions(
+        url=url,
+        namespace=namespace,
+        tokens=tokens,
+        credentials=credentials,
+        host=host,
+        port=port,
+        name=name,
+        workers=workers,
+        seed=seed,
+        token_delay_s=token_delay,
+        tool_turns=tool_turns,
+    )
+    try:
+        run_model_server(opts, worker_index=worker_index, listen_fd=listen_fd)
+    except RollcutError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
 checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")
 app.add_typer(checkpoints_app, name="checkpoints")
 

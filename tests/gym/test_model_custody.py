@@ -140,3 +140,13 @@ async def test_responses_route_speaks_the_responses_shape(rig: ModelRig) -> None
     assert out["object"] == "response" and out["output"][0]["type"] == "function_call"
     assert out["output"][0]["name"] == "add" and json.loads(out["output"][0]["arguments"])["n"] >= 1
     assert out["usage"]["output_tokens"] == len(out["rollcut"]["output_token_ids"])
+
+
+async def test_call_for_an_undispatched_rollout_is_refused_clearly(rig: ModelRig) -> None:
+    resp = await rig.client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        headers=rig.headers("ghost"),
+    )
+    assert resp.status_code == 409 and resp.json()["error"]["type"] == "unknown_rollout"
+    assert "never dispatched" in resp.json()["error"]["message"]

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._errors import RollcutError, StaleAttemptError
+from ..._errors import FenceError, RollcutError, StaleAttemptError
 from ...bus import (
     AttemptOpened,
     EventLog,
@@ -203,6 +203,8 @@ class ModelService:
             return await self.log.append(event)
         except StaleAttemptError as exc:
             raise CallError(409, "stale_attempt", str(exc)) from exc
+        except FenceError as exc:  # e.g. a rollout that was never dispatched
+            raise CallError(409, "unknown_rollout", str(exc)) from exc
 
     async def _reuse(
         self,

@@ -1,0 +1,178 @@
+"""Running the model server: one process per worker, one participant per worker.
+
+The parent binds the listening socket once and starts K worker processes that
+all accept on it (the kernel spreads connections). Each worker connects to the
+bus as the ``model`` role and registers as participant ``<name>-w<i>`` of
+group ``<name>`` with ``workers = K``, so a coordinator notices a missing
+worker by name. Each process prints ``READY <instance>`` when it serves; the
+parent prints ``LISTENING <url>`` first and ``READY <url>`` once every worker
+is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from ..._errors import ConfigError
+from ...bus import BusConfig, EventLog, load_credentials
+from ...participants import Participant
+from ...tokens import LocalTokenStore
+from ._app import create_app
+from ._local import LocalBackend
+from ._service import ModelService
+
+__all__ = ["ModelServeOptions", "run_model_server"]
+
+
+@dataclass
+class ModelServeOptions:
+    url: str
+    namespace: str
+    tokens: Path
+    credentials: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    name: str = "model"
+    workers: int = 1
+    seed: int = 0
+    token_delay_s: float = 0.0
+    tool_turns: int = 3
+
+    def argv(self) -> list[str]:
+        out = [
+            "--url",
+            self.url,
+            "--namespace",
+            self.namespace,
+            "--tokens",
+            str(self.tokens),
+            "--name",
+            self.name,
+            "--workers",
+            str(self.workers),
+            "--seed",
+            str(self.seed),
+            "--token-delay",
+            str(self.token_delay_s),
+            "--tool-turns",
+            str(self.tool_turns),
+        ]
+        if self.credentials:
+            out += ["--credentials", str(self.credentials)]
+        return out
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def _serve_worker(opts: ModelServeOptions, sock: socket.socket, worker: int) -> None:
+    config = BusConfig(url=opts.url, namespace=opts.namespace)
+    if opts.credentials:
+        config = config.as_role(load_credentials(opts.credentials), "model")
+    instance = f"{opts.name}-w{worker}"
+    log = await EventLog.connect(config, name=instance)
+    tokens = LocalTokenStore(opts.tokens)
+    backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay_s, tool_turns=opts.tool_turns)
+    participant = Participant(
+        log,
+        component="model",
+        instance=instance,
+        mode="exported",
+        drain=False,
+        group=opts.name,
+        worker=worker,
+        workers=opts.workers,
+        process_mode="coordinated_workers" if opts.workers > 1 else "single",
+    )
+    service = ModelService(log, tokens, backend, instance=instance, participant=participant)
+    participant.hooks = service
+    await participant.start()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="off"))
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
+        await asyncio.sleep(0.01)
+    _say(f"READY {instance} pid={os.getpid()}")
+    try:
+        await serving
+    finally:
+        await participant.stop()
+        await log.close()
+        tokens.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_model_server(
+    opts: ModelServeOptions, *, worker_index: int | None = None, listen_fd: int | None = None
+) -> None:
+    """Blocking: serve until SIGTERM/SIGINT."""
+    if worker_index is not None:  # a worker started by the parent below
+        if listen_fd is None:
+            raise ConfigError("a worker needs --listen-fd")
+        asyncio.run(_serve_worker(opts, socket.socket(fileno=listen_fd), worker_index))
+        return
+    sock = _bind(opts.host, opts.port)
+    url = f"http://{opts.host}:{sock.getsockname()[1]}"
+    _say(f"LISTENING {url}")
+    if opts.workers == 1:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve_worker(opts, sock, 0))
+        return
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollcut._cli",
+                "serve",
+                "model",
+                *opts.argv(),
+                "--worker-index",
+                str(i),
+                "--listen-fd",
+                str(sock.fileno()),
+            ],
+            pass_fds=[sock.fileno()],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(opts.workers)
+    ]
+    for child in children:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        if not line.startswith("READY"):
+            for c in children:
+                c.kill()
+            raise ConfigError(f"a model worker failed to start: {line!r}")
+        _say(line)
+    _say(f"READY {url}")
+
+    def stop(*_: object) -> None:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for c in children:
+        c.wait()

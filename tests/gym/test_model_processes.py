@@ -1,0 +1,207 @@
+"""The model server as real processes: workers, SIGKILL, restart, continuation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rollcut import CheckpointFailedError
+from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
+from rollcut.gym.model import LocalBackend
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator
+from rollcut.tokens import LocalTokenStore
+
+
+class ModelServer:
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        tokens: Path,
+        *,
+        workers: int = 1,
+        token_delay: float = 0.0,
+        seed: int = 3,
+    ) -> None:
+        self.p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollcut._cli",
+                "serve",
+                "model",
+                "--url",
+                url,
+                "--namespace",
+                namespace,
+                "--tokens",
+                str(tokens),
+                "--port",
+                "0",
+                "--workers",
+                str(workers),
+                "--seed",
+                str(seed),
+                "--token-delay",
+                str(token_delay),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.pids: dict[str, int] = {}
+        self.url = ""
+        while True:
+            line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
+            if not line:
+                raise AssertionError(f"model server died: {self.p.stderr.read()}")  # type: ignore[union-attr]
+            if line.startswith("LISTENING"):
+                self.url = line.split()[1]
+            elif line.startswith("READY model-"):
+                _, inst, pid = line.split()
+                self.pids[inst] = int(pid.split("=")[1])
+            if line.startswith("READY") and len(self.pids) == workers:
+                break
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+        self._kill_workers()
+
+    def _kill_workers(self) -> None:
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the server, as a node failure would."""
+        self._kill_workers()
+        self.p.kill()
+        self.p.wait()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ModelServer]]:
+    started: list[ModelServer] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
+    return {"x-rollout-id": rollout_id, "x-rollout-attempt": str(attempt)}
+
+
+@pytest.mark.slow
+async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    srv = ModelServer(nats_url, namespace, tmp_path / "tokens", workers=2)
+    servers.append(srv)
+    await log.dispatch("r1", {}, instance="collector")
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tmp_path / "tokens") as tokens:
+        coord = Coordinator(log, led, tokens)
+        found = await coord.discover()
+        assert sorted(i.instance for i in found) == ["model-w0", "model-w1"]
+        deadline = time.time() + 10
+        for info in found:
+            assert (await coord.call(info, "prepare", "ck-close", deadline)).ok
+        async with httpx.AsyncClient(base_url=srv.url) as client:
+            codes = {
+                (
+                    await client.post(
+                        "/v1/chat/completions",
+                        headers=_headers("r1", 1),
+                        json={"messages": [{"role": "user", "content": f"x{i}"}]},
+                    )
+                ).status_code
+                for i in range(16)  # connections spread over both workers
+            }
+            assert codes == {503}
+            for info in found:
+                assert (await coord.call(info, "abort", "ck-close", deadline)).ok
+            ok = await client.post(
+                "/v1/chat/completions",
+                headers=_headers("r1", 1),
+                json={"messages": [{"role": "user", "content": "open again"}]},
+            )
+            assert ok.status_code == 200
+        os.kill(srv.pids["model-w1"], signal.SIGKILL)
+        with pytest.raises(CheckpointFailedError, match="model worker 1 of 2"):
+            await coord.checkpoint(deadline_s=3)
+        assert led.checkpoints() == []
+
+
+@pytest.mark.slow
+async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    seed, tokens_dir = 3, tmp_path / "tokens"
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "a long answer please"}]}
+    uninterrupted = LocalBackend(seed=seed).plan(body).output_ids
+    assert len(uninterrupted) > 40
+    srv = ModelServer(nats_url, namespace, tokens_dir, token_delay=0.05, seed=seed)
+    servers.append(srv)
+    await log.dispatch("r1", {"task": 1}, instance="collector")
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        coord = Coordinator(log, led, tokens)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            call = asyncio.ensure_future(
+                client.post("/v1/chat/completions", json=body, headers=_headers("r1", 1))
+            )
+            for _ in range(200):  # bounded: wait until the generation is well under way
+                stats = (await client.get("/rollcut/stats")).json()
+                if stats["in_flight"] and stats["tokens_generated"] >= 10:
+                    break
+                await asyncio.sleep(0.02)
+            res = await coord.checkpoint(deadline_s=5)
+            srv.kill_all()  # SIGKILL while the generation is still running
+            with pytest.raises(httpx.HTTPError):
+                await call
+        cuts = [
+            s.event
+            async for s in log.read(rollout_id="r1", up_to=res.record.cut)
+            if isinstance(s.event, ModelCallPrefixCut)
+        ]
+        assert len(cuts) == 1 and 10 <= cuts[0].token_boundary < len(uninterrupted)
+        k = cuts[0].token_boundary
+
+        restarted = ModelServer(nats_url, namespace, tokens_dir, seed=seed)
+        servers.append(restarted)
+        await log.supersede(
+            "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        )
+        async with httpx.AsyncClient(base_url=restarted.url, timeout=30) as client:
+            out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
+            stats = (await client.get("/rollcut/stats")).json()
+        assert out["rollcut"]["continued_from"] == k
+        assert out["rollcut"]["output_token_ids"] == uninterrupted  # as if never interrupted
+        assert stats["tokens_generated"] == len(uninterrupted) - k  # only the rest was generated
+        cont = [
+            s.event
+            async for s in log.read(rollout_id="r1", attempt=2)
+            if isinstance(s.event, ModelCallContinued)
+        ]
+        assert [(c.token_boundary, c.delivery, c.prefix_receipt) for c in cont] == [
+            (k, "staged", cuts[0].receipt)
+        ]
+        # the checkpoint, including the prefix receipt, verifies against the token store
+        from rollcut.ledger import verify_checkpoint
+
+        assert await verify_checkpoint(log, led, tokens, res.record.checkpoint_id) == []

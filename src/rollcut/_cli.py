@@ -463,6 +463,25 @@ def bench_checkpoint_cmd(
     Console().print(table)
 
 
+@bench_app.command("model")
+def bench_model_cmd(
+    calls: Annotated[int, typer.Option(help="Sequential calls, each its own rollout.")] = 1000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Latency that durable custody adds to a model call (p50/p99)."""
+    from .bench import bench_model
+
+    with console.status(f"benchmarking {calls} model calls", spinner="dots"):
+        out = _run(bench_model(calls=calls))
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("metric", "value", title="rollcut bench model")
+    for k, v in out.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
 def main() -> None:
     app()
 

@@ -2,5 +2,6 @@
 
 from ._checkpoint import bench_checkpoint
 from ._log import bench_log, workload
+from ._model import bench_model
 
-__all__ = ["bench_checkpoint", "bench_log", "workload"]
+__all__ = ["bench_checkpoint", "bench_log", "bench_model", "workload"]

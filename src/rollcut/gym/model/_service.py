@@ -21,6 +21,7 @@ one that matches a prefix-cut call continues from its durable prefix
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 from collections import OrderedDict
@@ -168,13 +169,15 @@ class ModelService:
     ) -> CallResult:
         digest = input_digest({k: v for k, v in body.items() if k not in _DIGEST_SKIP})
         ctx = await self._context(ident)
-        parent = await self._parent(ident)
+        # the same request in the same attempt is the same logical call (a retry)
         call_id = (
             "c"
             + hashlib.blake2b(
-                f"{ident.rollout_id}|{ident.attempt}|{digest}|{parent}".encode(), digest_size=10
+                f"{ident.rollout_id}|{ident.attempt}|{digest}".encode(), digest_size=10
             ).hexdigest()
         )
+        # lineage is looked up while the call runs: only the completed event needs it
+        parent = asyncio.ensure_future(self._parent(ident))
         gate = self.participant.gate.admit() if self.participant else None
         try:
             if gate is not None:
@@ -184,9 +187,11 @@ class ModelService:
         try:
             source = ctx.reusable.get(digest)
             if source is not None and source[1].status in ("completed", "reused"):
-                return await self._reuse(ident, call_id, digest, parent, body, source)
+                return await self._reuse(ident, call_id, digest, await parent, body, source)
             return await self._generate(ident, call_id, digest, parent, body, source, on_token)
         finally:
+            if not parent.done():
+                parent.cancel()
             if gate is not None:
                 await gate.__aexit__(None, None, None)
 
@@ -241,7 +246,7 @@ class ModelService:
         ident: Identity,
         call_id: str,
         digest: str,
-        parent: str | None,
+        parent_task: asyncio.Future[str | None],
         body: dict[str, Any],
         source: tuple[int, ModelCall] | None,
         on_token: Callable[[int], Awaitable[None]] | None,
@@ -265,7 +270,6 @@ class ModelService:
                             prefix_receipt=src.receipt,
                             token_boundary=len(prefix),
                             delivery="staged",
-                            parent_call_id=parent,
                         )
                     )
                     fl.emitted, start = prefix, len(prefix)
@@ -277,7 +281,6 @@ class ModelService:
                         **self._ev(ident),
                         call_id=call_id,
                         request_digest=digest,
-                        parent_call_id=parent,
                     )
                 )
             fl.state = "queued"
@@ -291,6 +294,7 @@ class ModelService:
                 if on_token is not None:
                     await on_token(tok)
             out = list(fl.emitted)
+            parent = await parent_task
             receipt = self.tokens.put(
                 call_id,
                 TokenRecord(

@@ -258,7 +258,8 @@ def serve_model(
     port: Annotated[int, typer.Option(help="Listen port; 0 picks a free one.")] = 8000,
     name: Annotated[str, typer.Option(help="Participant group name.")] = "model",
     workers: Annotated[int, typer.Option(help="Worker processes, each its own participant.")] = 1,
-    backend: Annotated[str, typer.Option(help="Generation backend: local.")] = "local",
+    backend: Annotated[str, typer.Option(help="Generation backend: local | openai.")] = "local",
+    upstream: Annotated[str, typer.Option(help="openai backend: the upstream's base URL.")] = "",
     seed: Annotated[int, typer.Option(help="Seed of the local backend.")] = 0,
     token_delay: Annotated[float, typer.Option("--token-delay", help="Seconds per generated token.")] = 0.0,
     tool_turns: Annotated[int, typer.Option("--tool-turns", help="Tool calls before a final answer.")] = 3,
@@ -273,8 +274,8 @@ def serve_model(
             "[red]error:[/red] serve model needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)"
         )
         raise typer.Exit(2)
-    if backend != "local":
-        console.print(f"[red]error:[/red] unknown backend {backend!r}; this build serves: local")
+    if backend not in ("local", "openai") or (backend == "openai" and not upstream):
+        console.print(f"[red]error:[/red] backend {backend!r}: use local, or openai with --upstream URL")
         raise typer.Exit(2)
     opts = ModelServeOptions(
         url=url,
@@ -288,6 +289,8 @@ def serve_model(
         seed=seed,
         token_delay_s=token_delay,
         tool_turns=tool_turns,
+        backend=backend,
+        upstream=upstream,
     )
     try:
         run_model_server(opts, worker_index=worker_index, listen_fd=listen_fd)

@@ -150,3 +150,46 @@ async def test_call_for_an_undispatched_rollout_is_refused_clearly(rig: ModelRig
     )
     assert resp.status_code == 409 and resp.json()["error"]["type"] == "unknown_rollout"
     assert "never dispatched" in resp.json()["error"]["message"]
+
+
+async def test_verify_command_catches_a_corrupted_token_record(
+    rig: ModelRig, nats_url: str, namespace: str, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+
+    await rig.log.dispatch("r1", {}, instance="collector")
+    out = (
+        await rig.client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "q"}]},
+            headers=rig.headers("r1"),
+        )
+    ).json()
+    res = await rig.coordinator.checkpoint(deadline_s=5)
+    cmd = [
+        sys.executable,
+        "-m",
+        "rollcut._cli",
+        "checkpoints",
+        "verify",
+        res.record.checkpoint_id,
+        "--url",
+        nats_url,
+        "--namespace",
+        namespace,
+        "--ledger",
+        str(tmp_path / "ledger"),
+        "--tokens",
+        str(tmp_path / "tokens"),
+    ]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    key = out["rollcut"]["receipt_id"].encode()
+    with rig.tokens.env.begin(write=True) as txn:  # bit rot in the stored tokens of that call
+        v = bytearray(txn.get(key, db=rig.tokens._records))
+        v[-1] ^= 0x10
+        txn.put(key, bytes(v), db=rig.tokens._records)
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1
+    assert out["rollcut"]["receipt_id"] in bad.stderr + bad.stdout

@@ -1,16 +1,21 @@
 """The policy model participant: an OpenAI-compatible server with durable call custody."""
 
 from ._app import create_app
+from ._backend import Backend
 from ._local import LocalBackend, Plan, decode, encode
+from ._openai import OpenAIBackend, UpstreamError
 from ._service import CallError, CallResult, Identity, ModelService
 
 __all__ = [
+    "Backend",
     "CallError",
     "CallResult",
     "Identity",
     "LocalBackend",
     "ModelService",
+    "OpenAIBackend",
     "Plan",
+    "UpstreamError",
     "create_app",
     "decode",
     "encode",

@@ -208,7 +208,8 @@ def create_app(service: ModelService, *, require_identity: bool = True) -> FastA
 
 async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) -> Any:
     queue: asyncio.Queue[int | None] = asyncio.Queue()
-    plan_is_tool = bool(service.backend.plan(body).tool_calls)
+    # content streams token by token when the plan is known to be text; otherwise it is held to the end
+    hold = not service.backend.plans_ahead or bool((await service.backend.start(body)).tool_calls)
 
     async def on_token(tok: int) -> None:
         await queue.put(tok)
@@ -240,7 +241,7 @@ async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) 
         yield chunk("pending", {"role": "assistant"})
         tok = await first
         while tok is not None:
-            if not plan_is_tool:
+            if not hold:
                 yield chunk("pending", {"content": decode([tok])})
             tok = await queue.get()
         try:
@@ -249,11 +250,12 @@ async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) 
             yield f"data: {json.dumps({'error': {'type': exc.kind, 'message': str(exc)}})}\n\n"
             return
         msg = response_message(result.plan, result.output_ids)
-        delta = (
-            {"tool_calls": [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]}
-            if msg.get("tool_calls")
-            else {}
-        )
+        if msg.get("tool_calls"):
+            delta: dict[str, Any] = {
+                "tool_calls": [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
+            }
+        else:
+            delta = {"content": msg["content"]} if hold else {}
         n_in, n_out = len(result.plan.prompt_ids), len(result.output_ids)
         yield chunk(
             result.call_id,

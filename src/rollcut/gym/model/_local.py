@@ -86,6 +86,7 @@ class LocalBackend:
 
     name = "local"
     can_cut = True
+    plans_ahead = True
     dispositions = ("never_started", "completed", "prefix_cut", "failed", "excluded")
 
     def __init__(
@@ -157,6 +158,9 @@ class LocalBackend:
             text=None if tool_calls else text,
             tool_calls=tool_calls,
         )
+
+    async def start(self, body: dict[str, Any]) -> Plan:
+        return self.plan(body)
 
     async def generate(self, plan: Plan, *, start: int = 0) -> AsyncIterator[int]:
         """Emit the plan's tokens from ``start``, one at a time."""

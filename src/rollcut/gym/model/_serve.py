@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import uvicorn
 
 from ..._errors import ConfigError
@@ -28,7 +29,9 @@ from ...bus import BusConfig, EventLog, load_credentials
 from ...participants import Participant
 from ...tokens import LocalTokenStore
 from ._app import create_app
+from ._backend import Backend
 from ._local import LocalBackend
+from ._openai import OpenAIBackend
 from ._service import ModelService
 
 __all__ = ["ModelServeOptions", "run_model_server"]
@@ -47,6 +50,8 @@ class ModelServeOptions:
     seed: int = 0
     token_delay_s: float = 0.0
     tool_turns: int = 3
+    backend: str = "local"
+    upstream: str = ""
 
     def argv(self) -> list[str]:
         out = [
@@ -66,6 +71,10 @@ class ModelServeOptions:
             str(self.token_delay_s),
             "--tool-turns",
             str(self.tool_turns),
+            "--backend",
+            self.backend,
+            "--upstream",
+            self.upstream,
         ]
         if self.credentials:
             out += ["--credentials", str(self.credentials)]
@@ -84,7 +93,11 @@ async def _serve_worker(opts: ModelServeOptions, sock: socket.socket, worker: in
     instance = f"{opts.name}-w{worker}"
     log = await EventLog.connect(config, name=instance)
     tokens = LocalTokenStore(opts.tokens)
-    backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay_s, tool_turns=opts.tool_turns)
+    backend: Backend
+    if opts.backend == "openai":
+        backend = OpenAIBackend(httpx.AsyncClient(base_url=opts.upstream, timeout=600))
+    else:
+        backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay_s, tool_turns=opts.tool_turns)
     participant = Participant(
         log,
         component="model",

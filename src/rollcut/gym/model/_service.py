@@ -36,6 +36,7 @@ from ...bus import (
     ModelCallAdmitted,
     ModelCallCompleted,
     ModelCallContinued,
+    ModelCallExcluded,
     ModelCallFailed,
     ModelCallPrefixCut,
     ModelCallReused,
@@ -45,7 +46,8 @@ from ...bus import (
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import LocalTokenStore, TokenRecord
-from ._local import LocalBackend, Plan, decode
+from ._backend import Backend
+from ._local import Plan, decode
 
 __all__ = ["CallError", "CallResult", "Identity", "ModelService"]
 
@@ -101,7 +103,7 @@ class ModelService:
         self,
         log: EventLog,
         tokens: LocalTokenStore,
-        backend: LocalBackend,
+        backend: Backend,
         *,
         instance: str,
         participant: Participant | None = None,
@@ -211,6 +213,9 @@ class ModelService:
         except FenceError as exc:  # e.g. a rollout that was never dispatched
             raise CallError(409, "unknown_rollout", str(exc)) from exc
 
+    def _policy_version(self) -> str:
+        return getattr(self.backend, "last_policy_version", None) or self.backend.policy_version
+
     async def _reuse(
         self,
         ident: Identity,
@@ -223,7 +228,7 @@ class ModelService:
         src_attempt, src = source
         assert src.receipt is not None
         record = self.tokens.get(src.receipt)  # verifies the digest
-        plan = self.backend.plan(body)
+        plan = _replayed_plan(record, src.response)
         await self._append(
             ModelCallReused(
                 **self._ev(ident),
@@ -251,12 +256,13 @@ class ModelService:
         source: tuple[int, ModelCall] | None,
         on_token: Callable[[int], Awaitable[None]] | None,
     ) -> CallResult:
-        plan = self.backend.plan(body)
+        # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
+        plan = await self.backend.start(body) if self.backend.plans_ahead else None
         fl = _InFlight(ident, call_id, plan)
         self._inflight[call_id] = fl
         try:
             start = 0
-            if source is not None and source[1].receipt is not None:  # a prefix cut: continue it
+            if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
                 src_attempt, src = source
                 prefix = list(self.tokens.get(src.receipt).output_ids)
                 if self.backend.check_prefix(plan, prefix):
@@ -288,6 +294,8 @@ class ModelService:
                 for tok in fl.emitted:
                     await on_token(tok)
             fl.state = "generating"
+            if plan is None:
+                plan = fl.plan = await self.backend.start(body)
             async for tok in self.backend.generate(plan, start=start):
                 fl.emitted.append(tok)
                 self.stats["tokens_generated"] += 1
@@ -302,7 +310,7 @@ class ModelService:
                     output_ids=out,
                     mask=[1] * len(out),
                     logprobs=plan.logprobs[: len(out)],
-                    policy_version=self.backend.policy_version,
+                    policy_version=self._policy_version(),
                 ),
             )
             await self._append(
@@ -313,7 +321,7 @@ class ModelService:
                     receipt=receipt,
                     parent_call_id=parent,
                     finish_reason=plan.finish_reason,
-                    policy_version=self.backend.policy_version,
+                    policy_version=self._policy_version(),
                     response=response_message(plan, out),
                 )
             )
@@ -343,8 +351,19 @@ class ModelService:
         calls: list[CallDisposition] = []
         for fl in list(self._inflight.values()):
             base = {"call_id": fl.call_id, "rollout_id": fl.ident.rollout_id, "attempt": fl.ident.attempt}
-            if fl.state in ("admitting", "queued") or (fl.state == "generating" and not fl.emitted):
+            if fl.state in ("admitting", "queued") or (
+                fl.state == "generating" and self.backend.can_cut and not fl.emitted
+            ):
                 calls.append(CallDisposition(**base, disposition="never_started"))
+            elif fl.state == "generating" and not self.backend.can_cut:
+                await self._append(
+                    ModelCallExcluded(
+                        **self._ev(fl.ident),
+                        call_id=fl.call_id,
+                        reason=f"the {self.backend.name} backend cannot cut a running generation",
+                    )
+                )
+                calls.append(CallDisposition(**base, disposition="excluded"))
             elif fl.state == "generating":
                 frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
                 fl.cuts += 1
@@ -387,8 +406,26 @@ class ModelService:
         self._contexts.clear()  # attempt contexts are rebuilt from the log on the next call
 
 
+def _replayed_plan(record: TokenRecord, response: Any) -> Plan:
+    """A plan rebuilt from the log and the token store: what the reused call returned."""
+    msg = response if isinstance(response, dict) else {}
+    return Plan(
+        prompt_ids=list(record.prompt_ids),
+        output_ids=list(record.output_ids),
+        logprobs=list(record.logprobs),
+        finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
+        text=msg.get("content"),
+        tool_calls=list(msg.get("tool_calls") or []),
+    )
+
+
 def response_message(plan: Plan, output_ids: list[int]) -> dict[str, Any]:
     """The assistant message a call returns (and the log keeps for reuse)."""
-    if plan.tool_calls and len(output_ids) == len(plan.output_ids):
+    complete = len(output_ids) == len(plan.output_ids)
+    if plan.tool_calls and complete:
         return {"role": "assistant", "content": None, "tool_calls": plan.tool_calls}
+    if (
+        complete and plan.text is not None
+    ):  # the backend's own text (an upstream's ids are not ours to decode)
+        return {"role": "assistant", "content": plan.text}
     return {"role": "assistant", "content": decode(output_ids)}

@@ -1,0 +1,87 @@
+"""The ``openai`` backend: any OpenAI-compatible upstream (vLLM, SGLang, llama.cpp).
+
+rollcut keeps custody; the upstream generates. It asks for log-probs, and for
+token ids where the upstream can give them (vLLM's
+``return_tokens_as_token_ids``: tokens come back as ``"token_id:123"``).
+Without ids it stores the byte-level encoding of the text and says so in the
+record's policy version suffix (``+bytes``).
+
+It cannot cut a generation at a token boundary (an upstream holds its KV
+cache and sampling state), so it declares only the dispositions it can give:
+at a cut, a running call is ``excluded``, never a false prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ..._errors import RollcutError
+from ._local import Plan, encode, render_prompt
+
+__all__ = ["OpenAIBackend", "UpstreamError"]
+
+
+class UpstreamError(RollcutError):
+    """The upstream model server failed a call."""
+
+
+class OpenAIBackend:
+    name = "openai"
+    can_cut = False
+    plans_ahead = False
+    dispositions = ("never_started", "completed", "failed", "excluded")
+
+    def __init__(
+        self, client: httpx.AsyncClient, *, model: str | None = None, policy_version: str = "upstream"
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.policy_version = policy_version
+
+    async def start(self, body: dict[str, Any]) -> Plan:
+        req = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        req.update({"stream": False, "logprobs": True, "return_tokens_as_token_ids": True})
+        if self.model:
+            req["model"] = self.model
+        try:
+            resp = await self.client.post("/v1/chat/completions", json=req)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"upstream unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise UpstreamError(f"upstream answered {resp.status_code}: {resp.text[:300]}")
+        out = resp.json()
+        choice = out["choices"][0]
+        msg = choice.get("message") or {}
+        content_lp = ((choice.get("logprobs") or {}).get("content")) or []
+        ids: list[int] = []
+        for item in content_lp:
+            tok = str(item.get("token", ""))
+            if not tok.startswith("token_id:"):
+                ids = []
+                break
+            ids.append(int(tok.split(":", 1)[1]))
+        version = self.policy_version
+        if not ids:  # no ids from this upstream: keep a faithful, reversible stand-in
+            ids = encode(msg.get("content") or "")
+            version += "+bytes"
+        logprobs = [float(i.get("logprob", 0.0)) for i in content_lp][: len(ids)]
+        prompt_ids = out.get("prompt_token_ids") or encode(render_prompt(body.get("messages") or []))
+        self.last_policy_version = version
+        return Plan(
+            prompt_ids=list(prompt_ids),
+            output_ids=ids,
+            logprobs=logprobs,
+            finish_reason=choice.get("finish_reason") or "stop",
+            text=msg.get("content"),
+            tool_calls=msg.get("tool_calls") or [],
+        )
+
+    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncIterator[int]:
+        for tok in plan.output_ids[start:]:
+            yield tok
+
+    def check_prefix(self, plan: Plan, prefix: list[int]) -> bool:
+        return False  # never continues a prefix: it never made one

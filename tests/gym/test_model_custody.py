@@ -6,6 +6,9 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
+import pytest
+
 from rollcut.bus import ModelCallAdmitted, ModelCallCompleted, ModelCallReused
 from rollcut.gym.model import decode
 
@@ -193,3 +196,64 @@ async def test_verify_command_catches_a_corrupted_token_record(
     bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1
     assert out["rollcut"]["receipt_id"] in bad.stderr + bad.stdout
+
+
+async def _in_flight(rig: ModelRig, body: dict[str, Any]) -> asyncio.Future[Any]:
+    rig.service.backend.token_delay_s = 0.05  # long enough to be caught mid-generation
+    call = asyncio.ensure_future(
+        rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    )
+    for _ in range(200):  # bounded: until tokens are flowing
+        if any(len(f.emitted) >= 3 for f in rig.service._inflight.values()):
+            break
+        await asyncio.sleep(0.01)
+    return call
+
+
+async def test_a_prepare_reply_that_omits_an_admitted_call_fails_the_checkpoint(rig: ModelRig) -> None:
+    from rollcut import CheckpointFailedError
+    from rollcut.participants import ExportReport
+
+    await rig.log.dispatch("r1", {}, instance="collector")
+    call = await _in_flight(rig, {"messages": [{"role": "user", "content": "long"}]})
+
+    async def forgetful(checkpoint_id: str) -> ExportReport:
+        return ExportReport(calls=[])  # says nothing about the running call
+
+    rig.participant.hooks = type(
+        "H", (), {"export": staticmethod(forgetful), "restore": rig.service.restore}
+    )()
+    with pytest.raises(CheckpointFailedError, match="prepare reply omits it"):
+        await rig.coordinator.checkpoint(deadline_s=5)
+    assert rig.coordinator.ledger.checkpoints() == []
+    rig.service.backend.token_delay_s = 0.0
+    assert (await call).status_code == 200
+
+
+async def test_a_prepare_reply_with_a_receipt_the_store_lacks_fails_the_checkpoint(rig: ModelRig) -> None:
+    from rollcut import CheckpointFailedError
+    from rollcut.bus import TokenReceipt
+    from rollcut.participants import CallDisposition, ExportReport
+
+    await rig.log.dispatch("r1", {}, instance="collector")
+    call = await _in_flight(rig, {"messages": [{"role": "user", "content": "long"}]})
+    real_cut = rig.service.cut
+
+    async def forged(checkpoint_id: str) -> ExportReport:
+        report = await real_cut(checkpoint_id)
+        bad = [
+            CallDisposition(
+                **{
+                    **msgspec.structs.asdict(c),
+                    "receipt": TokenReceipt(receipt_id="forged", count=1, digest="0" * 32),
+                }
+            )
+            for c in report.calls or []
+        ]
+        return ExportReport(calls=bad)
+
+    rig.participant.hooks = type("H", (), {"export": staticmethod(forged), "restore": rig.service.restore})()
+    with pytest.raises(CheckpointFailedError, match="does not match the token store"):
+        await rig.coordinator.checkpoint(deadline_s=5)
+    rig.service.backend.token_delay_s = 0.0
+    assert (await call).status_code == 200

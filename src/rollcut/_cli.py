@@ -422,6 +422,19 @@ def checkpoints_verify(
         raise typer.Exit(1)
 
 
+def _report(title: str, status: str, coro: Any, as_json: bool) -> None:
+    """Run one benchmark with a spinner; print its JSON object or a table."""
+    with console.status(status, spinner="dots"):
+        out = _run(coro)
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("metric", "value", title=title)
+    for k, v in out.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+
+
 @bench_app.command("log")
 def bench_log_cmd(
     events: Annotated[int, typer.Option(help="Events to append and replay.")] = 20_000,
@@ -435,15 +448,12 @@ def bench_log_cmd(
     """Append and replay rate against plain nats-py on the same server, same run."""
     from .bench import bench_log
 
-    with console.status(f"benchmarking {events} events at concurrency {concurrency}", spinner="dots"):
-        out = _run(bench_log(events=events, concurrency=concurrency, url=url, repeat=repeat))
-    if as_json:
-        _print_json(out)
-        return
-    table = Table("metric", "value", title="rollcut bench log")
-    for k, v in out.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    _report(
+        "rollcut bench log",
+        f"benchmarking {events} events at concurrency {concurrency}",
+        bench_log(events=events, concurrency=concurrency, url=url, repeat=repeat),
+        as_json,
+    )
 
 
 @bench_app.command("checkpoint")
@@ -455,15 +465,12 @@ def bench_checkpoint_cmd(
     """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
     from .bench import bench_checkpoint
 
-    with console.status(f"benchmarking a checkpoint of {rollouts} rollouts", spinner="dots"):
-        out = _run(bench_checkpoint(rollouts=rollouts, url=url))
-    if as_json:
-        _print_json(out)
-        return
-    table = Table("metric", "value", title="rollcut bench checkpoint")
-    for k, v in out.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    _report(
+        "rollcut bench checkpoint",
+        f"benchmarking a checkpoint of {rollouts} rollouts",
+        bench_checkpoint(rollouts=rollouts, url=url),
+        as_json,
+    )
 
 
 @bench_app.command("model")
@@ -474,15 +481,7 @@ def bench_model_cmd(
     """Latency that durable custody adds to a model call (p50/p99)."""
     from .bench import bench_model
 
-    with console.status(f"benchmarking {calls} model calls", spinner="dots"):
-        out = _run(bench_model(calls=calls))
-    if as_json:
-        _print_json(out)
-        return
-    table = Table("metric", "value", title="rollcut bench model")
-    for k, v in out.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    _report("rollcut bench model", f"benchmarking {calls} model calls", bench_model(calls=calls), as_json)
 
 
 def main() -> None:

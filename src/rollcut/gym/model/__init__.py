@@ -1,10 +1,11 @@
 """The policy model participant: an OpenAI-compatible server with durable call custody."""
 
+from .._http import CallError, Identity
 from ._app import create_app
 from ._backend import Backend
 from ._local import LocalBackend, Plan, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
-from ._service import CallError, CallResult, Identity, ModelService
+from ._service import CallResult, ModelService
 
 __all__ = [
     "Backend",

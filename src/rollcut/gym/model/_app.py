@@ -18,31 +18,19 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from .._http import CallError, Identity, error_response, identity_of
 from ._local import decode
-from ._service import CallError, CallResult, Identity, ModelService, response_message
+from ._service import CallResult, ModelService, response_message
 
 __all__ = ["create_app"]
 
 
 def _error(status: int, kind: str, message: str, retry_after: float | None = None) -> JSONResponse:
-    headers = {"Retry-After": f"{max(1, round(retry_after))}"} if retry_after else None
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
+    return error_response(CallError(status, kind, message, retry_after))
 
 
 def _identity(request: Request, rollout_id: str | None, attempt: str | None) -> Identity:
-    rid = rollout_id or request.headers.get("x-rollout-id")
-    att = attempt or request.headers.get("x-rollout-attempt")
-    if not rid or not att:
-        raise CallError(
-            400,
-            "missing_identity",
-            "this model server checkpoints calls: send X-Rollout-Id and X-Rollout-Attempt headers "
-            "(or call /r/{rollout_id}/{attempt}/v1/...)",
-        )
-    try:
-        return Identity(rid, int(att))
-    except ValueError as exc:
-        raise CallError(400, "bad_identity", f"X-Rollout-Attempt must be an integer, got {att!r}") from exc
+    return identity_of(request, rollout_id, attempt)
 
 
 def _extension(result: CallResult) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -22,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from ..._errors import ConfigError
 from ...bus import BusConfig, EventLog, load_credentials
 from ...participants import Participant
 from ...tokens import LocalTokenStore
+from .._serving import bind, say, serve_on
 from ._app import create_app
 from ._backend import Backend
 from ._local import LocalBackend
@@ -81,11 +80,6 @@ class ModelServeOptions:
         return out
 
 
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
 async def _serve_worker(opts: ModelServeOptions, sock: socket.socket, worker: int) -> None:
     config = BusConfig(url=opts.url, namespace=opts.namespace)
     if opts.credentials:
@@ -112,28 +106,12 @@ async def _serve_worker(opts: ModelServeOptions, sock: socket.socket, worker: in
     service = ModelService(log, tokens, backend, instance=instance, participant=participant)
     participant.hooks = service
     await participant.start()
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="off"))
-    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-    while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
-        await asyncio.sleep(0.01)
-    _say(f"READY {instance} pid={os.getpid()}")
     try:
-        await serving
+        await serve_on(create_app(service), sock, instance)
     finally:
         await participant.stop()
         await log.close()
         tokens.close()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
-    # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def run_model_server(
@@ -145,9 +123,9 @@ def run_model_server(
             raise ConfigError("a worker needs --listen-fd")
         asyncio.run(_serve_worker(opts, socket.socket(fileno=listen_fd), worker_index))
         return
-    sock = _bind(opts.host, opts.port)
+    sock = bind(opts.host, opts.port)
     url = f"http://{opts.host}:{sock.getsockname()[1]}"
-    _say(f"LISTENING {url}")
+    say(f"LISTENING {url}")
     if opts.workers == 1:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve_worker(opts, sock, 0))
@@ -179,8 +157,8 @@ def run_model_server(
             for c in children:
                 c.kill()
             raise ConfigError(f"a model worker failed to start: {line!r}")
-        _say(line)
-    _say(f"READY {url}")
+        say(line)
+    say(f"READY {url}")
 
     def stop(*_: object) -> None:
         for c in children:

@@ -46,28 +46,13 @@ from ...bus import (
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import LocalTokenStore, TokenRecord
+from .._http import CallError, Identity
 from ._backend import Backend
 from ._local import Plan, decode
 
 __all__ = ["CallError", "CallResult", "Identity", "ModelService"]
 
 _DIGEST_SKIP = frozenset({"stream", "stream_options", "user"})
-
-
-class CallError(RollcutError):
-    """A call the server refuses; carries the HTTP status and an OpenAI-style error type."""
-
-    def __init__(self, status: int, kind: str, message: str, retry_after_s: float | None = None) -> None:
-        self.status = status
-        self.kind = kind
-        self.retry_after_s = retry_after_s
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Identity:
-    rollout_id: str
-    attempt: int
 
 
 @dataclass

@@ -1,0 +1,21 @@
+"""Stateful tool environments as checkpoint participants."""
+
+from ._app import create_resources_app
+from ._env import Environment, ToolResult
+from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace
+from ._service import NotContinuable, ResourcesService, Session
+
+__all__ = [
+    "ENVIRONMENTS",
+    "Blackjack",
+    "Counter",
+    "Environment",
+    "MathVerifier",
+    "NotContinuable",
+    "ResourcesService",
+    "Scratchpad",
+    "Session",
+    "ToolResult",
+    "Workplace",
+    "create_resources_app",
+]

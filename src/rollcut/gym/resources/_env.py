@@ -1,0 +1,64 @@
+"""What a tool environment declares, and how its state crosses a checkpoint.
+
+An environment names its tools, seeds a session, applies a tool to a session's
+state, verifies a final answer, and declares a checkpoint mode:
+
+- ``event_sourced``: state is a fold of its mutation events. Each mutation
+  carries either a ``delta`` the environment can re-apply (``apply_delta``) or
+  the full state (``state_in_events = True``, through the codec).
+- ``exported``: mutations carry neither; the environment exports a versioned
+  snapshot at prepare, drained under the session lock.
+- ``stateless``: no state between calls; ``verify`` is replayable (same answer
+  when re-run after a crash).
+- ``restart_only``: the default for an environment that declares nothing. It
+  never continues: its rollouts fail closed into fresh dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+__all__ = ["Environment", "ToolResult"]
+
+ToolResult = tuple[Any, Any]  # (result shown to the agent, delta to log or None)
+
+
+class Environment:
+    """Base class: override what your environment supports."""
+
+    name: ClassVar[str] = "env"
+    mode: ClassVar[str] = "restart_only"
+    codec_version: ClassVar[int] = 1
+    state_in_events: ClassVar[bool] = False  # log the full state with every mutation
+    verification: ClassVar[str] = "replayable"  # replayable | wait
+
+    def tools(self) -> dict[str, Callable[[Any, dict[str, Any]], ToolResult]]:
+        """Tool name -> fn(state, arguments) -> (result, delta). May mutate state in place."""
+        return {}
+
+    def seed(self, args: dict[str, Any]) -> Any:
+        return None
+
+    def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return {"reward": 0.0, "passed": False}
+
+    # --- the codec: how state crosses a checkpoint ------------------------------------
+
+    def export_state(self, state: Any) -> bytes:
+        raise NotImplementedError(f"{self.name} cannot export its state")
+
+    def import_state(self, blob: bytes, codec_version: int) -> Any:
+        raise NotImplementedError(f"{self.name} cannot import state")
+
+    def apply_delta(self, state: Any, tool: str, arguments: Any, delta: Any) -> Any:
+        raise NotImplementedError(f"{self.name} does not fold deltas")
+
+    def copy(self, state: Any) -> Any:
+        """A draft to run a tool on; committed only once its event is durable."""
+        if state is None:
+            return None
+        return self.import_state(self.export_state(state), self.codec_version)
+
+    def close(self, state: Any) -> None:
+        return None

@@ -1,0 +1,359 @@
+"""Stateful tool sessions with durable mutations and exact restore.
+
+Sessions are keyed by (rollout_id, attempt). A tool call runs on a *draft* of
+the session's state under the session lock; its ``resources.mutated`` event
+(tool, arguments, result, revision, and a delta or the full state) is appended
+before the reply, and only then does the draft become the state. A stale
+attempt's call is refused by the server's fence and changes nothing.
+
+Restore builds attempt N+1's session from attempt N's state at the cut (the
+environment's codec, plus deltas), for the complete set of rollouts first, and
+activates them together only if every one validates. The tool calls N made
+after the agent's last boundary (revisions above the boundary's recorded
+revision) form the session's *replay queue*: the continuing agent re-issues
+them, and they are answered from the log instead of running twice. A
+re-issued call that differs from the logged one is refused
+(``replay_mismatch``): the rollout must fall back to fresh dispatch, never
+mix the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..._errors import FenceError, RollcutError, StaleAttemptError
+from ...bus import (
+    AgentBoundary,
+    AttemptOpened,
+    EventLog,
+    ResourcesMutated,
+    ResourcesRetired,
+    ResourcesSeeded,
+    ResourcesSnapshot,
+    digest,
+)
+from ...participants import ExportReport, Participant
+from .._http import CallError, Identity
+from ._env import Environment
+
+__all__ = ["NotContinuable", "ResourcesService", "Session"]
+
+
+class NotContinuable(RollcutError):
+    """This session cannot be rebuilt at the cut: the rollout needs a fresh dispatch."""
+
+
+@dataclass
+class Session:
+    ident: Identity
+    state: Any
+    revision: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    replay: deque[ResourcesMutated] = field(default_factory=deque)
+    verified: dict[str, Any] | None = None
+    retired: str | None = None
+
+
+class ResourcesService:
+    def __init__(
+        self, log: EventLog, env: Environment, *, instance: str, participant: Participant | None = None
+    ) -> None:
+        self.log = log
+        self.env = env
+        self.instance = instance
+        self.participant = participant
+        self.sessions: dict[Identity, Session] = {}
+        self._verifying = 0
+        self._verified_idle = asyncio.Event()
+        self._verified_idle.set()
+        self.stats = {
+            "tool_calls_executed": 0,
+            "tool_calls_served_from_log": 0,
+            "sessions_restored": 0,
+            "verifications": 0,
+            "snapshots": 0,
+        }
+
+    def _ev(self, ident: Identity) -> dict[str, Any]:
+        return {
+            "component": "resources",
+            "instance": self.instance,
+            "rollout_id": ident.rollout_id,
+            "attempt": ident.attempt,
+        }
+
+    async def _append(self, event: Any) -> int:
+        try:
+            return await self.log.append(event)
+        except StaleAttemptError as exc:
+            raise CallError(409, "stale_attempt", str(exc)) from exc
+        except FenceError as exc:
+            raise CallError(409, "unknown_rollout", str(exc)) from exc
+
+    def _admit(self) -> contextlib.AbstractAsyncContextManager[None]:
+        if self.participant is None:
+            return contextlib.nullcontext()
+        return self.participant.gate.admit()
+
+    async def _guarded(self, coro: Any) -> Any:
+        try:
+            async with self._admit():
+                return await coro
+        except RollcutError as exc:
+            if isinstance(exc, CallError):
+                raise
+            raise CallError(503, "admission_closed", str(exc), getattr(exc, "retry_after_s", 1.0)) from exc
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def _logged_state(self, state: Any) -> bytes | None:
+        return self.env.export_state(state) if self.env.mode in ("event_sourced", "exported") else None
+
+    async def seed(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._guarded(self._seed(ident, args))
+
+    async def _seed(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        existing = self.sessions.get(ident) or await self._restored(ident)
+        if existing is not None:  # a continued attempt keeps its restored session; a repeat is idempotent
+            return {"session": self.env.name, "revision": existing.revision, "restored": ident.attempt > 1}
+        state = self.env.seed(args)
+        await self._append(
+            ResourcesSeeded(
+                **self._ev(ident),
+                session=self.env.name,
+                env=self.env.name,
+                seed=args,
+                revision=0,
+                state=self._logged_state(state),
+            )
+        )
+        self.sessions[ident] = Session(ident, state)
+        return {"session": self.env.name, "revision": 0, "restored": False}
+
+    async def _session(self, ident: Identity) -> Session:
+        s = self.sessions.get(ident) or await self._restored(ident)
+        if s is None:
+            raise CallError(
+                404,
+                "no_session",
+                f"no {self.env.name} session for {ident.rollout_id}/{ident.attempt}; "
+                "call /seed_session first",
+            )
+        return s
+
+    async def tool(self, ident: Identity, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        fn = self.env.tools().get(name)
+        if fn is None:
+            raise CallError(404, "unknown_tool", f"{self.env.name} has no tool {name!r}")
+        return await self._guarded(self._tool(ident, name, fn, args))
+
+    async def _tool(self, ident: Identity, name: str, fn: Any, args: dict[str, Any]) -> dict[str, Any]:
+        s = await self._session(ident)
+        async with s.lock:
+            if s.replay:  # the continuing agent re-issues what the old attempt already did
+                head = s.replay[0]
+                if head.tool != name or head.arguments != args:
+                    raise CallError(
+                        409,
+                        "replay_mismatch",
+                        f"re-issued call {name}({args}) differs from logged {head.tool}({head.arguments}) "
+                        f"at revision {head.revision}: fall back to fresh dispatch",
+                    )
+                s.replay.popleft()
+                self.stats["tool_calls_served_from_log"] += 1
+                return {"result": head.result, "revision": head.revision, "served_from_log": True}
+            draft = self.env.copy(s.state)
+            result, delta = fn(draft, args)
+            rev = s.revision + 1
+            await self._append(
+                ResourcesMutated(
+                    **self._ev(ident),
+                    session=self.env.name,
+                    revision=rev,
+                    tool=name,
+                    arguments=args,
+                    result=result,
+                    delta=delta,
+                    state=self.env.export_state(draft) if self.env.state_in_events else None,
+                )
+            )
+            s.state, s.revision = draft, rev
+            self.stats["tool_calls_executed"] += 1
+            return {"result": result, "revision": rev, "served_from_log": False}
+
+    async def verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._guarded(self._verify(ident, args))
+
+    async def _verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        s = await self._session(ident)
+        self._verifying += 1
+        self._verified_idle.clear()
+        try:
+            async with s.lock:
+                out = self.env.verify(s.state, args)
+                if asyncio.iscoroutine(out):
+                    out = await out
+        finally:
+            self._verifying -= 1
+            if self._verifying == 0:
+                self._verified_idle.set()
+        s.verified = out
+        self.stats["verifications"] += 1
+        return out
+
+    async def close(self, ident: Identity) -> dict[str, Any]:
+        s = await self._session(ident)
+        passed = bool(s.verified and s.verified.get("passed"))
+        reason = "completed" if passed else "failed_verification" if s.verified else "closed"
+        await self._append(
+            ResourcesRetired(**self._ev(ident), session=self.env.name, revision=s.revision, reason=reason)
+        )
+        s.retired = reason
+        if passed or not s.verified:  # a failed verification stays for inspection until the rollout retires
+            self.env.close(s.state)
+            self.sessions.pop(ident, None)
+        return {"retired": reason}
+
+    def retire_rollout(self, rollout_id: str) -> int:
+        gone = [k for k in self.sessions if k.rollout_id == rollout_id]
+        for k in gone:
+            self.env.close(self.sessions.pop(k).state)
+        return len(gone)
+
+    # --- checkpoint hooks -----------------------------------------------------------------
+
+    async def export(self, checkpoint_id: str) -> ExportReport:
+        """Aligned prepare: wait-mode verifications finish; exported envs snapshot every session."""
+        if self.env.verification == "wait":
+            await self._verified_idle.wait()
+        if self.env.mode == "exported":
+            for s in list(self.sessions.values()):
+                if s.retired:
+                    continue
+                async with s.lock:  # drained: no mutation is half-done
+                    blob = self.env.export_state(s.state)
+                    await self._append(
+                        ResourcesSnapshot(
+                            **self._ev(s.ident),
+                            session=self.env.name,
+                            revision=s.revision,
+                            codec=self.env.name,
+                            codec_version=self.env.codec_version,
+                            state=blob,
+                            digest=digest(blob),
+                        )
+                    )
+                    self.stats["snapshots"] += 1
+        unrepro = [f"{self.env.name}: restart_only"] if self.env.mode == "restart_only" else []
+        return ExportReport(unreproducible=unrepro)
+
+    async def restore(self, checkpoint_id: str, cut: int, rollouts: list[str] | None = None) -> None:
+        """Rebuild every listed rollout's session at the cut; activate all or none."""
+        ids = rollouts if rollouts is not None else await self._rollouts_opened_from(cut)
+        built: dict[Identity, Session] = {}
+        for rid in ids:
+            opened = await self._opened(rid)
+            if opened is None or opened.from_cut != cut:
+                continue
+            s = await self._build(Identity(rid, opened.attempt), opened.previous_attempt, cut)
+            if s is not None:
+                built[s.ident] = s
+        self.sessions.update(built)  # the activation: one step, after every session validated
+        self.stats["sessions_restored"] += len(built)
+
+    async def _rollouts_opened_from(self, cut: int) -> list[str]:
+        out = []
+        async for s in self.log.read(start=cut):
+            if isinstance(s.event, AttemptOpened) and s.event.from_cut == cut:
+                out.append(s.event.rollout_id)
+        return out
+
+    async def _opened(self, rollout_id: str) -> AttemptOpened | None:
+        last = await self.log.last_on(self.log.subjects.fence(rollout_id))
+        ev = last.event if last else None
+        return ev if isinstance(ev, AttemptOpened) else None
+
+    async def _restored(self, ident: Identity) -> Session | None:
+        """Lazily rebuild a continued attempt's session (e.g. in a replacement process)."""
+        if ident.attempt < 2:
+            return None
+        opened = await self._opened(ident.rollout_id)
+        if opened is None or opened.attempt != ident.attempt or not opened.from_cut:
+            return None
+        try:
+            s = await self._build(ident, opened.previous_attempt, opened.from_cut)
+        except NotContinuable as exc:
+            raise CallError(409, "not_continuable", str(exc)) from exc
+        if s is not None:
+            self.sessions.setdefault(ident, s)
+            self.stats["sessions_restored"] += 1
+        return self.sessions.get(ident)
+
+    async def _build(self, ident: Identity, prev: int, cut: int) -> Session | None:
+        """Attempt ``prev``'s session at ``cut``, as attempt ``ident.attempt``'s; None if it had none."""
+        seeded: ResourcesSeeded | None = None
+        base: bytes | None = None
+        base_rev = 0
+        after_base: list[ResourcesMutated] = []
+        mutations: list[ResourcesMutated] = []
+        boundary_rev = 0
+        async for st in self.log.read(rollout_id=ident.rollout_id, attempt=prev, up_to=cut):
+            ev = st.event
+            if isinstance(ev, ResourcesSeeded) and ev.session == self.env.name:
+                seeded, base, base_rev, after_base, mutations = ev, ev.state, ev.revision, [], []
+            elif isinstance(ev, ResourcesMutated) and ev.session == self.env.name:
+                mutations.append(ev)
+                if ev.state is not None:
+                    base, base_rev, after_base = ev.state, ev.revision, []
+                else:
+                    after_base.append(ev)
+            elif isinstance(ev, ResourcesSnapshot) and ev.session == self.env.name:
+                base, base_rev, after_base = ev.state, ev.revision, []
+            elif isinstance(ev, AgentBoundary):
+                boundary_rev = ev.record.resources_revisions.get(self.env.name, 0)
+        if seeded is None:
+            return None
+        mode = self.env.mode
+        if mode == "restart_only":
+            raise NotContinuable(
+                f"{self.env.name} is restart_only: {ident.rollout_id} needs a fresh dispatch"
+            )
+        if mode == "stateless":
+            state: Any = self.env.seed(seeded.seed or {})
+        else:
+            try:
+                state = (
+                    self.env.import_state(base, self.env.codec_version)
+                    if base is not None
+                    else self.env.seed(seeded.seed or {})
+                )
+                for m in after_base:
+                    if m.delta is None:
+                        raise NotContinuable(
+                            f"{self.env.name} mutation at revision {m.revision} has no delta "
+                            "and no snapshot follows it"
+                        )
+                    state = self.env.apply_delta(state, m.tool, m.arguments, m.delta)
+            except NotContinuable:
+                raise
+            except Exception as exc:  # a codec that cannot read its own state: fail closed
+                raise NotContinuable(
+                    f"{self.env.name} state of {ident.rollout_id} does not restore: {exc!r}"
+                ) from exc
+        revision = mutations[-1].revision if mutations else base_rev
+        await self._append(
+            ResourcesSeeded(
+                **self._ev(ident),
+                session=self.env.name,
+                env=self.env.name,
+                seed=seeded.seed,
+                revision=revision,
+                state=self._logged_state(state),
+            )
+        )
+        replay = deque(m for m in mutations if m.revision > boundary_rev)
+        return Session(ident, state, revision, replay=replay)

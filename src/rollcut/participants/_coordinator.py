@@ -49,6 +49,7 @@ from ._runtime import service_name
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
 _reply_decoder = msgspec.json.Decoder(ControlReply)
+_PARK_FIRST = frozenset({"agent", "environment"})
 
 
 def new_checkpoint_id() -> str:
@@ -283,9 +284,17 @@ class Coordinator:
                 found = await self.discover()
                 self.check_membership(found, expect or set())
             with timer.phase("prepare", participants=len(found)):
-                replies = await asyncio.gather(
-                    *(self._timed(timer, i, "prepare", cid, deadline) for i in found)
+                # agents park at a safe boundary first (they may still need the model and tools
+                # to finish a turn); then the servers they call close admission
+                first = [i for i in found if i.component in _PARK_FIRST]
+                rest = [i for i in found if i.component not in _PARK_FIRST]
+                replies = list(
+                    await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
                 )
+                if all(r.ok for r in replies):
+                    replies += await asyncio.gather(
+                        *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
+                    )
             refused = [r for r in replies if not r.ok]
             if refused:
                 raise CheckpointFailedError(

@@ -205,6 +205,9 @@ class Participant:
         if self._active is not None and self._active.checkpoint_id == checkpoint_id:
             self._active = None
         self.gate.open()
+        release = getattr(self.hooks, "release", None)
+        if release is not None:  # e.g. parked agent loops go on
+            release(checkpoint_id)
 
     # --- control plane --------------------------------------------------------------
 

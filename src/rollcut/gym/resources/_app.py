@@ -51,6 +51,10 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
             "sessions": len(service.sessions),
         }
 
+    @app.get("/tools")
+    async def tools() -> list[dict[str, Any]]:
+        return service.env.tool_schemas()
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}

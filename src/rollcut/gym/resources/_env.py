@@ -37,6 +37,24 @@ class Environment:
         """Tool name -> fn(state, arguments) -> (result, delta). May mutate state in place."""
         return {}
 
+    def parameters(self) -> dict[str, dict[str, Any]]:
+        """Tool name -> JSON-schema properties of its arguments (for the model's tool list)."""
+        return {}
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        props = self.parameters()
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": f"{self.name}: {name}",
+                    "parameters": {"type": "object", "properties": props.get(name, {})},
+                },
+            }
+            for name in self.tools()
+        ]
+
     def seed(self, args: dict[str, Any]) -> Any:
         return None
 

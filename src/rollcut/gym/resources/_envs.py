@@ -24,6 +24,9 @@ class Counter(Environment):
     def tools(self) -> dict[str, Any]:
         return {"add": self._add, "read": self._read}
 
+    def parameters(self) -> dict[str, dict[str, Any]]:
+        return {"add": {"n": {"type": "integer"}}}
+
     def seed(self, args: dict[str, Any]) -> dict[str, int]:
         return {"value": int(args.get("start", 0))}
 
@@ -149,6 +152,16 @@ class Workplace(Environment):
             "add_contact": self._add_contact,
             "update_stage": self._update_stage,
             "query": self._query,
+        }
+
+    def parameters(self) -> dict[str, dict[str, Any]]:
+        s = {"type": "string"}
+        return {
+            "send_email": {"to": s, "subject": s, "body": s},
+            "create_event": {"title": s, "day": s},
+            "add_contact": {"name": s, "company": s},
+            "update_stage": {"name": s, "stage": s},
+            "query": {"table": {"type": "string", "enum": ["email", "calendar", "crm"]}},
         }
 
     def seed(self, args: dict[str, Any]) -> sqlite3.Connection:

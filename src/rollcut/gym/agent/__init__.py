@@ -1,0 +1,6 @@
+"""Agents: the Simple Agent's /run loop with boundaries, parking and continuation."""
+
+from ._app import create_agent_app
+from ._simple import FreshDispatchNeeded, SimpleAgent
+
+__all__ = ["FreshDispatchNeeded", "SimpleAgent", "create_agent_app"]

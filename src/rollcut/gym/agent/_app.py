@@ -1,0 +1,45 @@
+"""The agent's HTTP surface: POST /run, one rollout attempt per call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .._http import CallError, error_response, identity_of
+from ._simple import SimpleAgent
+
+__all__ = ["create_agent_app"]
+
+
+def create_agent_app(agent: SimpleAgent) -> FastAPI:
+    app = FastAPI(title="rollcut simple agent", version="1")
+
+    @app.post("/run")
+    async def run(request: Request) -> Any:
+        try:
+            ident = identity_of(request)
+            task = await request.json()
+            if agent.participant is not None:
+                async with agent.participant.gate.admit():
+                    return JSONResponse(await agent.run(ident, task))
+            return JSONResponse(await agent.run(ident, task))
+        except CallError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            from ..._errors import AdmissionClosedError
+
+            if isinstance(exc, AdmissionClosedError):
+                return error_response(CallError(503, "admission_closed", str(exc), exc.retry_after_s))
+            raise
+
+    @app.get("/rollcut/stats")
+    async def stats() -> dict[str, Any]:
+        return {"instance": agent.instance, **agent.stats, "running": len(agent._runs)}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,243 @@
+"""The Simple Agent: Gym's /run loop, with boundaries, parking and continuation.
+
+Loop: seed the resources session, call the policy model, run each tool call
+against the resources server, append the outputs, until the model answers
+without tool calls or ``max_steps``; then ``/verify`` and close.
+
+After every completed nonterminal turn it appends an ``agent.boundary``
+(output items, usage, last committed model call, resources revisions, agent
+state). On an aligned prepare it parks at the next boundary, never cutting an
+operation midway, and goes on when the checkpoint ends.
+
+Continuation: attempt N+1 opened from a cut restarts from N's last boundary
+below the cut. The operations of the unfinished turn are re-issued: the model
+server answers them from the log (same request digest), the resources server
+from its replay queue. If a re-issued operation differs from the logged one
+(the agent changed, or is not deterministic) the run stops with
+``fresh_dispatch`` and says why. It never mixes the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..._errors import StaleAttemptError
+from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
+from ...participants import ExportReport, Participant
+from .._http import CallError, Identity
+
+__all__ = ["FreshDispatchNeeded", "SimpleAgent"]
+
+SYSTEM = "You are a careful agent. Use the tools, then answer."
+
+
+class FreshDispatchNeeded(CallError):
+    def __init__(self, why: str) -> None:
+        super().__init__(409, "fresh_dispatch", why)
+
+
+@dataclass
+class _Run:
+    ident: Identity
+    parked: bool = False
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SimpleAgent:
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        instance: str,
+        model_url: str,
+        resources: dict[str, str],
+        participant: Participant | None = None,
+        http: httpx.AsyncClient | None = None,
+        system_prompt: str = SYSTEM,
+    ) -> None:
+        self.log = log
+        self.instance = instance
+        self.model_url = model_url
+        self.resources = resources
+        self.participant = participant
+        self.http = http or httpx.AsyncClient(timeout=120)
+        self.system_prompt = system_prompt
+        self._runs: dict[Identity, _Run] = {}
+        self._park_for: str | None = None
+        self._all_parked = asyncio.Event()
+        self.stats = {
+            "runs_started": 0,
+            "runs_finished": 0,
+            "runs_continued": 0,
+            "boundaries": 0,
+            "parks": 0,
+            "fresh_dispatch": 0,
+        }
+
+    # --- parking (checkpoint hooks) ----------------------------------------------------
+
+    def _check_all_parked(self) -> None:
+        if self._park_for is not None and all(r.parked for r in self._runs.values()):
+            self._all_parked.set()
+
+    async def export(self, checkpoint_id: str) -> ExportReport:
+        """Aligned prepare: every running loop parks at its next boundary (or finishes)."""
+        self._park_for = checkpoint_id
+        self._all_parked.clear()
+        self._check_all_parked()
+        await self._all_parked.wait()
+        return ExportReport()
+
+    def release(self, checkpoint_id: str) -> None:
+        self._park_for = None
+        for r in self._runs.values():
+            r.parked = False
+            r.release.set()
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        return None  # each continued run rebuilds itself from the log
+
+    async def _maybe_park(self, run: _Run) -> None:
+        if self._park_for is None:
+            return
+        run.parked, run.release = True, asyncio.Event()
+        self.stats["parks"] += 1
+        self._check_all_parked()
+        await run.release.wait()
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _headers(self, ident: Identity) -> dict[str, str]:
+        return {"x-rollout-id": ident.rollout_id, "x-rollout-attempt": str(ident.attempt)}
+
+    async def _post(
+        self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool
+    ) -> dict[str, Any]:
+        resp = await self.http.post(url, json=body, headers=self._headers(ident))
+        if resp.status_code == 200:
+            return resp.json()
+        err = (
+            resp.json().get("error")
+            if resp.headers.get("content-type", "").startswith("application/json")
+            else None
+        ) or {"type": "http_error", "message": resp.text[:300]}
+        if err["type"] in ("replay_mismatch", "not_continuable"):
+            raise FreshDispatchNeeded(f"{url}: {err['message']}")
+        raise CallError(resp.status_code, err["type"], f"{url}: {err['message']}")
+
+    async def _restart_point(self, ident: Identity) -> AgentBoundaryRecord | None:
+        if ident.attempt < 2:
+            return None
+        last = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
+        opened = last.event if last else None
+        if not isinstance(opened, AttemptOpened) or opened.attempt != ident.attempt:
+            raise CallError(
+                409, "stale_attempt", str(StaleAttemptError(ident.rollout_id, ident.attempt, None))
+            )
+        if not opened.from_cut:
+            return None  # a fresh dispatch: start from the input
+        boundary = None
+        async for s in self.log.read(
+            rollout_id=ident.rollout_id, attempt=opened.previous_attempt, up_to=opened.from_cut
+        ):
+            if isinstance(s.event, AgentBoundary):
+                boundary = s.event.record
+        return boundary if boundary is not None else AgentBoundaryRecord(turn=0, output_items=[])
+
+    async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        run = _Run(ident)
+        self._runs[ident] = run
+        self.stats["runs_started"] += 1
+        try:
+            return await self._run(run, task)
+        except FreshDispatchNeeded:
+            self.stats["fresh_dispatch"] += 1
+            raise
+        finally:
+            self._runs.pop(ident, None)
+            self._check_all_parked()
+
+    async def _run(self, run: _Run, task: dict[str, Any]) -> dict[str, Any]:
+        ident = run.ident
+        env = task["env"]
+        res_url = self.resources[env].rstrip("/")
+        model = self.model_url.rstrip("/")
+        start = await self._restart_point(ident)
+        replaying = start is not None
+        await self._post(f"{res_url}/seed_session", ident, task.get("seed", {}), replaying=replaying)
+        tools = (await self.http.get(f"{res_url}/tools")).json()
+        if start is not None and start.output_items:
+            self.stats["runs_continued"] += 1
+            messages: list[dict[str, Any]] = list(start.output_items)
+            turn, usage = start.turn, dict(start.usage)
+            revisions, last_call = dict(start.resources_revisions), start.last_model_call_id
+        else:
+            if start is not None:
+                self.stats["runs_continued"] += 1
+            messages = [
+                {"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": task["prompt"]},
+            ]
+            turn, usage, revisions, last_call = 0, {"input_tokens": 0, "output_tokens": 0}, {}, None
+        answer = ""
+        max_steps = int(task.get("max_steps", 8))
+        while turn < max_steps:
+            out = await self._post(
+                f"{model}/v1/chat/completions",
+                ident,
+                {"messages": messages, "tools": tools, "max_tokens": task.get("max_tokens", 256)},
+                replaying=replaying,
+            )
+            msg = out["choices"][0]["message"]
+            messages.append(msg)
+            last_call = out.get("rollcut", {}).get("call_id", last_call)
+            usage["input_tokens"] += out["usage"]["prompt_tokens"]
+            usage["output_tokens"] += out["usage"]["completion_tokens"]
+            if not msg.get("tool_calls"):
+                answer = msg.get("content") or ""
+                break
+            for tc in msg["tool_calls"]:
+                fn = tc["function"]
+                args = json.loads(fn.get("arguments") or "{}")
+                r = await self._post(f"{res_url}/{fn['name']}", ident, args, replaying=replaying)
+                revisions[env] = r["revision"]
+                messages.append(
+                    {"role": "tool", "tool_call_id": tc["id"], "content": json.dumps(r["result"])}
+                )
+            turn += 1
+            await self.log.append(
+                AgentBoundary(
+                    component="agent",
+                    instance=self.instance,
+                    rollout_id=ident.rollout_id,
+                    attempt=ident.attempt,
+                    record=AgentBoundaryRecord(
+                        turn=turn,
+                        output_items=messages,
+                        usage=usage,
+                        last_model_call_id=last_call,
+                        resources_revisions=revisions,
+                        agent_state={"env": env},
+                    ),
+                )
+            )
+            self.stats["boundaries"] += 1
+            await self._maybe_park(run)
+        verdict = await self._post(
+            f"{res_url}/verify", ident, {**task.get("verify", {}), "answer": answer}, replaying=replaying
+        )
+        await self._post(f"{res_url}/close_session", ident, {}, replaying=replaying)
+        self.stats["runs_finished"] += 1
+        return {
+            "reward": verdict.get("reward", 0.0),
+            "verified": verdict,
+            "turns": turn,
+            "answer": answer,
+            "usage": usage,
+            "continued": start is not None,
+        }

@@ -299,6 +299,170 @@ def serve_model(
         raise typer.Exit(2) from exc
 
 
+def _serve(
+    kind: str,
+    argv: list[str],
+    opts: Any,
+    host: str,
+    port: int,
+    worker_index: int | None,
+    listen_fd: int | None,
+) -> None:
+    from .gym import _runners
+    from .gym._serving import run_servers
+
+    if not opts.url:
+        console.print(
+            f"[red]error:[/red] serve {kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)"
+        )
+        raise typer.Exit(2)
+    body = {
+        "resources": _runners.serve_resources,
+        "agent": _runners.serve_agent,
+        "environment": _runners.serve_environment,
+    }[kind]
+    run_servers(
+        host=host,
+        port=port,
+        workers=opts.workers,
+        child_argv=[sys.executable, "-m", "rollcut._cli", "serve", *argv],
+        serve_one=lambda sock, i: body(opts, sock, i),
+        worker_index=worker_index,
+        listen_fd=listen_fd,
+    )
+
+
+_BusUrl = Annotated[str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL of the bus.")]
+_Host = Annotated[str, typer.Option(help="Listen address.")]
+_Port = Annotated[int, typer.Option(help="Listen port; 0 picks a free one.")]
+_Workers = Annotated[int, typer.Option(help="Worker processes, each its own participant.")]
+_Hidden = Annotated[int | None, typer.Option(hidden=True)]
+
+
+@serve_app.command("resources")
+def serve_resources_cmd(
+    name: Annotated[
+        str, typer.Argument(help="Environment: counter, blackjack, workplace, math, scratchpad.")
+    ],
+    url: _BusUrl = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    host: _Host = "127.0.0.1",
+    port: _Port = 0,
+    workers: _Workers = 1,
+    worker_index: _Hidden = None,
+    listen_fd: _Hidden = None,
+) -> None:
+    """A stateful resources (tool) server whose sessions restore exactly."""
+    from .gym._runners import ServeOptions
+    from .gym.resources import ENVIRONMENTS
+
+    if name not in ENVIRONMENTS:
+        console.print(f"[red]error:[/red] unknown environment {name!r}; have: {', '.join(ENVIRONMENTS)}")
+        raise typer.Exit(2)
+    opts = ServeOptions(
+        url=url or "", namespace=namespace, credentials=credentials, name=name, workers=workers
+    )
+    argv = [
+        "resources",
+        name,
+        "--url",
+        opts.url,
+        "--namespace",
+        namespace,
+        "--workers",
+        str(workers),
+        *(["--credentials", str(credentials)] if credentials else []),
+    ]
+    _serve("resources", argv, opts, host, port, worker_index, listen_fd)
+
+
+@serve_app.command("agent")
+def serve_agent_cmd(
+    kind: Annotated[str, typer.Argument(help="Agent: simple.")],
+    model: Annotated[str, typer.Option(help="Policy model server base URL.")],
+    resources: Annotated[list[str], typer.Option(help="ENV=URL of a resources server (repeatable).")],
+    url: _BusUrl = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    host: _Host = "127.0.0.1",
+    port: _Port = 0,
+    workers: _Workers = 1,
+    name: str = "agent",
+    worker_index: _Hidden = None,
+    listen_fd: _Hidden = None,
+) -> None:
+    """The Simple Agent: /run with boundaries, parking and continuation."""
+    from .gym._runners import ServeOptions
+
+    if kind != "simple":
+        console.print(f"[red]error:[/red] unknown agent {kind!r}; have: simple")
+        raise typer.Exit(2)
+    envs = dict(r.split("=", 1) for r in resources)
+    opts = ServeOptions(
+        url=url or "",
+        namespace=namespace,
+        credentials=credentials,
+        name=name,
+        workers=workers,
+        model=model,
+        resources=envs,
+    )
+    argv = [
+        "agent",
+        kind,
+        "--model",
+        model,
+        *[a for r in resources for a in ("--resources", r)],
+        "--url",
+        opts.url,
+        "--namespace",
+        namespace,
+        "--workers",
+        str(workers),
+        "--name",
+        name,
+        *(["--credentials", str(credentials)] if credentials else []),
+    ]
+    _serve("agent", argv, opts, host, port, worker_index, listen_fd)
+
+
+@serve_app.command("environment")
+def serve_environment_cmd(
+    agent: Annotated[str, typer.Option(help="Agent server base URL.")],
+    url: _BusUrl = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    host: _Host = "127.0.0.1",
+    port: _Port = 0,
+    workers: _Workers = 1,
+    name: str = "environment",
+    worker_index: _Hidden = None,
+    listen_fd: _Hidden = None,
+) -> None:
+    """The episode orchestrator: one /run per task, recording each episode's completion."""
+    from .gym._runners import ServeOptions
+
+    opts = ServeOptions(
+        url=url or "", namespace=namespace, credentials=credentials, name=name, workers=workers, agent=agent
+    )
+    argv = [
+        "environment",
+        "--agent",
+        agent,
+        "--url",
+        opts.url,
+        "--namespace",
+        namespace,
+        "--workers",
+        str(workers),
+        "--name",
+        name,
+        *(["--credentials", str(credentials)] if credentials else []),
+    ]
+    _serve("environment", argv, opts, host, port, worker_index, listen_fd)
+
+
 checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")
 app.add_typer(checkpoints_app, name="checkpoints")
 

@@ -184,3 +184,36 @@ async def test_a_checkpoint_parks_running_episodes_at_a_boundary_and_releases_th
     # every boundary a parked episode stopped at is below the seal
     parked_at = [e.seq async for e in log.read(up_to=res.record.cut) if isinstance(e.event, AgentBoundary)]
     assert parked_at and max(parked_at) < res.record.cut
+
+
+async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redone(
+    log: EventLog, stack: Any
+) -> None:
+    from rollcut.bus import RolloutCompleted
+    from rollcut.gym._environment import create_environment_app
+
+    s = await stack(token_delay=0.01)
+    env_app = create_environment_app(
+        log,
+        instance="env-0",
+        agent_url="http://agent",
+        http=httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_agent_app(s.agent)), base_url="http://agent"
+        ),
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=env_app), base_url="http://env") as env:
+        await log.dispatch("r1", TASK, instance="collector")
+        episode = asyncio.ensure_future(
+            env.post("/run", json=TASK, headers={"x-rollout-id": "r1", "x-rollout-attempt": "1"})
+        )
+        for _ in range(500):  # bounded: until the last tool turn is done and the final answer is generating
+            if s.agent.stats["boundaries"] >= 3:
+                break
+            await asyncio.sleep(0.01)
+        res = await s.coordinator.checkpoint(deadline_s=10)  # its final turn ends inside this prepare
+        out = await episode
+    assert out.status_code == 200 and out.json()["turns"] == 3  # not lost
+    completed = [e async for e in log.read(rollout_id="r1") if isinstance(e.event, RolloutCompleted)]
+    assert len(completed) == 1 and completed[0].seq < res.record.cut  # completed below the cut: not redone
+    answers = [e async for e in log.read(rollout_id="r1") if isinstance(e.event, ModelCallCompleted)]
+    assert len(answers) == 4 and answers[-1].seq < res.record.cut

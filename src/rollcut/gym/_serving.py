@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-__all__ = ["bind", "say", "serve_on"]
+__all__ = ["bind", "run_servers", "say", "serve_on"]
 
 
 def say(line: str) -> None:
@@ -37,3 +37,64 @@ async def serve_on(app: Any, sock: socket.socket, instance: str) -> None:
         await asyncio.sleep(0.01)
     say(f"READY {instance} pid={os.getpid()}")
     await serving
+
+
+def run_servers(
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    child_argv: list[str],
+    serve_one: Any,
+    worker_index: int | None = None,
+    listen_fd: int | None = None,
+) -> None:
+    """Blocking: bind once, then serve in this process (1 worker) or in ``workers`` children.
+
+    ``serve_one(sock, index)`` is the coroutine one worker runs; ``child_argv`` is
+    the command line that starts a worker of the same server (``--worker-index``
+    and ``--listen-fd`` are appended).
+    """
+    import contextlib
+    import signal
+    import subprocess
+
+    if worker_index is not None:
+        if listen_fd is None:
+            raise ValueError("a worker needs --listen-fd")
+        asyncio.run(serve_one(socket.socket(fileno=listen_fd), worker_index))
+        return
+    sock = bind(host, port)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    say(f"LISTENING {url}")
+    if workers == 1:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_one(sock, 0))
+        return
+    children = [
+        subprocess.Popen(
+            [*child_argv, "--worker-index", str(i), "--listen-fd", str(sock.fileno())],
+            pass_fds=[sock.fileno()],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
+    for child in children:
+        line = child.stdout.readline().strip() if child.stdout else ""
+        if not line.startswith("READY"):
+            for c in children:
+                c.kill()
+            raise RuntimeError(f"a worker failed to start: {line!r}")
+        say(line)
+    say(f"READY {url}")
+
+    def stop(*_: object) -> None:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for c in children:
+        c.wait()

@@ -11,22 +11,17 @@ is ready.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from ..._errors import ConfigError
 from ...bus import BusConfig, EventLog, load_credentials
 from ...participants import Participant
 from ...tokens import LocalTokenStore
-from .._serving import bind, say, serve_on
+from .._serving import run_servers, serve_on
 from ._app import create_app
 from ._backend import Backend
 from ._local import LocalBackend
@@ -118,54 +113,12 @@ def run_model_server(
     opts: ModelServeOptions, *, worker_index: int | None = None, listen_fd: int | None = None
 ) -> None:
     """Blocking: serve until SIGTERM/SIGINT."""
-    if worker_index is not None:  # a worker started by the parent below
-        if listen_fd is None:
-            raise ConfigError("a worker needs --listen-fd")
-        asyncio.run(_serve_worker(opts, socket.socket(fileno=listen_fd), worker_index))
-        return
-    sock = bind(opts.host, opts.port)
-    url = f"http://{opts.host}:{sock.getsockname()[1]}"
-    say(f"LISTENING {url}")
-    if opts.workers == 1:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_serve_worker(opts, sock, 0))
-        return
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollcut._cli",
-                "serve",
-                "model",
-                *opts.argv(),
-                "--worker-index",
-                str(i),
-                "--listen-fd",
-                str(sock.fileno()),
-            ],
-            pass_fds=[sock.fileno()],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(opts.workers)
-    ]
-    for child in children:
-        assert child.stdout is not None
-        line = child.stdout.readline().strip()
-        if not line.startswith("READY"):
-            for c in children:
-                c.kill()
-            raise ConfigError(f"a model worker failed to start: {line!r}")
-        say(line)
-    say(f"READY {url}")
-
-    def stop(*_: object) -> None:
-        for c in children:
-            if c.poll() is None:
-                c.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    for c in children:
-        c.wait()
+    run_servers(
+        host=opts.host,
+        port=opts.port,
+        workers=opts.workers,
+        child_argv=[sys.executable, "-m", "rollcut._cli", "serve", "model", *opts.argv()],
+        serve_one=lambda sock, i: _serve_worker(opts, sock, i),
+        worker_index=worker_index,
+        listen_fd=listen_fd,
+    )

@@ -1,0 +1,63 @@
+"""The environment server: one /run per task, the episode as a framework sees it.
+
+It drives the agent's /run (which seeds, loops, verifies and closes), then
+records the episode's outcome as ``rollout.completed`` (result digest and
+reward) before answering: the boundary between "the episode finished" and
+"the framework accepted the result" (``result.accepted``, the collector's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ..bus import EventLog, RolloutCompleted, input_digest
+from ._http import CallError, error_response, identity_of
+
+__all__ = ["create_environment_app"]
+
+
+def create_environment_app(
+    log: EventLog, *, instance: str, agent_url: str, http: httpx.AsyncClient | None = None
+) -> FastAPI:
+    app = FastAPI(title="rollcut environment", version="1")
+    client = http or httpx.AsyncClient(timeout=600)
+    stats = {"episodes": 0, "completed": 0}
+
+    @app.post("/run")
+    async def run(request: Request) -> Any:
+        try:
+            ident = identity_of(request)
+            task = await request.json()
+            stats["episodes"] += 1
+            resp = await client.post(
+                f"{agent_url.rstrip('/')}/run",
+                json=task,
+                headers={"x-rollout-id": ident.rollout_id, "x-rollout-attempt": str(ident.attempt)},
+            )
+            if resp.status_code != 200:
+                return JSONResponse(resp.json(), status_code=resp.status_code)
+            result = resp.json()
+            await log.append(
+                RolloutCompleted(
+                    component="environment",
+                    instance=instance,
+                    rollout_id=ident.rollout_id,
+                    attempt=ident.attempt,
+                    result_digest=input_digest(result),
+                    reward=float(result.get("reward") or 0.0),
+                )
+            )
+            stats["completed"] += 1
+            return JSONResponse({**result, "rollout_id": ident.rollout_id, "attempt": ident.attempt})
+        except CallError as exc:
+            return error_response(exc)
+
+    @app.get("/rollcut/stats")
+    async def get_stats() -> dict[str, Any]:
+        return {"instance": instance, **stats}
+
+    return app

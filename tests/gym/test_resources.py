@@ -272,3 +272,24 @@ async def test_wait_mode_verification_is_waited_for_by_prepare(log: EventLog, ma
     assert (await verifying).json()["passed"] is True
     res = await checkpoint
     assert res.record.cut > 0
+
+
+async def test_successful_sessions_retire_and_failed_ones_stay_for_inspection(
+    log: EventLog, make_rig: Any
+) -> None:
+    from rollcut.bus import ResourcesRetired
+
+    rig = await make_rig(Counter())
+    for r, target in (("ok", 2), ("bad", 99)):
+        await log.dispatch(r, {}, instance="c")
+        await rig.post("/seed_session", r, 1)
+        await rig.post("/add", r, 1, {"n": 2})
+        await rig.post("/verify", r, 1, {"target": target})
+        assert (await rig.post("/close_session", r, 1)).status_code == 200
+    kept = {k.rollout_id for k in rig.service.sessions}
+    assert kept == {"bad"}  # the passed one is gone, the failed one is still there to inspect
+    reasons = {
+        s.event.rollout_id: s.event.reason async for s in log.read() if isinstance(s.event, ResourcesRetired)
+    }
+    assert reasons == {"ok": "completed", "bad": "failed_verification"}
+    assert rig.service.retire_rollout("bad") == 1 and rig.service.sessions == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 import threading
@@ -461,6 +462,125 @@ def serve_environment_cmd(
         *(["--credentials", str(credentials)] if credentials else []),
     ]
     _serve("environment", argv, opts, host, port, worker_index, listen_fd)
+
+
+@app.command("demo")
+def demo_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts to collect (bundled tasks).")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    no_crash: Annotated[
+        bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
+    ] = False,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
+    from .collect import run_demo
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    ) as prog:
+        task = prog.add_task("collecting", total=rollouts)
+
+        def progress(summary: Any, total: int, running: int) -> None:
+            prog.update(
+                task,
+                completed=summary.results_written,
+                description=f"collecting ({running} running, {summary.checkpoints_published} checkpoints)",
+            )
+
+        out = _run(run_demo(rollouts=rollouts, seed=seed, crash=not no_crash, home=home, progress=progress))
+    if as_json:
+        _print_json(out)
+        return
+    table = Table("", "", title="rollcut demo: what was saved")
+    for k, v in out.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    Console().print(table)
+
+
+@app.command("collect")
+def collect_cmd(
+    config: Annotated[Path, typer.Argument(help="Collection config (YAML).")],
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Recover from the latest checkpoint, then finish.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
+    from .collect import Collector, load_config
+    from .collect._collector import EXIT_REQUEUE, summary_dict
+    from .ledger import Ledger
+    from .tokens import LocalTokenStore
+
+    try:
+        cfg, base = load_config(config)
+    except RollcutError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    home = cfg.path(cfg.home, base)
+    tasks = [json.loads(line) for line in cfg.path(cfg.tasks, base).read_text().splitlines() if line.strip()]
+
+    async def go() -> Any:
+        creds = cfg.path(cfg.credentials, base) if cfg.credentials else None
+        async with open_log(cfg.nats_url, home=home, namespace=cfg.namespace, credentials=creds) as log:
+            with (
+                Ledger(cfg.path(cfg.ledger, base) if cfg.ledger else home / "ledger") as led,
+                LocalTokenStore(cfg.path(cfg.tokens, base) if cfg.tokens else home / "tokens") as tk,
+                Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=console,
+                    disable=as_json,
+                ) as prog,
+            ):
+                bar = prog.add_task("collecting", total=len(tasks) * cfg.num_repeats)
+
+                def progress(summary: Any, total: int, running: int) -> None:
+                    prog.update(
+                        bar,
+                        completed=summary.results_written,
+                        description=f"collecting: {running} running, recovered "
+                        f"{summary.recovery['continue']} continued / {summary.recovery['fresh_dispatch']} "
+                        f"restarted, last checkpoint {summary.last_checkpoint or '-'}",
+                    )
+
+                col = Collector(
+                    log,
+                    led,
+                    tk,
+                    environment_url=cfg.environment_url,
+                    tasks=tasks,
+                    output=cfg.path(cfg.output, base),
+                    num_repeats=cfg.num_repeats,
+                    concurrency=cfg.concurrency,
+                    max_attempts=cfg.max_attempts,
+                    checkpoint_every_s=cfg.checkpoint.every_s,
+                    checkpoint_deadline_s=cfg.checkpoint.deadline_s,
+                    on_progress=progress,
+                )
+                col.install_signals(
+                    on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm
+                )
+                return await col.run(resume=resume)
+
+    summary = _run(go())
+    if as_json:
+        _print_json(summary_dict(summary))
+    else:
+        console.print(
+            f"collected {summary.results_written}/{summary.rollouts} rollouts; "
+            f"{summary.checkpoints_published} checkpoints; recovery {summary.recovery}"
+        )
+    if summary.interrupted:
+        raise typer.Exit(EXIT_REQUEUE)
 
 
 checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")

@@ -20,6 +20,7 @@ from rollcut.gym.resources import (
     ResourcesService,
     Scratchpad,
     Workplace,
+    WorkplaceExported,
     create_resources_app,
 )
 from rollcut.ledger import Ledger
@@ -159,8 +160,10 @@ async def test_blackjack_restored_mid_game_deals_the_same_cards(log: EventLog, m
     assert continued == after_cut
 
 
-async def test_workplace_database_is_restored_row_for_row(log: EventLog, make_rig: Any) -> None:
-    env = Workplace()
+@pytest.mark.parametrize("env", [Workplace(), WorkplaceExported()], ids=["in_events", "exported"])
+async def test_workplace_database_is_restored_row_for_row(
+    log: EventLog, make_rig: Any, env: Workplace
+) -> None:
     rig = await make_rig(env)
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1, {"contacts": [{"name": "Ada", "company": "AE"}]})

@@ -61,7 +61,8 @@ async def _run(
         process_mode="coordinated_workers" if opts.workers > 1 else "single",
     )
     app, hooks = make(log, instance, participant)
-    participant.hooks = hooks
+    if hooks is not None:
+        participant.hooks = hooks
     await participant.start()
     try:
         await serve_on(app, sock, instance)

@@ -38,14 +38,16 @@ async def validate_references(
     start: int,
     cut: int,
     limit: int = 20,
-    reported: dict[str, set[str]] | None = None,
+    reported: dict[str, tuple[set[str], int]] | None = None,
 ) -> tuple[list[str], int]:
     """Problems found among events ``start..cut`` (at most ``limit``), and events checked.
 
     The ledger must already be projected up to ``cut``. ``reported`` maps a model
     participant instance to the calls its prepare reply accounted for: a call that
-    instance admitted in this range and did not finish below the cut must be
-    among them, or the acknowledgement is partial.
+    instance admitted in this range (after its process started) and did not
+    finish below the cut must be among them, or the acknowledgement is partial.
+    Calls a previous, crashed process of the same instance admitted are not the
+    new process's to know.
     """
     problems: list[str] = []
     checked = 0
@@ -97,6 +99,9 @@ async def validate_references(
             if len(problems) >= limit:
                 return problems, checked
     for call_id, (instance, seq) in open_calls.items():
-        if reported is not None and instance in reported and call_id not in reported[instance]:
+        if reported is None or instance not in reported:
+            continue
+        calls, started = reported[instance]
+        if seq > started and call_id not in calls:
             problems.append(f"seq {seq}: {instance} admitted call {call_id} but its prepare reply omits it")
     return problems[:limit], checked

@@ -321,7 +321,11 @@ class Coordinator:
                 await self.projector.catch_up(up_to=cut)
                 snapshot = self.tokens.snapshot(cid) if self.tokens is not None else None
                 start = int(self.ledger.meta("validated_seq", 0)) + 1
-                reported = {r.instance: {c.call_id for c in r.calls} for r in replies if r.calls is not None}
+                reported = {
+                    r.instance: ({c.call_id for c in r.calls}, r.started_seq)
+                    for r in replies
+                    if r.calls is not None
+                }
                 problems, checked = await validate_references(
                     self.log, self.ledger, self.tokens, snapshot, start=start, cut=cut, reported=reported
                 )

@@ -94,3 +94,4 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     error_kind: str = ""  # stale | busy | deadline | failed | bad_request
     capabilities: Capabilities | None = None
     calls: list[CallDisposition] | None = None
+    started_seq: int = 0  # the stream's end when this process started: older calls are not its to report

@@ -120,6 +120,7 @@ class Participant:
         self.lease_grace_s = lease_grace_s
         # exported participants wait for accepted work unless they cut it instead (model servers)
         self.drain = drain
+        self.started_seq = 0
         self.gate = AdmissionGate(instance)
         self.lease_expiries = 0
         self._active: _Active | None = None
@@ -138,6 +139,7 @@ class Participant:
         return self.log.subjects.control(self.instance)
 
     async def start(self) -> Participant:
+        self.started_seq = await self.log.last_seq()
         self._service = await add_service(
             self.log.nc,
             name=service_name(self.log.subjects.namespace),
@@ -333,7 +335,11 @@ class Participant:
             self._finished.pop(req.checkpoint_id, None)
             self._active = _Active(req.checkpoint_id, req.deadline, "restoring")
             self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
-            await self.hooks.restore(req.checkpoint_id, req.cut)
+            try:
+                await self.hooks.restore(req.checkpoint_id, req.cut)
+            except Exception as exc:  # a restore that cannot complete says so; it never half-activates
+                self._finish(req.checkpoint_id, "aborted")
+                return self._reply(req, False, kind="failed", error=f"restore failed: {exc!r}")
             self._active.phase = "restored"  # paused until an explicit resume
         return self._reply(req, True)
 
@@ -363,6 +369,7 @@ class Participant:
             error_kind=kind,
             capabilities=capabilities,
             calls=calls,
+            started_seq=self.started_seq,
         )
 
     # --- lease ----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from ._app import create_resources_app
 from ._env import Environment, ToolResult
-from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace
+from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace, WorkplaceExported
 from ._service import NotContinuable, ResourcesService, Session
 
 __all__ = [
@@ -17,5 +17,6 @@ __all__ = [
     "Session",
     "ToolResult",
     "Workplace",
+    "WorkplaceExported",
     "create_resources_app",
 ]

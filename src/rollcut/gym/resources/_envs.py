@@ -12,7 +12,15 @@ import msgspec
 
 from ._env import Environment, ToolResult
 
-__all__ = ["ENVIRONMENTS", "Blackjack", "Counter", "MathVerifier", "Scratchpad", "Workplace"]
+__all__ = [
+    "ENVIRONMENTS",
+    "Blackjack",
+    "Counter",
+    "MathVerifier",
+    "Scratchpad",
+    "Workplace",
+    "WorkplaceExported",
+]
 
 
 class Counter(Environment):
@@ -137,13 +145,15 @@ create table crm(id integer primary key, name text, company text, stage text);
 class Workplace(Environment):
     """Email, calendar and CRM tools over one SQLite database per session.
 
-    Exported: mutations log only what the agent did; at an aligned prepare each
-    session's database is serialized (``sqlite3.Connection.serialize``) into a
-    snapshot event, and restored row for row with ``deserialize``.
+    The codec is ``sqlite3.Connection.serialize``/``deserialize``: restored row
+    for row. This variant logs the (small) database with every mutation, so a
+    session survives the loss of its process at any point;
+    :class:`WorkplaceExported` logs only the calls and snapshots at prepare.
     """
 
     name = "workplace"
-    mode = "exported"
+    mode = "event_sourced"
+    state_in_events = True
 
     def tools(self) -> dict[str, Any]:
         return {
@@ -245,6 +255,18 @@ class Workplace(Environment):
         state.close()
 
 
+class WorkplaceExported(Workplace):
+    """The same tools, checkpointed by export: mutations log only what the agent
+    did, and each session's database is snapshotted at an aligned prepare.
+    Cheaper per call; the state since the last snapshot dies with the process,
+    so such a session continues only from a checkpoint taken while it was alive
+    (otherwise its rollout is freshly dispatched)."""
+
+    name = "workplace_exported"
+    mode = "exported"
+    state_in_events = False
+
+
 class MathVerifier(Environment):
     """Stateless; verification is replayable: re-running it gives the same answer."""
 
@@ -279,5 +301,5 @@ class Scratchpad(Environment):
 
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
-    cls.name: cls for cls in (Counter, Blackjack, Workplace, MathVerifier, Scratchpad)
+    cls.name: cls for cls in (Counter, Blackjack, Workplace, WorkplaceExported, MathVerifier, Scratchpad)
 }

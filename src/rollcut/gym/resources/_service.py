@@ -259,7 +259,10 @@ class ResourcesService:
             opened = await self._opened(rid)
             if opened is None or opened.from_cut != cut:
                 continue
-            s = await self._build(Identity(rid, opened.attempt), opened.previous_attempt, cut)
+            try:
+                s = await self._build(Identity(rid, opened.attempt), opened.previous_attempt, cut)
+            except NotContinuable:
+                continue  # this rollout goes to fresh dispatch; the others still restore
             if s is not None:
                 built[s.ident] = s
         self.sessions.update(built)  # the activation: one step, after every session validated

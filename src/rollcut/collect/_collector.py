@@ -1,0 +1,434 @@
+"""The reference framework integration: collect rollouts, checkpoint, recover.
+
+Identity: rollout ids are assigned before dispatch (``<task id>-<repeat>``), and
+``rollout.dispatched`` holds the original input. The live-execution registry
+is the ledger's projection of the log, not a second source of truth.
+
+Hand-off, exactly once: a finished rollout's row is appended to the output
+JSONL and fsynced, *then* ``result.accepted`` closes it. A crash between the
+two leaves a row without acceptance; on the next run the row is found and only
+the acceptance is appended. So every rollout appears in the output exactly
+once, across any number of crashes.
+
+Recovery (``resume=True``): take the latest published checkpoint, replay the
+log up to its cut, and give every rollout not yet accepted one disposition:
+*continue* (it made progress below the cut: attempt N+1 opens from the cut and
+the servers rebuild its sessions) or *fresh dispatch* (no progress, corrupt
+history, or no checkpoint: N+1 opens from the input). A continuation the
+servers refuse (a restart-only environment, a changed agent) falls back to a
+fresh dispatch as the next attempt; nothing ever resumes from a combination
+of states that do not belong together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from .._errors import (
+    CheckpointConflictError,
+    CheckpointError,
+    ConfigError,
+    RolloutExistsError,
+    StaleAttemptError,
+)
+from ..bus import EventLog, ResultAccepted, input_digest
+from ..ledger import Ledger, Projector
+from ..participants import Coordinator
+from ..replay import replay
+from ..tokens import LocalTokenStore
+
+__all__ = ["Collector", "RecoveryPlan", "Summary", "plan_recovery"]
+
+EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
+
+
+@dataclass
+class RecoveryPlan:
+    checkpoint_id: str | None
+    cut: int
+    completed: list[str] = field(default_factory=list)
+    continue_: list[str] = field(default_factory=list)
+    fresh_dispatch: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Summary:
+    rollouts: int = 0
+    results_written: int = 0
+    duplicate_results: int = 0
+    accepted_before: int = 0
+    checkpoints_published: int = 0
+    last_checkpoint: str | None = None
+    recovery: dict[str, int] = field(
+        default_factory=lambda: {"completed": 0, "continue": 0, "fresh_dispatch": 0}
+    )
+    fallbacks_to_fresh: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+
+async def plan_recovery(log: EventLog, ledger: Ledger, rollouts: list[str]) -> RecoveryPlan:
+    """One disposition per rollout, from the latest published checkpoint."""
+    await Projector(ledger, log).catch_up()
+    accepted = {r.rollout_id for r in ledger.rollouts() if r.accepted_seq is not None}
+    ck = ledger.latest_checkpoint()
+    plan = RecoveryPlan(ck.checkpoint_id if ck else None, ck.cut if ck else 0)
+    at_cut = await replay(log, up_to=plan.cut) if ck else None
+    for rid in rollouts:
+        if rid in accepted:
+            plan.completed.append(rid)
+            continue
+        st = at_cut.rollouts.get(rid) if at_cut else None
+        a = st.current() if st is not None and st.open else None
+        if a is None or st.corrupt_seqs or not a.sessions:  # type: ignore[union-attr]
+            plan.fresh_dispatch.append(rid)
+        else:
+            plan.continue_.append(rid)
+    return plan
+
+
+def _token(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", s)[:100] or "task"
+
+
+class Collector:
+    def __init__(
+        self,
+        log: EventLog,
+        ledger: Ledger,
+        tokens: LocalTokenStore,
+        *,
+        environment_url: str,
+        tasks: list[dict[str, Any]],
+        output: Path,
+        num_repeats: int = 1,
+        concurrency: int = 16,
+        max_attempts: int = 5,
+        checkpoint_every_s: float | None = None,
+        checkpoint_deadline_s: float = 30.0,
+        instance: str = "collector-0",
+        on_progress: Callable[[Summary, int, int], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.ledger = ledger
+        self.coordinator = Coordinator(log, ledger, tokens)
+        self.env_url = environment_url.rstrip("/")
+        self.tasks = tasks
+        self.output = output
+        self.num_repeats = num_repeats
+        self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        self.every_s = checkpoint_every_s
+        self.deadline_s = checkpoint_deadline_s
+        self.instance = instance
+        self.on_progress = on_progress
+        self.summary = Summary()
+        self._inputs: dict[str, dict[str, Any]] = {}
+        self._written: dict[str, dict[str, Any]] = {}  # rollout id -> its row in the output
+        self._stop = asyncio.Event()
+        self._ck_lock = asyncio.Lock()
+        self._running = 0
+
+    # --- identity and hand-off ---------------------------------------------------------
+
+    def rollout_ids(self) -> list[str]:
+        out = []
+        for task in self.tasks:
+            tid = _token(str(task.get("id", input_digest(task)[:12])))
+            for k in range(self.num_repeats):
+                rid = f"{tid}-{k}"
+                self._inputs[rid] = task
+                out.append(rid)
+        return out
+
+    def _load_written(self) -> None:
+        if not self.output.exists():
+            return
+        counts: dict[str, int] = {}
+        with self.output.open() as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    rid = row["rollout_id"]
+                    counts[rid] = counts.get(rid, 0) + 1
+                    self._written.setdefault(rid, row)
+        self.summary.duplicate_results = sum(c - 1 for c in counts.values())
+
+    def _write_row(self, row: dict[str, Any]) -> None:
+        with self.output.open("a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
+        row = self._written.get(rid)
+        if row is None:  # the row first, durable; then the acknowledgement
+            row = {
+                "rollout_id": rid,
+                "attempt": attempt,
+                "task_id": self._inputs[rid].get("id"),
+                "reward": result.get("reward"),
+                "turns": result.get("turns"),
+                "answer": result.get("answer"),
+                "continued": result.get("continued", False),
+            }
+            self._write_row(row)
+            self._written[rid] = row
+            self.summary.results_written += 1
+        await self._accept(rid, attempt, row)
+
+    async def _accept(self, rid: str, attempt: int, row: dict[str, Any]) -> None:
+        """The hand-off acknowledgement: binds the row's digest to the rollout for good."""
+        await self.log.append(
+            ResultAccepted(
+                component="collector",
+                instance=self.instance,
+                rollout_id=rid,
+                attempt=attempt,
+                result_digest=input_digest(row),
+                reward=float(row.get("reward") or 0.0),
+            )
+        )
+
+    # --- checkpoints -------------------------------------------------------------------
+
+    async def checkpoint(self) -> str | None:
+        async with self._ck_lock:
+            try:
+                res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
+            except CheckpointError as exc:
+                self.summary.failed.setdefault("checkpoint", str(exc)[:300])
+                return None
+            self.summary.checkpoints_published += 1
+            self.summary.last_checkpoint = res.record.checkpoint_id
+            return res.record.checkpoint_id
+
+    async def _periodic(self) -> None:
+        while self.every_s:
+            await asyncio.sleep(self.every_s)
+            await self.checkpoint()
+
+    # --- recovery ----------------------------------------------------------------------
+
+    async def _recover(self, rollouts: list[str]) -> None:
+        # After a crash every durable event is part of a consistent prefix, so the best cut is the
+        # end of the stream: seal it as a checkpoint (the restarted participants hold nothing in
+        # flight), and everything completed before the crash is served from the log, not redone.
+        give_up = time.time() + self.deadline_s + self.coordinator.grace_s + 5
+        while True:
+            try:
+                async with self._ck_lock:
+                    res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
+                self.summary.checkpoints_published += 1
+                self.summary.last_checkpoint = res.record.checkpoint_id
+                break
+            except CheckpointConflictError:
+                # a checkpoint the crash interrupted still holds the lane until its deadline passes
+                if time.time() > give_up:
+                    break
+                await asyncio.sleep(0.2)
+            except CheckpointError as exc:
+                self.summary.failed.setdefault("recovery_checkpoint", str(exc)[:300])
+                break  # plan from the latest checkpoint that did publish
+        plan = await plan_recovery(self.log, self.ledger, rollouts)
+        self.summary.recovery = {
+            "completed": len(plan.completed),
+            "continue": len(plan.continue_),
+            "fresh_dispatch": len(plan.fresh_dispatch),
+        }
+        for rid in plan.continue_:
+            await self._new_attempt(
+                rid,
+                from_cut=plan.cut,
+                checkpoint_id=plan.checkpoint_id or "",
+                reason="continue from checkpoint",
+            )
+        for rid in plan.fresh_dispatch:
+            await self._new_attempt(rid, from_cut=0, reason="fresh dispatch")
+        if plan.checkpoint_id and plan.continue_:
+            await self.restore_and_resume(plan.checkpoint_id, plan.cut)
+
+    async def restore_and_resume(self, checkpoint_id: str, cut: int) -> None:
+        """Rebuild participants' sessions at the cut (they stay paused), then release them."""
+        deadline = time.time() + self.deadline_s
+        found = await self.coordinator.discover()
+        replies = await asyncio.gather(
+            *(self.coordinator.call(i, "restore", checkpoint_id, deadline, cut=cut) for i in found)
+        )
+        bad = [r for r in replies if not r.ok]
+        if bad:
+            raise CheckpointError(
+                "restore failed: " + "; ".join(f"{r.instance}: {r.error}" for r in bad),
+                checkpoint_id=checkpoint_id,
+            )
+        await asyncio.gather(*(self.coordinator.call(i, "resume", checkpoint_id, deadline) for i in found))
+
+    async def _new_attempt(self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "") -> int:
+        state = await self.log.fence_state(rid)
+        if state is None:
+            raise ConfigError(f"rollout {rid} was never dispatched")
+        if not state.open:
+            await self.log.open_attempt(
+                rid,
+                state.attempt + 1,
+                instance=self.instance,
+                reason=reason,
+                checkpoint_id=checkpoint_id,
+                from_cut=from_cut,
+            )
+            return state.attempt + 1
+        return await self.log.supersede(
+            rid,
+            state.attempt,
+            instance=self.instance,
+            reason=reason,
+            checkpoint_id=checkpoint_id,
+            from_cut=from_cut,
+        )
+
+    # --- the run -------------------------------------------------------------------------
+
+    async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
+        for _ in range(self.max_attempts * 20):
+            if self._stop.is_set():
+                return
+            state = await self.log.fence_state(rid)
+            if state is None or not state.open:
+                return
+            if state.attempt > self.max_attempts:
+                self.summary.failed[rid] = f"gave up after {self.max_attempts} attempts"
+                return
+            try:
+                resp = await client.post(
+                    f"{self.env_url}/run",
+                    json=self._inputs[rid],
+                    headers={"x-rollout-id": rid, "x-rollout-attempt": str(state.attempt)},
+                )
+            except httpx.HTTPError as exc:
+                if self._stop.is_set():
+                    return
+                self.summary.failed[rid] = f"environment unreachable: {exc!r}"[:300]
+                await asyncio.sleep(0.5)  # the environment server may be restarting; bounded by the loop
+                continue
+            if resp.status_code == 200:
+                try:
+                    await self._hand_off(rid, state.attempt, resp.json())
+                except StaleAttemptError:
+                    continue
+                self.summary.failed.pop(rid, None)
+                return
+            err = (
+                (resp.json().get("error") or {})
+                if resp.headers.get("content-type", "").startswith("application/json")
+                else {}
+            )
+            kind = err.get("type", "")
+            if kind in ("fresh_dispatch", "not_continuable"):
+                self.summary.fallbacks_to_fresh += 1
+                await self._new_attempt(
+                    rid, from_cut=0, reason=f"continuation refused: {err.get('message', '')}"
+                )
+            elif kind == "admission_closed":
+                await asyncio.sleep(
+                    float(resp.headers.get("retry-after", "1"))
+                )  # a checkpoint is in progress
+            elif kind == "stale_attempt":
+                continue
+            else:
+                self.summary.failed[rid] = f"{resp.status_code} {kind}: {err.get('message', resp.text[:200])}"
+                await asyncio.sleep(0.5)
+
+    async def run(self, *, resume: bool = False) -> Summary:
+        t0 = time.perf_counter()
+        rollouts = self.rollout_ids()
+        self.summary.rollouts = len(rollouts)
+        self._load_written()
+        for rid in rollouts:
+            with contextlib.suppress(RolloutExistsError):
+                await self.log.dispatch(rid, self._inputs[rid], instance=self.instance)
+        await Projector(self.ledger, self.log).catch_up()
+        accepted = {r.rollout_id for r in self.ledger.rollouts() if r.accepted_seq is not None}
+        for rid in set(self._written) - accepted:  # a row written, its acknowledgement lost: acknowledge only
+            st = await self.log.fence_state(rid)
+            if st is not None and st.open:
+                await self._accept(rid, st.attempt, self._written[rid])
+                accepted.add(rid)
+        self.summary.accepted_before = len(accepted)
+        if resume:
+            await self._recover(rollouts)
+        pending: asyncio.Queue[str] = asyncio.Queue()
+        for rid in rollouts:
+            if rid not in accepted:
+                pending.put_nowait(rid)
+        total = len(rollouts)
+        periodic = asyncio.ensure_future(self._periodic()) if self.every_s else None
+        transport = httpx.AsyncHTTPTransport(socket_options=[(6, 1, 1)])  # IPPROTO_TCP, TCP_NODELAY
+        async with httpx.AsyncClient(
+            timeout=600, transport=transport, limits=httpx.Limits(max_connections=self.concurrency * 2)
+        ) as client:
+
+            async def worker() -> None:
+                while not self._stop.is_set():
+                    try:
+                        rid = pending.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    self._running += 1
+                    try:
+                        await self._run_one(client, rid)
+                    finally:
+                        self._running -= 1
+                    if self.on_progress:
+                        self.on_progress(self.summary, total, self._running)
+
+            workers = [asyncio.ensure_future(worker()) for _ in range(self.concurrency)]
+            gathered = asyncio.gather(*workers, return_exceptions=True)
+            stopper = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait([gathered, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if self._stop.is_set():
+                for w in workers:
+                    w.cancel()
+            await gathered
+            stopper.cancel()
+        if periodic is not None:
+            periodic.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await periodic
+        self._load_written()
+        self.summary.results_written = len(self._written)
+        self.summary.wall_s = round(time.perf_counter() - t0, 3)
+        return self.summary
+
+    def stop(self) -> None:
+        self.summary.interrupted = True
+        self._stop.set()
+
+    def install_signals(self, *, on_sigusr1: bool = True, on_sigterm: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        if on_sigusr1:
+            loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(self.checkpoint()))
+        if on_sigterm:
+
+            async def term() -> None:
+                await self.checkpoint()
+                self.stop()
+
+            loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(term()))
+
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    return msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))

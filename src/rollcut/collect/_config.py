@@ -1,0 +1,60 @@
+"""The collection config: YAML, validated into versioned structs with clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from .._errors import ConfigError
+
+__all__ = ["CheckpointPolicy", "CollectConfig", "load_config"]
+
+
+class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    every_s: Annotated[float, Meta(gt=0)] | None = None
+    on_sigusr1: bool = True
+    on_sigterm: bool = True
+    deadline_s: Annotated[float, Meta(gt=0)] = 30.0
+
+
+class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything a collection run needs; paths are relative to the config file."""
+
+    schema_version: int = 1
+    nats_url: str | None = None  # None: the embedded server under home
+    namespace: str = "default"
+    credentials: str | None = None
+    home: str = ".rollcut"
+    ledger: str | None = None  # default: <home>/ledger
+    tokens: str | None = None  # default: <home>/tokens
+    environment_url: str  # the environment server's /run
+    tasks: str  # JSONL, one task per line, each with an "id"
+    output: str  # JSONL of results, one row per rollout, exactly once
+    num_repeats: Annotated[int, Meta(ge=1)] = 1
+    concurrency: Annotated[int, Meta(ge=1)] = 16
+    max_attempts: Annotated[int, Meta(ge=1)] = 5
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+
+    def path(self, value: str, base: Path) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else base / p
+
+
+def load_config(path: Path) -> tuple[CollectConfig, Path]:
+    """The config and the directory its relative paths are relative to."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    try:
+        cfg = msgspec.yaml.decode(raw, type=CollectConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if cfg.schema_version != 1:
+        raise ConfigError(f"{path}: schema_version {cfg.schema_version} is not supported (1 is)")
+    return cfg, path.parent.resolve()

@@ -13,6 +13,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
@@ -174,6 +175,11 @@ async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> None
             await js.add_stream(want)
         except BadRequestError as exc:
             raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
+        except NatsTimeoutError as exc:  # a role without the create permission is simply not answered
+            raise BusError(
+                f"stream {subjects.stream} does not exist and this connection cannot create it "
+                f"(role {config.user or 'anonymous'}): start the coordinator or an admin connection first"
+            ) from exc
         return
     have = info.config
     if not have.allow_atomic or not have.allow_direct:

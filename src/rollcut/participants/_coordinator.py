@@ -139,7 +139,7 @@ class Coordinator:
         sub = await nc.subscribe(inbox, cb=on_reply)
         try:
             await nc.publish(f"$SRV.PING.{service_name(self.log.subjects.namespace)}", b"", reply=inbox)
-            await nc.flush()
+            await asyncio.shield(nc.flush())  # nats-py: a cancelled flush kills its read loop
             limit = time.monotonic() + (timeout if timeout is not None else self.discovery_s)
             while time.monotonic() < limit:
                 await asyncio.sleep(self.discovery_idle_s / 2)

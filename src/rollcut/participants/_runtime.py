@@ -157,7 +157,7 @@ class Participant:
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
-        await self.log.nc.flush()
+        await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 

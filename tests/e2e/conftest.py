@@ -1,0 +1,110 @@
+"""A whole deployment for end-to-end tests: JetStream with role credentials, every Gym
+server as its own process, and `rollcut collect` driven through its command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcut._runtime import credentials_for
+from rollcut.bus import BusConfig, EmbeddedServer, EventLog
+from rollcut.collect._demo import NS, _stack, demo_tasks
+
+
+@dataclass
+class Deployment:
+    root: Path
+    url: str
+    config: Path
+    output: Path
+    stack: list[Any]
+    rollouts: int
+
+    def collect(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rollcut._cli", "collect", str(self.config), "--json", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.output.exists():
+            return []
+        return [json.loads(line) for line in self.output.read_text().splitlines() if line.strip()]
+
+    def wait_rows(self, n: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+        give_up = time.monotonic() + timeout
+        while len(self.rows()) < n:  # bounded: the collection makes progress or the test fails
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < give_up, f"only {len(self.rows())} rows after {timeout}s"
+            time.sleep(0.05)
+
+    def crash(self) -> None:
+        for p in self.stack:
+            p.kill()
+
+    def restart(self) -> None:
+        self.stack = _stack(self.url, self.root / "nats" / "credentials.json", self.root / "tokens", 0, {})
+        self._write_config()
+
+    def _write_config(self) -> None:
+        self.config.write_text(
+            "\n".join(
+                [
+                    f"nats_url: {self.url}",
+                    f"namespace: {NS}",
+                    f"credentials: {self.root / 'nats' / 'credentials.json'}",
+                    f"home: {self.root}",
+                    f"environment_url: {self.stack[-1].url}",
+                    "tasks: tasks.jsonl",
+                    "output: results.jsonl",
+                    "concurrency: 8",
+                    "checkpoint:",
+                    "  deadline_s: 5",
+                    "",
+                ]
+            )
+        )
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    creds = credentials_for(tmp_path / "nats", NS)
+    with EmbeddedServer(tmp_path / "nats", credentials=creds) as nats:
+        asyncio.run(_create_stream(nats.url, creds))  # as an operator would, before any server starts
+        tasks = demo_tasks(16, seed=0)
+        (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+        stack = _stack(nats.url, tmp_path / "nats" / "credentials.json", tmp_path / "tokens", 0, {})
+        dep = Deployment(
+            tmp_path, nats.url, tmp_path / "collect.yaml", tmp_path / "results.jsonl", stack, len(tasks)
+        )
+        dep._write_config()
+        try:
+            yield dep
+        finally:
+            dep.crash()
+
+
+async def _create_stream(url: str, creds: Any) -> None:
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    await log.close()
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict[str, Any]]:
+    out, err = proc.communicate(timeout=timeout)
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return proc.returncode, (json.loads(lines[-1]) if lines else {"stderr": err[-2000:]})
+
+
+SIGTERM, SIGUSR1 = signal.SIGTERM, signal.SIGUSR1

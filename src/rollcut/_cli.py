@@ -212,15 +212,27 @@ def replay_cmd(
         int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")
     ] = None,
     rollout: Annotated[str | None, typer.Option("--rollout", help="Only this rollout.")] = None,
+    checkpoint: Annotated[
+        str | None, typer.Option("--checkpoint", help="Replay up to this published checkpoint's cut.")
+    ] = None,
+    ledger: LedgerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild session state from the log as of a stream sequence."""
+    """Rebuild session state from the log as of a checkpoint or a stream sequence."""
+    from .ledger import Ledger
     from .replay import replay
 
+    home = home or default_home()
+    if checkpoint is not None:
+        with Ledger(ledger or home / "ledger", readonly=True) as led:
+            rec = led.checkpoint(checkpoint)
+        if rec is None:
+            console.print(f"[red]error:[/red] no published checkpoint {checkpoint}")
+            raise typer.Exit(1)
+        up_to = rec.cut
+
     async def go() -> Any:
-        async with open_log(
-            url, home=home or default_home(), namespace=namespace, credentials=credentials
-        ) as log:
+        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
             return await replay(log, up_to=up_to, rollout_id=rollout)
 
     res = _run(go())

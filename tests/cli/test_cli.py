@@ -109,6 +109,8 @@ def test_checkpoint_commands_on_the_embedded_default(tmp_path: Path) -> None:
     assert json.loads(ok.stdout) == {"checkpoint_id": rec["checkpoint_id"], "ok": True, "problems": []}
     missing = _run("checkpoints", "verify", "ck-nope", *home, check=False)
     assert missing.returncode == 1
+    at = json.loads(_run("replay", *home, "--checkpoint", rec["checkpoint_id"], "--json").stdout)
+    assert at["cut"] == rec["cut"]
 
 
 def test_bench_checkpoint_prints_the_promised_fields() -> None:

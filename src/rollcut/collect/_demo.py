@@ -77,23 +77,36 @@ def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 class _Proc:
-    def __init__(self, argv: list[str], workers: int = 1) -> None:
-        self.argv, self.workers = argv, workers
+    def __init__(self, argv: list[str], workers: int = 1, logs: Path | None = None) -> None:
+        self.argv, self.workers, self.logs = argv, workers, logs
         self.p: subprocess.Popen[str] | None = None
         self.url, self.pids = "", []
+        self.log_path: Path | None = None
+
+    def alive(self) -> bool:
+        return self.p is not None and self.p.poll() is None and all(_alive(pid) for pid in self.pids)
+
+    def tail(self) -> str:
+        return self.log_path.read_text()[-1500:] if self.log_path and self.log_path.exists() else ""
 
     def start(self) -> _Proc:
+        err: Any = subprocess.DEVNULL
+        if self.logs is not None:
+            self.logs.mkdir(parents=True, exist_ok=True)
+            name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
+            self.log_path = self.logs / f"{name}.log"
+            err = self.log_path.open("a")
         self.p = subprocess.Popen(
             [sys.executable, "-m", "rollcut._cli", "serve", *self.argv],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             text=True,
         )
         self.pids = []
         while True:
             line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
             if not line:
-                raise RuntimeError(f"rollcut serve {self.argv[0]} did not start")
+                raise RuntimeError(f"rollcut serve {self.argv[0]} did not start: {self.tail()}")
             if line.startswith("LISTENING"):
                 self.url = line.split()[1]
             elif line.startswith("READY") and "pid=" in line:
@@ -110,7 +123,17 @@ class _Proc:
             self.p.wait()
 
 
-def _stack(url: str, creds: Path, tokens: Path, seed: int, ports: dict[str, int]) -> list[_Proc]:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stack(
+    url: str, creds: Path, tokens: Path, seed: int, ports: dict[str, int], logs: Path | None = None
+) -> list[_Proc]:
     c = ["--url", url, "--namespace", NS, "--credentials", str(creds)]
     model = _Proc(
         [
@@ -124,10 +147,11 @@ def _stack(url: str, creds: Path, tokens: Path, seed: int, ports: dict[str, int]
             str(seed),
             "--token-delay",
             "0.002",
-        ]
+        ],
+        logs=logs,
     ).start()
     envs = {
-        name: _Proc(["resources", name, *c, "--port", str(ports.get(name, 0))]).start()
+        name: _Proc(["resources", name, *c, "--port", str(ports.get(name, 0))], logs=logs).start()
         for name in ("counter", "blackjack", "workplace")
     }
     agent = _Proc(
@@ -144,9 +168,19 @@ def _stack(url: str, creds: Path, tokens: Path, seed: int, ports: dict[str, int]
             str(ports.get("agent", 0)),
         ],
         workers=2,
+        logs=logs,
     ).start()
-    env = _Proc(["environment", "--agent", agent.url, *c, "--port", str(ports.get("environment", 0))]).start()
+    env = _Proc(
+        ["environment", "--agent", agent.url, *c, "--port", str(ports.get("environment", 0))], logs=logs
+    ).start()
     return [model, *envs.values(), agent, env]
+
+
+def _dead(stack: list[_Proc]) -> str | None:
+    for p in stack:
+        if not p.alive():
+            return f"rollcut serve {' '.join(p.argv[:2])} died on its own; its log:\n{p.tail()}"
+    return None
 
 
 def _port(p: _Proc) -> int:
@@ -169,7 +203,8 @@ async def run_demo(
             log = await EventLog.connect(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"
             )
-            stack = _stack(nats.url, creds_path, root / "tokens", seed, {})
+            logs = root / "logs"
+            stack = _stack(nats.url, creds_path, root / "tokens", seed, {}, logs)
             ports = {
                 "model": _port(stack[0]),
                 "counter": _port(stack[1]),
@@ -205,6 +240,11 @@ async def run_demo(
                                 and len(first._written) >= rollouts // 3
                             ):
                                 break
+                            died = _dead(stack)
+                            if died:
+                                first.stop()
+                                await run
+                                raise RuntimeError(died)
                             await asyncio.sleep(0.05)
                         if not run.done():
                             for p in stack:
@@ -214,7 +254,7 @@ async def run_demo(
                     s1 = await run
                     checkpoints = s1.checkpoints_published
                     if crash and crashes:
-                        stack = _stack(nats.url, creds_path, root / "tokens", seed, ports)
+                        stack = _stack(nats.url, creds_path, root / "tokens", seed, ports, logs)
                         second = make()
                         s2 = await second.run(resume=True)
                         checkpoints += s2.checkpoints_published

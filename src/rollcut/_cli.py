@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import threading
@@ -593,6 +594,89 @@ def collect_cmd(
         )
     if summary.interrupted:
         raise typer.Exit(EXIT_REQUEUE)
+
+
+def _collector_for(log: Any, led: Any, tk: Any) -> Any:
+    from .collect import Collector
+
+    return Collector(log, led, tk, environment_url="", tasks=[], output=Path(os.devnull))
+
+
+@app.command("restore")
+def restore_cmd(
+    checkpoint: Annotated[str, typer.Option("--checkpoint", help="The published checkpoint to restore.")],
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
+    tokens: TokensOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Plan recovery from a checkpoint, open the next attempts, rebuild every participant's
+    sessions at its cut, and leave them paused (then `rollcut resume`)."""
+    from .collect import plan_recovery
+    from .ledger import Ledger
+    from .tokens import LocalTokenStore
+
+    home = home or default_home()
+
+    async def go() -> dict[str, Any]:
+        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
+            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
+                plan = await plan_recovery(log, led, checkpoint_id=checkpoint)
+                col = _collector_for(log, led, tk)
+                await col.apply_plan(plan)
+                restored = await col.restore_participants(checkpoint, plan.cut)
+                return {
+                    "checkpoint_id": checkpoint,
+                    "cut": plan.cut,
+                    "completed": plan.completed,
+                    "continue": plan.continue_,
+                    "fresh_dispatch": plan.fresh_dispatch,
+                    "participants_paused": restored,
+                }
+
+    out = _run(go())
+    if as_json:
+        _print_json(out)
+    else:
+        console.print(
+            f"restored {checkpoint} at cut {out['cut']}: {len(out['continue'])} continue, "
+            f"{len(out['fresh_dispatch'])} fresh, {len(out['completed'])} completed; "
+            f"{len(out['participants_paused'])} participants paused until `rollcut resume`"
+        )
+
+
+@app.command("resume")
+def resume_cmd(
+    checkpoint: Annotated[
+        str, typer.Option("--checkpoint", help="The checkpoint a restore paused everyone for.")
+    ],
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    ledger: LedgerOpt = None,
+    tokens: TokensOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Release every participant a restore left paused."""
+    from .ledger import Ledger
+    from .tokens import LocalTokenStore
+
+    home = home or default_home()
+
+    async def go() -> list[str]:
+        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
+            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
+                return await _collector_for(log, led, tk).resume_participants(checkpoint)
+
+    released = _run(go())
+    if as_json:
+        _print_json({"checkpoint_id": checkpoint, "resumed": released})
+    else:
+        console.print(f"resumed {len(released)} participants")
 
 
 checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")

@@ -105,3 +105,111 @@ def test_a_corrupted_ledger_is_rebuilt_from_the_stream_and_collection_resumes(de
     code, summary = finish(deployment.collect("--resume"))
     assert code == 0, summary
     _exactly_once(deployment)
+
+
+def test_a_corrupted_event_makes_only_its_rollout_a_fresh_dispatch(deployment: Deployment) -> None:
+    import asyncio
+
+    from rollcut.bus import (
+        AgentBoundary,
+        AttemptOpened,
+        BusConfig,
+        EventLog,
+        ResultAccepted,
+        load_credentials,
+    )
+
+    proc = deployment.collect()
+    deployment.wait_rows(4, proc)
+    proc.send_signal(SIGTERM)
+    assert finish(proc)[0] == 75
+    creds = load_credentials(deployment.root / "nats" / "credentials.json")
+
+    async def corrupt_one() -> tuple[str, set[str]]:
+        log = await EventLog.connect(BusConfig(url=deployment.url).as_role(creds, "admin"))
+        try:
+            accepted = {s.event.rollout_id async for s in log.read() if isinstance(s.event, ResultAccepted)}
+            progressed = sorted(
+                {s.event.rollout_id async for s in log.read() if isinstance(s.event, AgentBoundary)}
+                - accepted
+            )
+            victim = progressed[0]
+            frame = bytearray(
+                log.codec.encode(
+                    AgentBoundary(
+                        component="agent",
+                        instance="agent-w0",
+                        rollout_id=victim,
+                        attempt=1,
+                        record={"turn": 9},
+                    )
+                )
+            )  # type: ignore[arg-type]
+            frame[-1] ^= 0xFF  # bit rot in a stored payload
+            await log.nc.jetstream().publish(log.subjects.event(victim, 1, "agent"), bytes(frame))
+            return victim, set(progressed[1:])
+        finally:
+            await log.close()
+
+    victim, others = asyncio.run(corrupt_one())
+    assert others, "need at least one other rollout with progress"
+    code, summary = finish(deployment.collect("--resume"))
+    assert code == 0, summary
+    _exactly_once(deployment)
+
+    async def opened() -> dict[str, int]:
+        log = await EventLog.connect(BusConfig(url=deployment.url).as_role(creds, "admin"))
+        try:
+            return {
+                s.event.rollout_id: s.event.from_cut
+                async for s in log.read(strict=False)
+                if isinstance(s.event, AttemptOpened) and s.event.attempt == 2
+            }
+        finally:
+            await log.close()
+
+    attempt2 = asyncio.run(opened())
+    assert attempt2[victim] == 0  # its history is corrupt: it starts again from its input
+    assert all(attempt2[r] > 0 for r in others)  # everyone else continued from the cut
+
+
+def test_restore_and_resume_by_hand_then_collection_finishes(deployment: Deployment) -> None:
+    proc = deployment.collect()
+    deployment.wait_rows(4, proc)
+    proc.send_signal(SIGTERM)
+    code, summary = finish(proc)
+    assert code == 75
+    ck = summary["last_checkpoint"]
+    creds = str(deployment.root / "nats" / "credentials.json")
+    common = [
+        "--url",
+        deployment.url,
+        "--namespace",
+        "demo",
+        "--credentials",
+        creds,
+        "--home",
+        str(deployment.root),
+        "--json",
+    ]
+    restored = subprocess.run(
+        [sys.executable, "-m", "rollcut._cli", "restore", "--checkpoint", ck, *common],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert restored.returncode == 0, restored.stderr[-1500:]
+    plan = json.loads(restored.stdout)
+    assert len(plan["completed"]) >= 4 and plan["participants_paused"]
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rollcut._cli", "resume", "--checkpoint", ck, *common],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0 and sorted(json.loads(resumed.stdout)["resumed"]) == sorted(
+        plan["participants_paused"]
+    )
+    code, summary = finish(deployment.collect())  # attempts are open: a plain run finishes them
+    assert code == 0, summary
+    _exactly_once(deployment)

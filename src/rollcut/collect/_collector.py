@@ -81,11 +81,18 @@ class Summary:
     wall_s: float = 0.0
 
 
-async def plan_recovery(log: EventLog, ledger: Ledger, rollouts: list[str]) -> RecoveryPlan:
-    """One disposition per rollout, from the latest published checkpoint."""
+async def plan_recovery(
+    log: EventLog, ledger: Ledger, rollouts: list[str] | None = None, checkpoint_id: str | None = None
+) -> RecoveryPlan:
+    """One disposition per rollout (default: every rollout the ledger knows), from a checkpoint
+    (default: the latest published one)."""
     await Projector(ledger, log).catch_up()
     accepted = {r.rollout_id for r in ledger.rollouts() if r.accepted_seq is not None}
-    ck = ledger.latest_checkpoint()
+    if rollouts is None:
+        rollouts = [r.rollout_id for r in ledger.rollouts()]
+    ck = ledger.checkpoint(checkpoint_id) if checkpoint_id else ledger.latest_checkpoint()
+    if checkpoint_id and ck is None:
+        raise ConfigError(f"no published checkpoint {checkpoint_id}")
     plan = RecoveryPlan(ck.checkpoint_id if ck else None, ck.cut if ck else 0)
     at_cut = await replay(log, up_to=plan.cut) if ck else None
     for rid in rollouts:
@@ -250,6 +257,12 @@ class Collector:
             "continue": len(plan.continue_),
             "fresh_dispatch": len(plan.fresh_dispatch),
         }
+        await self.apply_plan(plan)
+        if plan.checkpoint_id and plan.continue_:
+            await self.restore_and_resume(plan.checkpoint_id, plan.cut)
+
+    async def apply_plan(self, plan: RecoveryPlan) -> None:
+        """Open each planned rollout's next attempt (continued from the cut, or from its input)."""
         for rid in plan.continue_:
             await self._new_attempt(
                 rid,
@@ -259,11 +272,14 @@ class Collector:
             )
         for rid in plan.fresh_dispatch:
             await self._new_attempt(rid, from_cut=0, reason="fresh dispatch")
-        if plan.checkpoint_id and plan.continue_:
-            await self.restore_and_resume(plan.checkpoint_id, plan.cut)
 
     async def restore_and_resume(self, checkpoint_id: str, cut: int) -> None:
         """Rebuild participants' sessions at the cut (they stay paused), then release them."""
+        await self.restore_participants(checkpoint_id, cut)
+        await self.resume_participants(checkpoint_id)
+
+    async def restore_participants(self, checkpoint_id: str, cut: int) -> list[str]:
+        """Every live participant rebuilds its sessions at the cut and stays paused."""
         deadline = time.time() + self.deadline_s
         found = await self.coordinator.discover()
         replies = await asyncio.gather(
@@ -275,7 +291,16 @@ class Collector:
                 "restore failed: " + "; ".join(f"{r.instance}: {r.error}" for r in bad),
                 checkpoint_id=checkpoint_id,
             )
-        await asyncio.gather(*(self.coordinator.call(i, "resume", checkpoint_id, deadline) for i in found))
+        return [r.instance for r in replies]
+
+    async def resume_participants(self, checkpoint_id: str) -> list[str]:
+        """Release everyone the restore paused."""
+        deadline = time.time() + self.deadline_s
+        found = await self.coordinator.discover()
+        replies = await asyncio.gather(
+            *(self.coordinator.call(i, "resume", checkpoint_id, deadline) for i in found)
+        )
+        return [r.instance for r in replies if r.ok]
 
     async def _new_attempt(self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "") -> int:
         state = await self.log.fence_state(rid)

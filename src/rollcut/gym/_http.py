@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from .._errors import RollcutError
+from .._errors import FenceError, RollcutError, StaleAttemptError
 
-__all__ = ["CallError", "Identity", "error_response", "identity_of"]
+__all__ = ["CallError", "Identity", "append_or_refuse", "error_response", "identity_of"]
 
 
 class CallError(RollcutError):
@@ -49,3 +50,13 @@ def error_response(exc: CallError) -> JSONResponse:
     return JSONResponse(
         {"error": {"type": exc.kind, "message": str(exc)}}, status_code=exc.status, headers=headers
     )
+
+
+async def append_or_refuse(log: Any, event: Any) -> int:
+    """Append (write before act); a fence refusal becomes the HTTP answer the caller gets."""
+    try:
+        return await log.append(event)
+    except StaleAttemptError as exc:
+        raise CallError(409, "stale_attempt", str(exc)) from exc
+    except FenceError as exc:  # e.g. a rollout that was never dispatched
+        raise CallError(409, "unknown_rollout", str(exc)) from exc

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._errors import FenceError, RollcutError, StaleAttemptError
+from ..._errors import RollcutError, StaleAttemptError
 from ...bus import (
     AttemptOpened,
     EventLog,
@@ -46,7 +46,7 @@ from ...bus import (
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import LocalTokenStore, TokenRecord
-from .._http import CallError, Identity
+from .._http import CallError, Identity, append_or_refuse
 from ._backend import Backend
 from ._local import Plan, decode
 
@@ -191,12 +191,7 @@ class ModelService:
         }
 
     async def _append(self, event: Any) -> int:
-        try:
-            return await self.log.append(event)
-        except StaleAttemptError as exc:
-            raise CallError(409, "stale_attempt", str(exc)) from exc
-        except FenceError as exc:  # e.g. a rollout that was never dispatched
-            raise CallError(409, "unknown_rollout", str(exc)) from exc
+        return await append_or_refuse(self.log, event)
 
     def _policy_version(self) -> str:
         return getattr(self.backend, "last_policy_version", None) or self.backend.policy_version

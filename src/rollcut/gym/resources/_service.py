@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._errors import FenceError, RollcutError, StaleAttemptError
+from ..._errors import RollcutError
 from ...bus import (
     AgentBoundary,
     AttemptOpened,
@@ -37,7 +37,7 @@ from ...bus import (
     digest,
 )
 from ...participants import ExportReport, Participant
-from .._http import CallError, Identity
+from .._http import CallError, Identity, append_or_refuse
 from ._env import Environment
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
@@ -87,12 +87,7 @@ class ResourcesService:
         }
 
     async def _append(self, event: Any) -> int:
-        try:
-            return await self.log.append(event)
-        except StaleAttemptError as exc:
-            raise CallError(409, "stale_attempt", str(exc)) from exc
-        except FenceError as exc:
-            raise CallError(409, "unknown_rollout", str(exc)) from exc
+        return await append_or_refuse(self.log, event)
 
     def _admit(self) -> contextlib.AbstractAsyncContextManager[None]:
         if self.participant is None:

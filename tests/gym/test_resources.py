@@ -296,3 +296,28 @@ async def test_successful_sessions_retire_and_failed_ones_stay_for_inspection(
     }
     assert reasons == {"ok": "completed", "bad": "failed_verification"}
     assert rig.service.retire_rollout("bad") == 1 and rig.service.sessions == {}
+
+
+async def test_a_continuation_that_reached_no_boundary_is_not_continued_again(
+    log: EventLog, make_rig: Any
+) -> None:
+    """A second crash before the replacement made progress: fail closed, never a double apply."""
+    rig = await make_rig(Counter())
+    await log.dispatch("r1", {}, instance="c")
+    await rig.post("/seed_session", "r1", 1)
+    await rig.post("/add", "r1", 1, {"n": 1})
+    await log.append(
+        AgentBoundary(
+            component="agent",
+            instance="a",
+            rollout_id="r1",
+            attempt=1,
+            record=AgentBoundaryRecord(turn=0, resources_revisions={"counter": 1}),
+        )
+    )
+    await rig.post("/add", "r1", 1, {"n": 5})  # after the boundary, before the cut
+    await rig.restore_from_checkpoint("r1")  # attempt 2 restored (value 6), then the second crash
+    cut = await log.last_seq()
+    await log.supersede("r1", 2, instance="coordinator", from_cut=cut)
+    refused = await rig.post("/add", "r1", 3, {"n": 1})
+    assert refused.status_code == 409 and refused.json()["error"]["type"] == "not_continuable"

@@ -315,6 +315,14 @@ class ResourcesService:
                 boundary_rev = ev.record.resources_revisions.get(self.env.name, 0)
         if seeded is None:
             return None
+        if seeded.revision > 0 and boundary_rev == 0:
+            # ``prev`` was itself a continuation and reached no agent boundary: the agent would restart
+            # from its input while this state already holds the earlier attempt's calls. Continuing
+            # would need the whole chain; until then, fail closed into a fresh dispatch.
+            raise NotContinuable(
+                f"attempt {prev} of {ident.rollout_id} continued an earlier attempt but reached no boundary "
+                "before the cut"
+            )
         mode = self.env.mode
         if mode == "restart_only":
             raise NotContinuable(

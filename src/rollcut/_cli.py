@@ -864,6 +864,23 @@ def bench_model_cmd(
     _report("rollcut bench model", f"benchmarking {calls} model calls", bench_model(calls=calls), as_json)
 
 
+@bench_app.command("e2e")
+def bench_e2e_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts of the demo workload.")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
+    from .bench import bench_e2e
+
+    _report(
+        "rollcut bench e2e",
+        f"three recoveries of {rollouts} rollouts",
+        bench_e2e(rollouts=rollouts, seed=seed),
+        as_json,
+    )
+
+
 def main() -> None:
     app()
 

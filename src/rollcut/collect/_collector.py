@@ -129,6 +129,7 @@ class Collector:
         checkpoint_deadline_s: float = 30.0,
         instance: str = "collector-0",
         on_progress: Callable[[Summary, int, int], None] | None = None,
+        recovery: str = "tail",
     ) -> None:
         self.log = log
         self.ledger = ledger
@@ -142,6 +143,9 @@ class Collector:
         self.every_s = checkpoint_every_s
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
+        # tail: seal the stream's end and continue from it (rollcut); checkpoint: continue from the
+        # last published checkpoint only; restart: every unfinished rollout from its input
+        self.recovery = recovery
         self.on_progress = on_progress
         self.summary = Summary()
         self._inputs: dict[str, dict[str, Any]] = {}
@@ -235,23 +239,26 @@ class Collector:
         # After a crash every durable event is part of a consistent prefix, so the best cut is the
         # end of the stream: seal it as a checkpoint (the restarted participants hold nothing in
         # flight), and everything completed before the crash is served from the log, not redone.
-        give_up = time.time() + self.deadline_s + self.coordinator.grace_s + 5
-        while True:
-            try:
-                async with self._ck_lock:
-                    res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
-                self.summary.checkpoints_published += 1
-                self.summary.last_checkpoint = res.record.checkpoint_id
-                break
-            except CheckpointConflictError:
-                # a checkpoint the crash interrupted still holds the lane until its deadline passes
-                if time.time() > give_up:
+        if self.recovery == "tail":
+            give_up = time.time() + self.deadline_s + self.coordinator.grace_s + 5
+            while True:
+                try:
+                    async with self._ck_lock:
+                        res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
+                    self.summary.checkpoints_published += 1
+                    self.summary.last_checkpoint = res.record.checkpoint_id
                     break
-                await asyncio.sleep(0.2)
-            except CheckpointError as exc:
-                self.summary.failed.setdefault("recovery_checkpoint", str(exc)[:300])
-                break  # plan from the latest checkpoint that did publish
+                except CheckpointConflictError:
+                    # a checkpoint the crash interrupted still holds the lane until its deadline passes
+                    if time.time() > give_up:
+                        break
+                    await asyncio.sleep(0.2)
+                except CheckpointError as exc:
+                    self.summary.failed.setdefault("recovery_checkpoint", str(exc)[:300])
+                    break  # plan from the latest checkpoint that did publish
         plan = await plan_recovery(self.log, self.ledger, rollouts)
+        if self.recovery == "restart":
+            plan.fresh_dispatch, plan.continue_ = plan.fresh_dispatch + plan.continue_, []
         self.summary.recovery = {
             "completed": len(plan.completed),
             "continue": len(plan.continue_),

@@ -188,7 +188,13 @@ def _port(p: _Proc) -> int:
 
 
 async def run_demo(
-    *, rollouts: int = 64, seed: int = 0, crash: bool = True, home: Path | None = None, progress: Any = None
+    *,
+    rollouts: int = 64,
+    seed: int = 0,
+    crash: bool = True,
+    home: Path | None = None,
+    progress: Any = None,
+    recovery: str = "tail",
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
@@ -228,6 +234,7 @@ async def run_demo(
                             concurrency=16,
                             checkpoint_every_s=0.5,
                             checkpoint_deadline_s=5,
+                            recovery=recovery,
                             on_progress=progress,
                         )
 
@@ -287,6 +294,7 @@ async def run_demo(
             "served_from_log": counts["reused"],
             "regenerated_after_crash": counts["regenerated"],
         },
+        "tokens_regenerated": counts["tokens_regenerated"],
         "tool_calls": {"executed": counts["mutations"], "served_from_log": served_tools},
         "failed": summary.failed,
         "wall_s": round(time.perf_counter() - t0, 2),
@@ -295,14 +303,14 @@ async def run_demo(
 
 async def _count(log: EventLog) -> dict[str, int]:
     """What the log says happened, including any completed model call generated twice."""
-    completed: dict[str, list[tuple[int, int, str]]] = {}  # rollout -> (attempt, seq, request digest)
+    completed: dict[str, list[tuple[int, str, int]]] = {}  # rollout -> (attempt, request digest, tokens)
     opened_from: dict[tuple[str, int], int] = {}
-    out = {"generated": 0, "reused": 0, "mutations": 0, "regenerated": 0}
+    out = {"generated": 0, "reused": 0, "mutations": 0, "regenerated": 0, "tokens_regenerated": 0}
     async for s in log.read():
         ev = s.event
         if isinstance(ev, ModelCallCompleted):
             out["generated"] += 1
-            completed.setdefault(ev.rollout_id, []).append((ev.attempt, s.seq, ev.request_digest))
+            completed.setdefault(ev.rollout_id, []).append((ev.attempt, ev.request_digest, ev.receipt.count))
         elif isinstance(ev, ModelCallReused):
             out["reused"] += 1
         elif isinstance(ev, ResourcesMutated):
@@ -310,7 +318,8 @@ async def _count(log: EventLog) -> dict[str, int]:
         elif isinstance(ev, AttemptOpened):
             opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
     for calls in completed.values():  # a completed call generated again, whatever the reason
-        for attempt, _, dig in calls:
-            if any(a < attempt and d == dig for a, _, d in calls):
+        for attempt, dig, n in calls:
+            if any(a < attempt and d == dig for a, d, _ in calls):
                 out["regenerated"] += 1
+                out["tokens_regenerated"] += n
     return out

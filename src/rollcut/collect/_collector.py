@@ -389,6 +389,7 @@ class Collector:
         rollouts = self.rollout_ids()
         self.summary.rollouts = len(rollouts)
         self._load_written()
+        self.summary.results_written = len(self._written)  # progress counts rows already in the output
         for rid in rollouts:
             with contextlib.suppress(RolloutExistsError):
                 await self.log.dispatch(rid, self._inputs[rid], instance=self.instance)

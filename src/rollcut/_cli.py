@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,6 +55,26 @@ TokensOpt = Annotated[
 
 def _print_json(obj: Any) -> None:
     sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+
+
+@asynccontextmanager
+async def _opened(
+    url: str | None,
+    home: Path,
+    namespace: str,
+    credentials: Path | None,
+    ledger: Path | None,
+    tokens: Path | None,
+    *,
+    role: str = "admin",
+) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """The bus, the ledger and the token store a control command works on."""
+    from .ledger import Ledger
+    from .tokens import LocalTokenStore
+
+    async with open_log(url, home=home, namespace=namespace, role=role, credentials=credentials) as log:
+        with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
+            yield log, led, tk
 
 
 def _run(coro: Any) -> Any:
@@ -616,26 +638,23 @@ def restore_cmd(
     """Plan recovery from a checkpoint, open the next attempts, rebuild every participant's
     sessions at its cut, and leave them paused (then `rollcut resume`)."""
     from .collect import plan_recovery
-    from .ledger import Ledger
-    from .tokens import LocalTokenStore
 
     home = home or default_home()
 
     async def go() -> dict[str, Any]:
-        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
-            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
-                plan = await plan_recovery(log, led, checkpoint_id=checkpoint)
-                col = _collector_for(log, led, tk)
-                await col.apply_plan(plan)
-                restored = await col.restore_participants(checkpoint, plan.cut)
-                return {
-                    "checkpoint_id": checkpoint,
-                    "cut": plan.cut,
-                    "completed": plan.completed,
-                    "continue": plan.continue_,
-                    "fresh_dispatch": plan.fresh_dispatch,
-                    "participants_paused": restored,
-                }
+        async with _opened(url, home, namespace, credentials, ledger, tokens) as (log, led, tk):
+            plan = await plan_recovery(log, led, checkpoint_id=checkpoint)
+            col = _collector_for(log, led, tk)
+            await col.apply_plan(plan)
+            restored = await col.restore_participants(checkpoint, plan.cut)
+            return {
+                "checkpoint_id": checkpoint,
+                "cut": plan.cut,
+                "completed": plan.completed,
+                "continue": plan.continue_,
+                "fresh_dispatch": plan.fresh_dispatch,
+                "participants_paused": restored,
+            }
 
     out = _run(go())
     if as_json:
@@ -662,15 +681,12 @@ def resume_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Release every participant a restore left paused."""
-    from .ledger import Ledger
-    from .tokens import LocalTokenStore
 
     home = home or default_home()
 
     async def go() -> list[str]:
-        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
-            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
-                return await _collector_for(log, led, tk).resume_participants(checkpoint)
+        async with _opened(url, home, namespace, credentials, ledger, tokens) as (log, led, tk):
+            return await _collector_for(log, led, tk).resume_participants(checkpoint)
 
     released = _run(go())
     if as_json:
@@ -701,18 +717,17 @@ def checkpoint_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Take a checkpoint of whatever is running on the bus, and print its record."""
-    from .ledger import Ledger
     from .participants import Coordinator
-    from .tokens import LocalTokenStore
 
     home = home or default_home()
 
     async def go() -> Any:
-        async with open_log(
-            url, home=home, namespace=namespace, role="coordinator", credentials=credentials
-        ) as log:
-            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
-                return await Coordinator(log, led, tk).checkpoint(deadline_s=deadline)
+        async with _opened(url, home, namespace, credentials, ledger, tokens, role="coordinator") as (
+            log,
+            led,
+            tk,
+        ):
+            return await Coordinator(log, led, tk).checkpoint(deadline_s=deadline)
 
     res = _run(go())
     out = {
@@ -780,15 +795,13 @@ def checkpoints_verify(
     as_json: JsonOpt = False,
 ) -> None:
     """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
-    from .ledger import Ledger, verify_checkpoint
-    from .tokens import LocalTokenStore
+    from .ledger import verify_checkpoint
 
     home = home or default_home()
 
     async def go() -> list[str]:
-        async with open_log(url, home=home, namespace=namespace, credentials=credentials) as log:
-            with Ledger(ledger or home / "ledger") as led, LocalTokenStore(tokens or home / "tokens") as tk:
-                return await verify_checkpoint(log, led, tk, checkpoint_id)
+        async with _opened(url, home, namespace, credentials, ledger, tokens) as (log, led, tk):
+            return await verify_checkpoint(log, led, tk, checkpoint_id)
 
     problems = _run(go())
     if as_json:

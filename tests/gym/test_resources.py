@@ -52,6 +52,18 @@ class Rig:
             path, json=body or {}, headers={"x-rollout-id": rollout, "x-rollout-attempt": str(attempt)}
         )
 
+    async def boundary(self, rollout: str, env: str, revision: int) -> None:
+        """What the agent records after a turn: the resources revision it has seen."""
+        await self.log.append(
+            AgentBoundary(
+                component="agent",
+                instance="a",
+                rollout_id=rollout,
+                attempt=1,
+                record=AgentBoundaryRecord(turn=0, resources_revisions={env: revision}),
+            )
+        )
+
     async def restore_from_checkpoint(self, rollout: str) -> int:
         """Checkpoint, tombstone attempt 1, open 2 from the cut, restore: returns the cut."""
         res = await self.coordinator.checkpoint(deadline_s=5)
@@ -109,15 +121,7 @@ async def test_counter_restores_under_the_new_attempt_and_the_old_one_is_refused
     for n in (1, 2, 3):
         assert (await rig.post("/add", "r1", 1, {"n": n})).json()["revision"] == n
     # the agent recorded a boundary after those calls: nothing of attempt 1 is left to replay
-    await log.append(
-        AgentBoundary(
-            component="agent",
-            instance="a",
-            rollout_id="r1",
-            attempt=1,
-            record=AgentBoundaryRecord(turn=0, resources_revisions={"counter": 3}),
-        )
-    )
+    await rig.boundary("r1", "counter", 3)
     await rig.restore_from_checkpoint("r1")
     restored = rig.service.sessions[next(k for k in rig.service.sessions if k.attempt == 2)]
     assert restored.state == {"value": 16} and restored.revision == 3
@@ -146,15 +150,7 @@ async def test_blackjack_restored_mid_game_deals_the_same_cards(log: EventLog, m
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1, {"seed": 0})
     await rig.post("/hit", "r1", 1)
-    await log.append(
-        AgentBoundary(
-            component="agent",
-            instance="a",
-            rollout_id="r1",
-            attempt=1,
-            record=AgentBoundaryRecord(turn=0, resources_revisions={"blackjack": 1}),
-        )
-    )
+    await rig.boundary("r1", "blackjack", 1)
     await rig.restore_from_checkpoint("r1")
     continued = [(await rig.post(f"/{t}", "r1", 2)).json()["result"] for t in ("hit", "hit", "stand")]
     assert continued == after_cut
@@ -205,15 +201,7 @@ async def test_post_boundary_tool_calls_are_served_from_the_log_and_a_change_is_
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1)
     await rig.post("/add", "r1", 1, {"n": 1})
-    await log.append(
-        AgentBoundary(
-            component="agent",
-            instance="a",
-            rollout_id="r1",
-            attempt=1,
-            record=AgentBoundaryRecord(turn=0, resources_revisions={"counter": 1}),
-        )
-    )
+    await rig.boundary("r1", "counter", 1)
     await rig.post("/add", "r1", 1, {"n": 5})  # the unfinished turn's call, done before the cut
     await rig.restore_from_checkpoint("r1")
     executed = rig.service.stats["tool_calls_executed"]
@@ -306,15 +294,7 @@ async def test_a_continuation_that_reached_no_boundary_is_not_continued_again(
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1)
     await rig.post("/add", "r1", 1, {"n": 1})
-    await log.append(
-        AgentBoundary(
-            component="agent",
-            instance="a",
-            rollout_id="r1",
-            attempt=1,
-            record=AgentBoundaryRecord(turn=0, resources_revisions={"counter": 1}),
-        )
-    )
+    await rig.boundary("r1", "counter", 1)
     await rig.post("/add", "r1", 1, {"n": 5})  # after the boundary, before the cut
     await rig.restore_from_checkpoint("r1")  # attempt 2 restored (value 6), then the second crash
     cut = await log.last_seq()

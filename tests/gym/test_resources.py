@@ -286,10 +286,10 @@ async def test_successful_sessions_retire_and_failed_ones_stay_for_inspection(
     assert rig.service.retire_rollout("bad") == 1 and rig.service.sessions == {}
 
 
-async def test_a_continuation_that_reached_no_boundary_is_not_continued_again(
+async def test_a_second_crash_before_the_replacement_did_anything_still_continues(
     log: EventLog, make_rig: Any
 ) -> None:
-    """A second crash before the replacement made progress: fail closed, never a double apply."""
+    """Attempt 3 continues attempt 1's lineage through attempt 2, which reached no boundary."""
     rig = await make_rig(Counter())
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1)
@@ -299,5 +299,31 @@ async def test_a_continuation_that_reached_no_boundary_is_not_continued_again(
     await rig.restore_from_checkpoint("r1")  # attempt 2 restored (value 6), then the second crash
     cut = await log.last_seq()
     await log.supersede("r1", 2, instance="coordinator", from_cut=cut)
-    refused = await rig.post("/add", "r1", 3, {"n": 1})
-    assert refused.status_code == 409 and refused.json()["error"]["type"] == "not_continuable"
+    rig.service.sessions.clear()  # the replacement process: nothing in memory
+    # the agent restarts from attempt 1's boundary and re-issues the call it made after it
+    replayed = (await rig.post("/add", "r1", 3, {"n": 5})).json()
+    assert replayed["served_from_log"] is True and replayed["revision"] == 2
+    fresh = (await rig.post("/add", "r1", 3, {"n": 1})).json()
+    assert fresh["served_from_log"] is False and fresh["result"] == {"value": 7} and fresh["revision"] == 3
+    adds = [
+        (s.event.attempt, s.event.arguments)
+        async for s in log.read(rollout_id="r1")
+        if isinstance(s.event, ResourcesMutated)
+    ]
+    assert adds == [(1, {"n": 1}), (1, {"n": 5}), (3, {"n": 1})]  # nothing applied twice
+
+
+async def test_the_same_checkpoint_restores_again_after_its_replacement_made_calls_and_died(
+    log: EventLog, make_rig: Any
+) -> None:
+    rig = await make_rig(Counter())
+    await log.dispatch("r1", {}, instance="c")
+    await rig.post("/seed_session", "r1", 1)
+    await rig.post("/add", "r1", 1, {"n": 1})
+    await rig.boundary("r1", "counter", 1)
+    cut = await rig.restore_from_checkpoint("r1")
+    assert (await rig.post("/add", "r1", 2, {"n": 100})).json()["result"] == {"value": 101}  # then it died
+    await log.supersede("r1", 2, instance="coordinator", from_cut=cut)  # the same checkpoint again
+    rig.service.sessions.clear()
+    again = (await rig.post("/add", "r1", 3, {"n": 2})).json()
+    assert again["result"] == {"value": 3} and again["revision"] == 2  # attempt 2's call is not inherited

@@ -100,8 +100,9 @@ async def plan_recovery(
             plan.completed.append(rid)
             continue
         st = at_cut.rollouts.get(rid) if at_cut else None
-        a = st.current() if st is not None and st.open else None
-        if a is None or st.corrupt_seqs or not a.sessions:  # type: ignore[union-attr]
+        # progress anywhere in the lineage counts: an attempt a second crash killed before it did
+        # anything still continues what its predecessor had reached by the cut it continued from
+        if st is None or not st.open or st.corrupt_seqs or not st.progressed(plan.cut):
             plan.fresh_dispatch.append(rid)
         else:
             plan.continue_.append(rid)

@@ -13,6 +13,7 @@ from ._fold import (
     ResourcesSessions,
     default_registry,
 )
+from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "ResourcesFold",
     "ResourcesSessions",
     "RolloutState",
+    "Segment",
     "default_registry",
+    "inherited",
+    "lineage",
     "replay",
 ]

@@ -29,6 +29,7 @@ from ..bus import (
     Subjects,
 )
 from ._fold import FoldRegistry, default_registry
+from ._lineage import Segment, lineage
 
 __all__ = ["AttemptState", "ReplayResult", "Replayer", "RolloutState", "replay"]
 
@@ -36,6 +37,8 @@ __all__ = ["AttemptState", "ReplayResult", "Replayer", "RolloutState", "replay"]
 class AttemptState(msgspec.Struct, kw_only=True):
     attempt: int
     opened_seq: int = 0
+    from_cut: int = 0
+    first_seq: int = 0
     tombstoned_seq: int | None = None
     sessions: dict[str, Any] = {}
     events: int = 0
@@ -67,6 +70,18 @@ class RolloutState(msgspec.Struct, kw_only=True):
 
     def current(self) -> AttemptState | None:
         return self.attempts.get(self.current_attempt)
+
+    def lineage(self, cut: int) -> list[Segment]:
+        """The attempts (each up to a bound) whose events make up this rollout's state at ``cut``."""
+        opened = {a.attempt: (a.opened_seq, a.from_cut) for a in self.attempts.values() if a.opened_seq}
+        return lineage(opened, cut)
+
+    def progressed(self, cut: int) -> bool:
+        """Whether any attempt of the lineage at ``cut`` had done something by then."""
+        return any(
+            0 < (a := self.attempts[seg.attempt]).first_seq <= seg.up_to and a.sessions
+            for seg in self.lineage(cut)
+        )
 
 
 class ReplayResult(msgspec.Struct, kw_only=True):
@@ -124,6 +139,8 @@ class Replayer:
         a = self._attempt(r, ev.attempt)
         a.events += 1
         a.last_seq = stored.seq
+        if not a.first_seq:
+            a.first_seq = stored.seq
         if type(ev) is ResultAccepted:
             r.accepted, r.accepted_seq = ev, stored.seq
             return
@@ -153,7 +170,8 @@ class Replayer:
         r = self._rollout(ev.rollout_id)
         r.last_seq = stored.seq
         r.current_attempt, r.open = ev.attempt, True
-        self._attempt(r, ev.attempt).opened_seq = stored.seq
+        a = self._attempt(r, ev.attempt)
+        a.opened_seq, a.from_cut = stored.seq, ev.from_cut
 
     def _tombstoned(self, stored: StoredEvent, ev: AttemptTombstoned) -> None:
         r = self._rollout(ev.rollout_id)

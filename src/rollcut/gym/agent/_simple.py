@@ -29,6 +29,7 @@ import httpx
 from ..._errors import StaleAttemptError
 from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
 from ...participants import ExportReport, Participant
+from ...replay import inherited
 from .._http import CallError, Identity
 
 __all__ = ["FreshDispatchNeeded", "SimpleAgent"]
@@ -142,9 +143,7 @@ class SimpleAgent:
         if not opened.from_cut:
             return None  # a fresh dispatch: start from the input
         boundary = None
-        async for s in self.log.read(
-            rollout_id=ident.rollout_id, attempt=opened.previous_attempt, up_to=opened.from_cut
-        ):
+        for s in await inherited(self.log, ident.rollout_id, opened.from_cut):
             if isinstance(s.event, AgentBoundary):
                 boundary = s.event.record
         return boundary if boundary is not None else AgentBoundaryRecord(turn=0, output_items=[])

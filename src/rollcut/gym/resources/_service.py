@@ -6,15 +6,16 @@ the session's state under the session lock; its ``resources.mutated`` event
 before the reply, and only then does the draft become the state. A stale
 attempt's call is refused by the server's fence and changes nothing.
 
-Restore builds attempt N+1's session from attempt N's state at the cut (the
-environment's codec, plus deltas), for the complete set of rollouts first, and
-activates them together only if every one validates. The tool calls N made
-after the agent's last boundary (revisions above the boundary's recorded
-revision) form the session's *replay queue*: the continuing agent re-issues
-them, and they are answered from the log instead of running twice. A
-re-issued call that differs from the logged one is refused
-(``replay_mismatch``): the rollout must fall back to fresh dispatch, never
-mix the two.
+Restore builds attempt N+1's session from the state at the cut of the attempt
+live there, following its lineage (``rollcut.replay.lineage``) when that
+attempt was itself a continuation (the environment's codec, plus deltas), for
+the complete set of rollouts first, and activates them together only if every
+one validates. The tool calls made after the agent's last boundary (revisions
+above the boundary's recorded revision) form the session's *replay queue*:
+the continuing agent re-issues them, and they are answered from the log
+instead of running twice. A re-issued call that differs from the logged one
+is refused (``replay_mismatch``): the rollout must fall back to fresh
+dispatch, never mix the two.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ...bus import (
     digest,
 )
 from ...participants import ExportReport, Participant
+from ...replay import inherited
 from .._http import CallError, Identity, append_or_refuse
 from ._env import Environment
 
@@ -255,7 +257,7 @@ class ResourcesService:
             if opened is None or opened.from_cut != cut:
                 continue
             try:
-                s = await self._build(Identity(rid, opened.attempt), opened.previous_attempt, cut)
+                s = await self._build(Identity(rid, opened.attempt), cut)
             except NotContinuable:
                 continue  # this rollout goes to fresh dispatch; the others still restore
             if s is not None:
@@ -283,7 +285,7 @@ class ResourcesService:
         if opened is None or opened.attempt != ident.attempt or not opened.from_cut:
             return None
         try:
-            s = await self._build(ident, opened.previous_attempt, opened.from_cut)
+            s = await self._build(ident, opened.from_cut)
         except NotContinuable as exc:
             raise CallError(409, "not_continuable", str(exc)) from exc
         if s is not None:
@@ -291,18 +293,27 @@ class ResourcesService:
             self.stats["sessions_restored"] += 1
         return self.sessions.get(ident)
 
-    async def _build(self, ident: Identity, prev: int, cut: int) -> Session | None:
-        """Attempt ``prev``'s session at ``cut``, as attempt ``ident.attempt``'s; None if it had none."""
+    async def _build(self, ident: Identity, cut: int) -> Session | None:
+        """The session as it stood at ``cut``, as attempt ``ident.attempt``'s; None if there was none.
+
+        Folds the lineage at the cut: a continuation's own ``resources.seeded`` carries on the state
+        it inherited (a new base when it logged one), so mutations, snapshots and the last agent
+        boundary are taken across the whole chain, and the replay queue holds every call after
+        that boundary, whichever attempt made it.
+        """
         seeded: ResourcesSeeded | None = None
         base: bytes | None = None
         base_rev = 0
         after_base: list[ResourcesMutated] = []
         mutations: list[ResourcesMutated] = []
         boundary_rev = 0
-        async for st in self.log.read(rollout_id=ident.rollout_id, attempt=prev, up_to=cut):
+        for st in await inherited(self.log, ident.rollout_id, cut):
             ev = st.event
             if isinstance(ev, ResourcesSeeded) and ev.session == self.env.name:
-                seeded, base, base_rev, after_base, mutations = ev, ev.state, ev.revision, [], []
+                if seeded is None or ev.revision == 0:  # a (fresh) seeding starts the session
+                    seeded, base, base_rev, after_base, mutations = ev, ev.state, ev.revision, [], []
+                elif ev.state is not None:  # a continuation re-based on the state it inherited
+                    base, base_rev, after_base = ev.state, ev.revision, []
             elif isinstance(ev, ResourcesMutated) and ev.session == self.env.name:
                 mutations.append(ev)
                 if ev.state is not None:
@@ -315,14 +326,6 @@ class ResourcesService:
                 boundary_rev = ev.record.resources_revisions.get(self.env.name, 0)
         if seeded is None:
             return None
-        if seeded.revision > 0 and boundary_rev == 0:
-            # ``prev`` was itself a continuation and reached no agent boundary: the agent would restart
-            # from its input while this state already holds the earlier attempt's calls. Continuing
-            # would need the whole chain; until then, fail closed into a fresh dispatch.
-            raise NotContinuable(
-                f"attempt {prev} of {ident.rollout_id} continued an earlier attempt but reached no boundary "
-                "before the cut"
-            )
         mode = self.env.mode
         if mode == "restart_only":
             raise NotContinuable(

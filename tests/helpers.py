@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import zlib
+from collections.abc import Callable
 
 import msgspec
 
@@ -89,3 +92,12 @@ def completed_event(
         request_digest="ab" * 8,
         receipt=receipt,
     )
+
+
+async def until(condition: Callable[[], bool], *, timeout: float = 15.0, what: str = "") -> None:
+    """Wait for a condition another process or task makes true; fail, naming it, at the deadline."""
+    give_up = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        await asyncio.sleep(0.02)

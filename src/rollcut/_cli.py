@@ -653,6 +653,7 @@ def restore_cmd(
                 "completed": plan.completed,
                 "continue": plan.continue_,
                 "fresh_dispatch": plan.fresh_dispatch,
+                "retired": plan.retired,
                 "participants_paused": restored,
             }
 
@@ -665,6 +666,36 @@ def restore_cmd(
             f"{len(out['fresh_dispatch'])} fresh, {len(out['completed'])} completed; "
             f"{len(out['participants_paused'])} participants paused until `rollcut resume`"
         )
+
+
+@app.command("retire")
+def retire_cmd(
+    rollout: Annotated[str, typer.Argument(help="The rollout to give up for good.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; kept on the log and in its row.")] = "",
+    url: UrlOpt = None,
+    home: HomeOpt = None,
+    namespace: NsOpt = "default",
+    credentials: CredsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retire a rollout: its attempt is fenced off, every server drops it, no attempt opens again,
+    and the collection writes its row as ``retired``."""
+    from ._runtime import open_log
+
+    home = home or default_home()
+
+    async def go() -> dict[str, Any]:
+        async with open_log(
+            url, home=home, namespace=namespace, role="collector", credentials=credentials
+        ) as log:
+            state = await log.retire(rollout, instance="cli", reason=reason)
+            return {"rollout_id": rollout, "attempt": state.attempt, "retired_seq": state.seq}
+
+    out = _run(go())
+    if as_json:
+        _print_json(out)
+    else:
+        console.print(f"retired {rollout} (attempt {out['attempt']}) at seq {out['retired_seq']}")
 
 
 @app.command("resume")

@@ -27,6 +27,8 @@ from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
 from rollcut.tokens import LocalTokenStore
 
+from ..helpers import until
+
 
 class Rig:
     def __init__(
@@ -268,7 +270,7 @@ async def test_wait_mode_verification_is_waited_for_by_prepare(log: EventLog, ma
 async def test_successful_sessions_retire_and_failed_ones_stay_for_inspection(
     log: EventLog, make_rig: Any
 ) -> None:
-    from rollcut.bus import ResourcesRetired
+    from rollcut.bus import ResourcesRetired, ResultAccepted
 
     rig = await make_rig(Counter())
     for r, target in (("ok", 2), ("bad", 99)):
@@ -283,7 +285,14 @@ async def test_successful_sessions_retire_and_failed_ones_stay_for_inspection(
         s.event.rollout_id: s.event.reason async for s in log.read() if isinstance(s.event, ResourcesRetired)
     }
     assert reasons == {"ok": "completed", "bad": "failed_verification"}
-    assert rig.service.retire_rollout("bad") == 1 and rig.service.sessions == {}
+    # the hand-off is acknowledged: the inspected session goes too, seen on the log by the server
+    await log.append(
+        ResultAccepted(
+            component="collector", instance="c", rollout_id="bad", attempt=1, result_digest="0" * 16
+        )
+    )
+    await until(lambda: not rig.service.sessions)
+    assert rig.service.stats["sessions_retired"] == 1
 
 
 async def test_a_second_crash_before_the_replacement_did_anything_still_continues(

@@ -35,6 +35,7 @@ from ._events import (
     RolloutCompleted,
     RolloutDispatched,
     RolloutEvent,
+    RolloutRetired,
     TokenReceipt,
     new_event_id,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "RolloutCompleted",
     "RolloutDispatched",
     "RolloutEvent",
+    "RolloutRetired",
     "StoredEvent",
     "Subjects",
     "TokenReceipt",

@@ -101,7 +101,8 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
                 "allow": [f"{p}.ev.*.*.{role}", f"{p}.mark.*", *js_read, "$JS.API.INFO"],
                 "deny": [s.mark(COORDINATOR_LANE)],
             },
-            "subscribe": {"allow": [*inbox, f"{p}.ctl.*", "$SRV.>"]},
+            # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds
+            "subscribe": {"allow": [*inbox, f"{p}.ctl.*", "$SRV.>", f"{p}.fence.*", f"{p}.ev.*.*.collector"]},
             "allow_responses": True,
         }
     raise ConfigError(f"unknown role {role!r}")

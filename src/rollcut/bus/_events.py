@@ -53,6 +53,7 @@ __all__ = [
     "RolloutCompleted",
     "RolloutDispatched",
     "RolloutEvent",
+    "RolloutRetired",
     "TokenReceipt",
     "new_event_id",
 ]
@@ -154,6 +155,17 @@ class AttemptOpened(RolloutEvent, frozen=True, kw_only=True, tag="attempt.opened
 class AttemptTombstoned(RolloutEvent, frozen=True, kw_only=True, tag="attempt.tombstoned"):
     reason: str = ""
     next_attempt: int | None = None
+
+
+class RolloutRetired(RolloutEvent, frozen=True, kw_only=True, tag="rollout.retired"):
+    """Terminal: the framework gave the rollout up (budget, stale policy, an operator's call).
+
+    It closes ``attempt`` the way a tombstone does, so the server refuses that
+    attempt's late writes, and no attempt may open after it. Every participant
+    that sees it drops what it holds for the rollout.
+    """
+
+    reason: str = ""
 
 
 # --- policy model ------------------------------------------------------------
@@ -327,6 +339,7 @@ AnyEvent = (
     RolloutDispatched
     | AttemptOpened
     | AttemptTombstoned
+    | RolloutRetired
     | ModelCallAdmitted
     | ModelCallCompleted
     | ModelCallPrefixCut

@@ -40,6 +40,7 @@ from ._events import (
     Event,
     RolloutDispatched,
     RolloutEvent,
+    RolloutRetired,
 )
 from ._read import RawMessage, scan, scan_merged
 from ._stream import ERR_WRONG_LAST_SEQUENCE, BusConfig, Denials, connect, ensure_stream
@@ -105,6 +106,7 @@ class FenceState(msgspec.Struct, frozen=True):
     attempt: int  # the latest attempt named on the fence
     seq: int  # stream sequence of the latest fence message
     open: bool  # False once that attempt is tombstoned
+    retired: bool = False  # terminal: no attempt opens again
 
 
 class EventLog:
@@ -177,6 +179,8 @@ class EventLog:
             return FenceState(rollout_id, ev.attempt, msg.seq, True)
         if isinstance(ev, AttemptTombstoned):
             return FenceState(rollout_id, ev.attempt, msg.seq, False)
+        if isinstance(ev, RolloutRetired):
+            return FenceState(rollout_id, ev.attempt, msg.seq, False, True)
         raise CorruptEventError(
             f"{type(ev).__name__} on a fence subject", stream=self.stream, seq=msg.seq, subject=msg.subject
         )
@@ -247,6 +251,8 @@ class EventLog:
     ) -> int:
         """Open ``attempt`` after the previous one was tombstoned. Returns its fence seq."""
         state = await self.fence_state(rollout_id)
+        if state is not None and state.retired:
+            raise AttemptConflictError(rollout_id, f"cannot open attempt {attempt}: the rollout is retired")
         if state is None or state.open or attempt != state.attempt + 1:
             raise AttemptConflictError(rollout_id, f"cannot open attempt {attempt}: fence is at {state}")
         ev = AttemptOpened(
@@ -265,6 +271,36 @@ class EventLog:
         self._raise_other(out, ev)
         self._open[rollout_id] = (attempt, out.seq)
         return out.seq
+
+    async def retire(
+        self, rollout_id: str, *, instance: str, reason: str = "", component: str = "collector"
+    ) -> FenceState:
+        """Give the rollout up for good: its current attempt's writes are refused from here on.
+
+        Idempotent (retiring a retired rollout returns its state); a concurrent
+        supersede is retried against the fence's new position, so the retirement
+        wins whatever attempt it finds.
+        """
+        for _ in range(16):
+            state = await self.fence_state(rollout_id)
+            if state is None:
+                raise AttemptConflictError(rollout_id, "cannot retire a rollout that was never dispatched")
+            if state.retired:
+                return state
+            ev = RolloutRetired(
+                rollout_id=rollout_id,
+                attempt=state.attempt,
+                component=component,  # type: ignore[arg-type]
+                instance=instance,
+                reason=reason,
+            )
+            out = await self._fence_write(ev, expect=state.seq)
+            if out.err_code == ERR_WRONG_LAST_SEQUENCE:
+                continue  # the fence moved under us: look again
+            self._raise_other(out, ev)
+            self._open.pop(rollout_id, None)
+            return FenceState(rollout_id, state.attempt, out.seq, False, True)
+        raise AttemptConflictError(rollout_id, "the fence kept moving while retiring")
 
     async def supersede(
         self,

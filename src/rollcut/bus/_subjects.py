@@ -26,7 +26,7 @@ __all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
 COORDINATOR_LANE = "checkpoint"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombstoned"})
+_FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombstoned", "rollout.retired"})
 
 
 def check_token(value: str, what: str) -> str:

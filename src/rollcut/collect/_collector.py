@@ -62,6 +62,7 @@ class RecoveryPlan:
     completed: list[str] = field(default_factory=list)
     continue_: list[str] = field(default_factory=list)
     fresh_dispatch: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Summary:
         default_factory=lambda: {"completed": 0, "continue": 0, "fresh_dispatch": 0}
     )
     fallbacks_to_fresh: int = 0
+    retired: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
     wall_s: float = 0.0
@@ -88,6 +90,7 @@ async def plan_recovery(
     (default: the latest published one)."""
     await Projector(ledger, log).catch_up()
     accepted = {r.rollout_id for r in ledger.rollouts() if r.accepted_seq is not None}
+    retired = {r.rollout_id for r in ledger.rollouts() if r.retired_seq is not None}
     if rollouts is None:
         rollouts = [r.rollout_id for r in ledger.rollouts()]
     ck = ledger.checkpoint(checkpoint_id) if checkpoint_id else ledger.latest_checkpoint()
@@ -98,6 +101,9 @@ async def plan_recovery(
     for rid in rollouts:
         if rid in accepted:
             plan.completed.append(rid)
+            continue
+        if rid in retired:
+            plan.retired.append(rid)
             continue
         st = at_cut.rollouts.get(rid) if at_cut else None
         # progress anywhere in the lineage counts: an attempt a second crash killed before it did
@@ -197,11 +203,33 @@ class Collector:
                 "turns": result.get("turns"),
                 "answer": result.get("answer"),
                 "continued": result.get("continued", False),
+                "status": "completed",
             }
             self._write_row(row)
             self._written[rid] = row
             self.summary.results_written += 1
         await self._accept(rid, attempt, row)
+
+    async def retire(self, rid: str, reason: str = "") -> None:
+        """Give a rollout up: the fence first (every server drops it, its writes are refused), then
+        its row, marked ``retired``, so the output still names every rollout exactly once."""
+        state = await self.log.retire(rid, instance=self.instance, reason=reason)
+        self._hand_off_retired(rid, state.attempt, reason)
+
+    def _hand_off_retired(self, rid: str, attempt: int, reason: str) -> None:
+        if rid in self._written:
+            return
+        row = {
+            "rollout_id": rid,
+            "attempt": attempt,
+            "task_id": self._inputs[rid].get("id"),
+            "status": "retired",
+            "reason": reason,
+        }
+        self._write_row(row)
+        self._written[rid] = row
+        self.summary.results_written += 1
+        self.summary.retired += 1
 
     async def _accept(self, rid: str, attempt: int, row: dict[str, Any]) -> None:
         """The hand-off acknowledgement: binds the row's digest to the rollout for good."""
@@ -264,6 +292,7 @@ class Collector:
             "completed": len(plan.completed),
             "continue": len(plan.continue_),
             "fresh_dispatch": len(plan.fresh_dispatch),
+            "retired": len(plan.retired),
         }
         await self.apply_plan(plan)
         if plan.checkpoint_id and plan.continue_:
@@ -340,6 +369,9 @@ class Collector:
             if self._stop.is_set():
                 return
             state = await self.log.fence_state(rid)
+            if state is not None and state.retired:
+                self._hand_off_retired(rid, state.attempt, "retired while running")
+                return
             if state is None or not state.open:
                 return
             if state.attempt > self.max_attempts:
@@ -379,8 +411,8 @@ class Collector:
                 await asyncio.sleep(
                     float(resp.headers.get("retry-after", "1"))
                 )  # a checkpoint is in progress
-            elif kind == "stale_attempt":
-                continue
+            elif kind in ("stale_attempt", "retired"):
+                continue  # the fence moved: look at it again
             else:
                 self.summary.failed[rid] = f"{resp.status_code} {kind}: {err.get('message', resp.text[:200])}"
                 await asyncio.sleep(0.5)
@@ -401,6 +433,13 @@ class Collector:
             if st is not None and st.open:
                 await self._accept(rid, st.attempt, self._written[rid])
                 accepted.add(rid)
+        retired = {
+            r.rollout_id: r.current_attempt for r in self.ledger.rollouts() if r.retired_seq is not None
+        }
+        for rid, attempt in retired.items():  # retired, its row lost in a crash: write the row only
+            if rid in self._inputs and rid not in accepted:
+                self._hand_off_retired(rid, attempt, "retired")
+        accepted |= set(retired)
         self.summary.accepted_before = len(accepted)
         if resume:
             await self._recover(rollouts)

@@ -32,6 +32,7 @@ from ..bus import (
     RolloutCompleted,
     RolloutDispatched,
     RolloutEvent,
+    RolloutRetired,
     StoredEvent,
     Subjects,
 )
@@ -141,6 +142,10 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
             rec.status = "completed"
     elif isinstance(ev, ResultAccepted):
         rec.accepted_seq, rec.status = seq, "accepted"
+    elif isinstance(ev, RolloutRetired):
+        rec.open, rec.retired_seq, rec.retired_reason = False, seq, ev.reason
+        if rec.status != "accepted":
+            rec.status = "retired"
     wb.put_rollout(rec)
 
 

@@ -28,7 +28,7 @@ class RolloutIndex(msgspec.Struct, kw_only=True):
     rollout_id: str
     current_attempt: int = 0
     open: bool = False
-    status: str = "dispatched"  # dispatched | running | tombstoned | completed | accepted
+    status: str = "dispatched"  # dispatched | running | tombstoned | completed | accepted | retired
     dispatch_seq: int = 0
     attempt_opened_seq: int = 0
     tombstoned_attempts: list[int] = []
@@ -38,5 +38,7 @@ class RolloutIndex(msgspec.Struct, kw_only=True):
     completed_seq: int | None = None
     completed_attempt: int | None = None
     accepted_seq: int | None = None
+    retired_seq: int | None = None
+    retired_reason: str = ""
     last_seq: int = 0
     corrupt_seqs: list[int] = []

@@ -17,7 +17,7 @@ from ._protocol import (
     ExportReport,
     ProcessMode,
 )
-from ._runtime import Participant, ParticipantHooks, service_name
+from ._runtime import Participant, ParticipantHooks, RetireHook, service_name
 
 __all__ = [
     "AdmissionGate",
@@ -33,6 +33,7 @@ __all__ = [
     "Participant",
     "ParticipantHooks",
     "ProcessMode",
+    "RetireHook",
     "new_checkpoint_id",
     "service_name",
 ]

@@ -22,16 +22,23 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from .._errors import ConfigError
+from .._errors import ConfigError, RollcutError
 from .._version import __version__
-from ..bus import COORDINATOR_LANE, Event, EventLog, ParticipantLeaseExpired
+from ..bus import (
+    COORDINATOR_LANE,
+    Event,
+    EventLog,
+    ParticipantLeaseExpired,
+    ResultAccepted,
+    RolloutRetired,
+)
 from ..bus._subjects import check_token
 from ._admission import AdmissionGate
 from ._protocol import (
@@ -44,7 +51,7 @@ from ._protocol import (
     ProcessMode,
 )
 
-__all__ = ["Participant", "ParticipantHooks", "service_name"]
+__all__ = ["Participant", "ParticipantHooks", "RetireHook", "service_name"]
 
 _req_decoder = msgspec.json.Decoder(ControlRequest)
 
@@ -65,6 +72,16 @@ class ParticipantHooks(Protocol):
     async def restore(self, checkpoint_id: str, cut: int) -> None:
         """Rebuild sessions from the log up to ``cut``; stay paused until resume."""
         ...
+
+
+class RetireHook(Protocol):
+    """Optional on hooks: drop everything held for a rollout that is over.
+
+    Called once the log confirms the rollout was retired (``reason`` is the
+    retirement's) or its result was accepted (``reason`` ``"accepted"``).
+    """
+
+    def retire(self, rollout_id: str, reason: str) -> None: ...
 
 
 class _NoHooks:
@@ -128,6 +145,8 @@ class Participant:
         self._remember = remember
         self._service: Service | None = None
         self._lease_task: asyncio.Task[None] | None = None
+        self._lifecycle_subs: list[Any] = []
+        self.rollouts_retired = 0
         # test seam: drop this many replies on the wire (the effect still happens)
         self.drop_replies = 0
         self.on_control: Callable[[ControlRequest], Awaitable[None]] | None = None
@@ -156,12 +175,47 @@ class Participant:
             },
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
+        if callable(getattr(self.hooks, "retire", None)):
+            p = self.log.subjects.prefix
+            for subject in (f"{p}.fence.*", f"{p}.ev.*.*.collector"):
+                self._lifecycle_subs.append(await self.log.nc.subscribe(subject, cb=self._on_lifecycle))
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 
+    async def _on_lifecycle(self, msg: Any) -> None:
+        """A retirement or a hand-off seen on the wire; acted on only once the stream has it.
+
+        Core delivery is a hint (a fenced write the server then refused is delivered too), so
+        the fence, or the stored acceptance, is read back before anything is dropped.
+        """
+        try:
+            ev = self.log.codec.decode(msg.data, stream=self.log.stream, seq=0, subject=msg.subject)
+        except RollcutError:
+            return
+        if isinstance(ev, RolloutRetired):
+            state = await self.log.fence_state(ev.rollout_id)
+            if state is None or not state.retired:
+                return
+            reason = ev.reason or "retired"
+        elif isinstance(ev, ResultAccepted):
+            stored = await self.log.last_on(msg.subject)
+            if stored is None or not isinstance(stored.event, ResultAccepted):
+                return
+            reason = "accepted"
+        else:
+            return
+        self.rollouts_retired += 1
+        out = self.hooks.retire(ev.rollout_id, reason)  # type: ignore[attr-defined]
+        if asyncio.iscoroutine(out):
+            await out
+
     async def stop(self) -> None:
+        for sub in self._lifecycle_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._lifecycle_subs = []
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -25,6 +25,7 @@ from ..bus import (
     ResultAccepted,
     RolloutDispatched,
     RolloutEvent,
+    RolloutRetired,
     StoredEvent,
     Subjects,
 )
@@ -55,6 +56,7 @@ class RolloutState(msgspec.Struct, kw_only=True):
     attempts: dict[int, AttemptState] = {}
     accepted: ResultAccepted | None = None
     accepted_seq: int | None = None
+    retired: str | None = None  # the reason, once retired
     last_seq: int = 0
     corrupt_seqs: list[int] = []
 
@@ -62,6 +64,8 @@ class RolloutState(msgspec.Struct, kw_only=True):
     def status(self) -> str:
         if self.accepted is not None:
             return "accepted"
+        if self.retired is not None:
+            return "retired"
         if self.corrupt_seqs:
             return "corrupt"
         if not self.dispatch_seq:
@@ -102,6 +106,7 @@ class Replayer:
             RolloutDispatched: self._dispatched,
             AttemptOpened: self._opened,
             AttemptTombstoned: self._tombstoned,
+            RolloutRetired: self._retired,
         }
 
     def _rollout(self, rollout_id: str) -> RolloutState:
@@ -177,6 +182,12 @@ class Replayer:
         r = self._rollout(ev.rollout_id)
         r.last_seq = stored.seq
         r.open = False
+        self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
+
+    def _retired(self, stored: StoredEvent, ev: RolloutRetired) -> None:
+        r = self._rollout(ev.rollout_id)
+        r.last_seq = stored.seq
+        r.open, r.retired = False, ev.reason
         self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
 
 

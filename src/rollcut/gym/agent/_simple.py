@@ -47,6 +47,7 @@ class _Run:
     ident: Identity
     parked: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    retired: str | None = None
 
 
 class SimpleAgent:
@@ -78,6 +79,7 @@ class SimpleAgent:
             "boundaries": 0,
             "parks": 0,
             "fresh_dispatch": 0,
+            "runs_retired": 0,
         }
 
     # --- parking (checkpoint hooks) ----------------------------------------------------
@@ -103,6 +105,20 @@ class SimpleAgent:
     async def restore(self, checkpoint_id: str, cut: int) -> None:
         return None  # each continued run rebuilds itself from the log
 
+    def retire(self, rollout_id: str, reason: str) -> None:
+        """A retired rollout's loop stops at its next step (a parked one at once)."""
+        if reason == "accepted":
+            return  # its run has already ended
+        for run in self._runs.values():
+            if run.ident.rollout_id == rollout_id:
+                run.retired = reason
+                run.release.set()
+
+    def _check_retired(self, run: _Run) -> None:
+        if run.retired is not None:
+            self.stats["runs_retired"] += 1
+            raise CallError(409, "retired", f"{run.ident.rollout_id} was retired: {run.retired}")
+
     async def _maybe_park(self, run: _Run) -> None:
         if self._park_for is None:
             return
@@ -110,6 +126,7 @@ class SimpleAgent:
         self.stats["parks"] += 1
         self._check_all_parked()
         await run.release.wait()
+        self._check_retired(run)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -186,6 +203,7 @@ class SimpleAgent:
         answer = ""
         max_steps = int(task.get("max_steps", 8))
         while turn < max_steps:
+            self._check_retired(run)
             out = await self._post(
                 f"{model}/v1/chat/completions",
                 ident,

@@ -100,6 +100,7 @@ class ModelService:
         self.participant = participant
         self._inflight: dict[str, _InFlight] = {}
         self._contexts: OrderedDict[Identity, _AttemptContext] = OrderedDict()
+        self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
         self.stats = {
             "calls_generated": 0,
             "calls_served_from_log": 0,
@@ -108,7 +109,18 @@ class ModelService:
             "tokens_generated": 0,
             "tokens_reused": 0,
             "prefix_cuts": 0,
+            "calls_stopped_by_retirement": 0,
         }
+
+    def retire(self, rollout_id: str, reason: str) -> None:
+        """The rollout is over: its restore contexts go, and a running generation stops at its next
+        token (a retirement's fence refuses whatever it would record anyway)."""
+        for ident in [i for i in self._contexts if i.rollout_id == rollout_id]:
+            del self._contexts[ident]
+        if reason != "accepted" and any(f.ident.rollout_id == rollout_id for f in self._inflight.values()):
+            self._retired[rollout_id] = reason
+            while len(self._retired) > 10_000:
+                self._retired.popitem(last=False)
 
     # --- the attempt's restore context --------------------------------------------------
 
@@ -277,6 +289,11 @@ class ModelService:
             if plan is None:
                 plan = fl.plan = await self.backend.start(body)
             async for tok in self.backend.generate(plan, start=start):
+                if self._retired and ident.rollout_id in self._retired:
+                    self.stats["calls_stopped_by_retirement"] += 1
+                    raise CallError(
+                        409, "retired", f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}"
+                    )
                 fl.emitted.append(tok)
                 self.stats["tokens_generated"] += 1
                 if on_token is not None:

@@ -78,6 +78,7 @@ class ResourcesService:
             "sessions_restored": 0,
             "verifications": 0,
             "snapshots": 0,
+            "sessions_retired": 0,
         }
 
     def _ev(self, ident: Identity) -> dict[str, Any]:
@@ -215,10 +216,13 @@ class ResourcesService:
             self.sessions.pop(ident, None)
         return {"retired": reason}
 
-    def retire_rollout(self, rollout_id: str) -> int:
+    def retire(self, rollout_id: str, reason: str) -> int:
+        """The rollout is over (accepted or retired): every attempt's session goes, including one
+        kept for inspection after a failed verification."""
         gone = [k for k in self.sessions if k.rollout_id == rollout_id]
         for k in gone:
             self.env.close(self.sessions.pop(k).state)
+        self.stats["sessions_retired"] += len(gone)
         return len(gone)
 
     # --- checkpoint hooks -----------------------------------------------------------------

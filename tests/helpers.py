@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -94,10 +95,17 @@ def completed_event(
     )
 
 
-async def until(condition: Callable[[], bool], *, timeout: float = 15.0, what: str = "") -> None:
+async def until(
+    condition: Callable[[], bool | Awaitable[bool]], *, timeout: float = 15.0, what: str = ""
+) -> None:
     """Wait for a condition another process or task makes true; fail, naming it, at the deadline."""
     give_up = time.monotonic() + timeout
-    while not condition():
+    while True:
+        met = condition()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
+            return
         if time.monotonic() > give_up:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
         await asyncio.sleep(0.02)

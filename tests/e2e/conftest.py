@@ -4,6 +4,7 @@ server as its own process, and `rollcut collect` driven through its command line
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -29,6 +30,7 @@ class Deployment:
     output: Path
     stack: list[Any]
     rollouts: int
+    stack_options: dict[str, Any]
 
     def collect(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -55,8 +57,12 @@ class Deployment:
             p.kill()
 
     def restart(self) -> None:
-        self.stack = _stack(self.url, self.root / "nats" / "credentials.json", self.root / "tokens", 0, {})
+        self.stack = _stack(self.url, self.creds, self.root / "tokens", 0, {}, **self.stack_options)
         self._write_config()
+
+    @property
+    def creds(self) -> Path:
+        return self.root / "nats" / "credentials.json"
 
     def _write_config(self) -> None:
         self.config.write_text(
@@ -78,22 +84,29 @@ class Deployment:
         )
 
 
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    creds = credentials_for(tmp_path / "nats", NS)
-    with EmbeddedServer(tmp_path / "nats", credentials=creds) as nats:
+@contextlib.contextmanager
+def deploy(root: Path, **stack_options: Any) -> Iterator[Deployment]:
+    """JetStream with role credentials, its stream, 16 demo tasks and every Gym server as a process."""
+    creds = credentials_for(root / "nats", NS)
+    with EmbeddedServer(root / "nats", credentials=creds) as nats:
         asyncio.run(_create_stream(nats.url, creds))  # as an operator would, before any server starts
         tasks = demo_tasks(16, seed=0)
-        (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
-        stack = _stack(nats.url, tmp_path / "nats" / "credentials.json", tmp_path / "tokens", 0, {})
+        (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+        stack = _stack(nats.url, root / "nats" / "credentials.json", root / "tokens", 0, {}, **stack_options)
         dep = Deployment(
-            tmp_path, nats.url, tmp_path / "collect.yaml", tmp_path / "results.jsonl", stack, len(tasks)
+            root, nats.url, root / "collect.yaml", root / "results.jsonl", stack, len(tasks), stack_options
         )
         dep._write_config()
         try:
             yield dep
         finally:
             dep.crash()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    with deploy(tmp_path) as dep:
+        yield dep
 
 
 async def _create_stream(url: str, creds: Any) -> None:

@@ -77,8 +77,11 @@ def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 class _Proc:
-    def __init__(self, argv: list[str], workers: int = 1, logs: Path | None = None) -> None:
+    def __init__(
+        self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
+    ) -> None:
         self.argv, self.workers, self.logs = argv, workers, logs
+        self.command = command or [sys.executable, "-m", "rollcut._cli", "serve"]
         self.p: subprocess.Popen[str] | None = None
         self.url, self.pids = "", []
         self.log_path: Path | None = None
@@ -97,7 +100,7 @@ class _Proc:
             self.log_path = self.logs / f"{name}.log"
             err = self.log_path.open("a")
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "rollcut._cli", "serve", *self.argv],
+            [*self.command, *self.argv],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -132,7 +135,16 @@ def _alive(pid: int) -> bool:
 
 
 def _stack(
-    url: str, creds: Path, tokens: Path, seed: int, ports: dict[str, int], logs: Path | None = None
+    url: str,
+    creds: Path,
+    tokens: Path,
+    seed: int,
+    ports: dict[str, int],
+    logs: Path | None = None,
+    *,
+    token_delay: float = 0.002,
+    tool_turns: int = 3,
+    agent_workers: int = 2,
 ) -> list[_Proc]:
     c = ["--url", url, "--namespace", NS, "--credentials", str(creds)]
     model = _Proc(
@@ -146,7 +158,9 @@ def _stack(
             "--seed",
             str(seed),
             "--token-delay",
-            "0.002",
+            str(token_delay),
+            "--tool-turns",
+            str(tool_turns),
         ],
         logs=logs,
     ).start()
@@ -163,11 +177,11 @@ def _stack(
             *[a for n, p in envs.items() for a in ("--resources", f"{n}={p.url}")],
             *c,
             "--workers",
-            "2",
+            str(agent_workers),
             "--port",
             str(ports.get("agent", 0)),
         ],
-        workers=2,
+        workers=agent_workers,
         logs=logs,
     ).start()
     env = _Proc(

@@ -79,6 +79,10 @@ class _InFlight:
 class _AttemptContext:
     from_cut: int
     reusable: dict[str, tuple[int, ModelCall]]  # request digest -> (source attempt, call)
+    last_call: str | None = None  # the lineage's last completed call at the cut: the first parent
+
+
+_FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
 
 
 class ModelService:
@@ -139,6 +143,7 @@ class ModelService:
                 raise CallError(409, "stale_attempt", str(stale))
             from_cut = ev.from_cut
         reusable: dict[str, tuple[int, ModelCall]] = {}
+        r = None
         if from_cut:
             res = await replay(self.log, up_to=from_cut, rollout_id=ident.rollout_id)
             r = res.rollouts.get(ident.rollout_id)
@@ -148,7 +153,14 @@ class ModelService:
                 for call in a.sessions["model"].calls.values():
                     if call.status in ("completed", "reused", "prefix_cut") and call.receipt is not None:
                         reusable[call.request_digest] = (attempt, call)
-        ctx = _AttemptContext(from_cut, reusable)
+        last_call: tuple[int, str] = (0, "")  # the conversation's last call at the cut
+        for seg in r.lineage(from_cut) if from_cut and r is not None else []:
+            a = r.attempts[seg.attempt]  # type: ignore[union-attr]
+            for call in a.sessions["model"].calls.values() if "model" in a.sessions else []:
+                done = call.status in ("completed", "reused") and call.final_seq <= seg.up_to
+                if done and call.final_seq > last_call[0]:
+                    last_call = (call.final_seq, call.call_id)
+        ctx = _AttemptContext(from_cut, reusable, last_call[1] or None)
         self._contexts[ident] = ctx
         while len(self._contexts) > 4096:
             self._contexts.popitem(last=False)
@@ -157,6 +169,8 @@ class ModelService:
     async def _parent(self, ident: Identity) -> str | None:
         last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))
         ev = last.event if last else None
+        if ev is None:
+            return _FIRST if ident.attempt > 1 else None
         if isinstance(ev, ModelCallCompleted | ModelCallReused):
             return ev.call_id
         return getattr(ev, "parent_call_id", None)
@@ -186,8 +200,11 @@ class ModelService:
         try:
             source = ctx.reusable.get(digest)
             if source is not None and source[1].status in ("completed", "reused"):
-                return await self._reuse(ident, call_id, digest, await parent, body, source)
-            return await self._generate(ident, call_id, digest, parent, body, source, on_token)
+                first = await parent
+                # a continued attempt's first call hangs under the call it repeats' own parent
+                first = source[1].parent_call_id if first == _FIRST else first
+                return await self._reuse(ident, call_id, digest, first, body, source)
+            return await self._generate(ident, call_id, digest, parent, body, source, on_token, ctx)
         finally:
             if not parent.done():
                 parent.cancel()
@@ -247,6 +264,7 @@ class ModelService:
         body: dict[str, Any],
         source: tuple[int, ModelCall] | None,
         on_token: Callable[[int], Awaitable[None]] | None,
+        ctx: _AttemptContext,
     ) -> CallResult:
         # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
         plan = await self.backend.start(body) if self.backend.plans_ahead else None
@@ -300,6 +318,8 @@ class ModelService:
                     await on_token(tok)
             out = list(fl.emitted)
             parent = await parent_task
+            if parent == _FIRST:
+                parent = ctx.last_call
             receipt = self.tokens.put(
                 call_id,
                 TokenRecord(

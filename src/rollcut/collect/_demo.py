@@ -84,6 +84,7 @@ class _Proc:
         self.command = command or [sys.executable, "-m", "rollcut._cli", "serve"]
         self.p: subprocess.Popen[str] | None = None
         self.url, self.pids = "", []
+        self.instances: dict[str, int] = {}  # worker instance name -> pid
         self.log_path: Path | None = None
 
     def alive(self) -> bool:
@@ -105,7 +106,7 @@ class _Proc:
             stderr=err,
             text=True,
         )
-        self.pids = []
+        self.pids, self.instances = [], {}
         while True:
             line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
             if not line:
@@ -114,6 +115,7 @@ class _Proc:
                 self.url = line.split()[1]
             elif line.startswith("READY") and "pid=" in line:
                 self.pids.append(int(line.rsplit("pid=", 1)[1]))
+                self.instances[line.split()[1]] = self.pids[-1]
             if len(self.pids) == self.workers and (self.workers == 1 or line.startswith("READY http")):
                 return self
 

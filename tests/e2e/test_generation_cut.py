@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,90 +15,28 @@ import pytest
 
 from rollcut import CheckpointFailedError
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
+from rollcut.collect._demo import _Proc
 from rollcut.gym.model import LocalBackend
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore
 
 
-class ModelServer:
-    def __init__(
-        self,
-        url: str,
-        namespace: str,
-        tokens: Path,
-        *,
-        workers: int = 1,
-        token_delay: float = 0.0,
-        seed: int = 3,
-    ) -> None:
-        self.p = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollcut._cli",
-                "serve",
-                "model",
-                "--url",
-                url,
-                "--namespace",
-                namespace,
-                "--tokens",
-                str(tokens),
-                "--port",
-                "0",
-                "--workers",
-                str(workers),
-                "--seed",
-                str(seed),
-                "--token-delay",
-                str(token_delay),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.pids: dict[str, int] = {}
-        self.url = ""
-        while True:
-            line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
-            if not line:
-                raise AssertionError(f"model server died: {self.p.stderr.read()}")  # type: ignore[union-attr]
-            if line.startswith("LISTENING"):
-                self.url = line.split()[1]
-            elif line.startswith("READY model-"):
-                _, inst, pid = line.split()
-                self.pids[inst] = int(pid.split("=")[1])
-            if line.startswith("READY") and len(self.pids) == workers:
-                break
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-        self._kill_workers()
-
-    def _kill_workers(self) -> None:
-        for pid in self.pids.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-    def kill_all(self) -> None:
-        """SIGKILL every process of the server, as a node failure would."""
-        self._kill_workers()
-        self.p.kill()
-        self.p.wait()
+def model_server(
+    url: str, namespace: str, tokens: Path, *, workers: int = 1, token_delay: float = 0.0, seed: int = 3
+) -> _Proc:
+    """`rollcut serve model` as its own process tree (one process per worker)."""
+    argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
+    argv += ["--workers", str(workers), "--seed", str(seed), "--token-delay", str(token_delay)]
+    return _Proc(argv, workers=workers).start()
 
 
 @pytest.fixture
-def servers() -> Iterator[list[ModelServer]]:
-    started: list[ModelServer] = []
+def servers() -> Iterator[list[_Proc]]:
+    started: list[_Proc] = []
     yield started
     for s in started:
-        s.stop()
+        s.kill()
 
 
 def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
@@ -110,9 +45,9 @@ def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
 
 @pytest.mark.slow
 async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
-    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ModelServer]
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[_Proc]
 ) -> None:
-    srv = ModelServer(nats_url, namespace, tmp_path / "tokens", workers=2)
+    srv = model_server(nats_url, namespace, tmp_path / "tokens", workers=2)
     servers.append(srv)
     await log.dispatch("r1", {}, instance="collector")
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tmp_path / "tokens") as tokens:
@@ -142,7 +77,7 @@ async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
                 json={"messages": [{"role": "user", "content": "open again"}]},
             )
             assert ok.status_code == 200
-        os.kill(srv.pids["model-w1"], signal.SIGKILL)
+        os.kill(srv.instances["model-w1"], signal.SIGKILL)
         with pytest.raises(CheckpointFailedError, match="model worker 1 of 2"):
             await coord.checkpoint(deadline_s=3)
         assert led.checkpoints() == []
@@ -150,13 +85,13 @@ async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
 
 @pytest.mark.slow
 async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
-    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ModelServer]
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[_Proc]
 ) -> None:
     seed, tokens_dir = 3, tmp_path / "tokens"
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "a long answer please"}]}
     uninterrupted = LocalBackend(seed=seed).plan(body).output_ids
     assert len(uninterrupted) > 40
-    srv = ModelServer(nats_url, namespace, tokens_dir, token_delay=0.05, seed=seed)
+    srv = model_server(nats_url, namespace, tokens_dir, token_delay=0.05, seed=seed)
     servers.append(srv)
     await log.dispatch("r1", {"task": 1}, instance="collector")
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
@@ -171,7 +106,7 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
                     break
                 await asyncio.sleep(0.02)
             res = await coord.checkpoint(deadline_s=5)
-            srv.kill_all()  # SIGKILL while the generation is still running
+            srv.kill()  # SIGKILL while the generation is still running
             with pytest.raises(httpx.HTTPError):
                 await call
         cuts = [
@@ -182,7 +117,7 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
         assert len(cuts) == 1 and 10 <= cuts[0].token_boundary < len(uninterrupted)
         k = cuts[0].token_boundary
 
-        restarted = ModelServer(nats_url, namespace, tokens_dir, seed=seed)
+        restarted = model_server(nats_url, namespace, tokens_dir, seed=seed)
         servers.append(restarted)
         await log.supersede(
             "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -20,6 +16,7 @@ from rollcut.bus import (
     ResourcesMutated,
     RolloutCompleted,
 )
+from rollcut.collect._demo import _Proc
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore
@@ -27,55 +24,27 @@ from rollcut.tokens import LocalTokenStore
 TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps": 8}
 
 
-class Gym:
-    """One `rollcut serve …` process tree, SIGKILL-able as a whole."""
-
-    def __init__(self, *args: str, workers: int = 1) -> None:
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "rollcut._cli", "serve", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.url, self.pids = "", []
-        while True:
-            line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
-            if not line:
-                raise AssertionError(f"{args[0]} died: {self.p.stderr.read()}")  # type: ignore[union-attr]
-            if line.startswith("LISTENING"):
-                self.url = line.split()[1]
-            elif line.startswith("READY") and "pid=" in line:
-                self.pids.append(int(line.rsplit("pid=", 1)[1]))
-            if len(self.pids) == workers and (workers == 1 or line.startswith("READY http")):
-                break
-
-    def kill(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.p.kill()
-        self.p.wait()
-
-
-def start_stack(url: str, ns: str, tokens: Path) -> list[Gym]:
+def start_stack(url: str, ns: str, tokens: Path) -> list[_Proc]:
     common = ["--url", url, "--namespace", ns]
-    model = Gym(
-        "model", *common, "--tokens", str(tokens), "--port", "0", "--seed", "5", "--token-delay", "0.004"
-    )
-    res = Gym("resources", "counter", *common)
-    agent = Gym(
-        "agent",
-        "simple",
-        "--model",
-        model.url,
-        "--resources",
-        f"counter={res.url}",
-        *common,
-        "--workers",
-        "2",
+    model = _Proc(
+        ["model", *common, "--tokens", str(tokens), "--port", "0", "--seed", "5", "--token-delay", "0.004"]
+    ).start()
+    res = _Proc(["resources", "counter", *common]).start()
+    agent = _Proc(
+        [
+            "agent",
+            "simple",
+            "--model",
+            model.url,
+            "--resources",
+            f"counter={res.url}",
+            *common,
+            "--workers",
+            "2",
+        ],
         workers=2,
-    )
-    env = Gym("environment", "--agent", agent.url, *common)
+    ).start()
+    env = _Proc(["environment", "--agent", agent.url, *common]).start()
     return [model, res, agent, env]
 
 

@@ -78,6 +78,7 @@ class Summary:
     )
     fallbacks_to_fresh: int = 0
     retired: int = 0
+    healed: int = 0  # runs that broke off under a live collector and were recovered in place
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
     wall_s: float = 0.0
@@ -137,6 +138,7 @@ class Collector:
         instance: str = "collector-0",
         on_progress: Callable[[Summary, int, int], None] | None = None,
         recovery: str = "tail",
+        heal_timeout_s: float = 120.0,
     ) -> None:
         self.log = log
         self.ledger = ledger
@@ -160,6 +162,10 @@ class Collector:
         self._stop = asyncio.Event()
         self._ck_lock = asyncio.Lock()
         self._running = 0
+        self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
+        self._heal_lock = asyncio.Lock()
+        self._recover_lock = asyncio.Lock()
+        self.heal_timeout_s = heal_timeout_s
 
     # --- identity and hand-off ---------------------------------------------------------
 
@@ -212,7 +218,10 @@ class Collector:
 
     async def retire(self, rid: str, reason: str = "") -> None:
         """Give a rollout up: the fence first (every server drops it, its writes are refused), then
-        its row, marked ``retired``, so the output still names every rollout exactly once."""
+        its row, marked ``retired``, so the output still names every rollout exactly once. A rollout
+        already handed off is left alone: its result stands."""
+        if rid in self._written:
+            return
         state = await self.log.retire(rid, instance=self.instance, reason=reason)
         self._hand_off_retired(rid, state.attempt, reason)
 
@@ -265,6 +274,10 @@ class Collector:
     # --- recovery ----------------------------------------------------------------------
 
     async def _recover(self, rollouts: list[str]) -> None:
+        async with self._recover_lock:  # a heal and an explicit recovery never plan the same fence twice
+            await self._recover_now(rollouts)
+
+    async def _recover_now(self, rollouts: list[str]) -> None:
         # After a crash every durable event is part of a consistent prefix, so the best cut is the
         # end of the stream: seal it as a checkpoint (the restarted participants hold nothing in
         # flight), and everything completed before the crash is served from the log, not redone.
@@ -364,6 +377,27 @@ class Collector:
 
     # --- the run -------------------------------------------------------------------------
 
+    async def _heal(self, rid: str, client: httpx.AsyncClient) -> None:
+        """A run broke off (a Gym process died under it). Posting the same attempt again would start
+        it over and redo completed work, so: wait until the environment answers, then recover every
+        run that broke off meanwhile as its next attempt (tail seal, plan, restore, resume)."""
+        self._interrupted.add(rid)
+        async with self._heal_lock:
+            if rid not in self._interrupted or self._stop.is_set():
+                return  # another run's recovery took this one along
+            give_up = time.monotonic() + self.heal_timeout_s
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{self.env_url}/healthz", timeout=2)).status_code == 200:
+                        break
+                if time.monotonic() > give_up or self._stop.is_set():
+                    return  # the loop in _run_one is bounded; the row stays missing and is reported
+                await asyncio.sleep(0.2)
+            batch = sorted(self._interrupted)
+            self._interrupted.clear()
+            await self._recover(batch)
+            self.summary.healed += len(batch)
+
     async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
         for _ in range(self.max_attempts * 20):
             if self._stop.is_set():
@@ -387,7 +421,7 @@ class Collector:
                 if self._stop.is_set():
                     return
                 self.summary.failed[rid] = f"environment unreachable: {exc!r}"[:300]
-                await asyncio.sleep(0.5)  # the environment server may be restarting; bounded by the loop
+                await self._heal(rid, client)
                 continue
             if resp.status_code == 200:
                 try:
@@ -415,7 +449,7 @@ class Collector:
                 continue  # the fence moved: look at it again
             else:
                 self.summary.failed[rid] = f"{resp.status_code} {kind}: {err.get('message', resp.text[:200])}"
-                await asyncio.sleep(0.5)
+                await self._heal(rid, client)
 
     async def run(self, *, resume: bool = False) -> Summary:
         t0 = time.perf_counter()
@@ -434,10 +468,12 @@ class Collector:
                 await self._accept(rid, st.attempt, self._written[rid])
                 accepted.add(rid)
         retired = {
-            r.rollout_id: r.current_attempt for r in self.ledger.rollouts() if r.retired_seq is not None
+            r.rollout_id: r.current_attempt
+            for r in self.ledger.rollouts()
+            if r.retired_seq is not None and r.rollout_id in self._inputs
         }
         for rid, attempt in retired.items():  # retired, its row lost in a crash: write the row only
-            if rid in self._inputs and rid not in accepted:
+            if rid not in accepted:
                 self._hand_off_retired(rid, attempt, "retired")
         accepted |= set(retired)
         self.summary.accepted_before = len(accepted)

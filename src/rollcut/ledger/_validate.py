@@ -47,18 +47,20 @@ async def validate_references(
     instance admitted in this range (after its process started) and did not
     finish below the cut must be among them, or the acknowledgement is partial.
     Calls a previous, crashed process of the same instance admitted are not the
-    new process's to know.
+    new process's to know, and a call of an attempt closed below the cut (superseded
+    or retired) can never end on the log: the fence refuses its outcome.
     """
     problems: list[str] = []
     checked = 0
-    open_calls: dict[str, tuple[str, int]] = {}  # call_id -> (instance, seq) admitted, not yet ended
+    # call_id -> (instance, seq, rollout, attempt) admitted, not yet ended
+    open_calls: dict[str, tuple[str, int, str, int]] = {}
     async for page in log.read_pages(start=start, up_to=cut, strict=False):
         for s in page:
             checked += 1
             ev = s.event
             if reported is not None:
                 if isinstance(ev, ModelCallAdmitted | ModelCallContinued):
-                    open_calls[ev.call_id] = (ev.instance, s.seq)
+                    open_calls[ev.call_id] = (ev.instance, s.seq, ev.rollout_id, ev.attempt)
                 elif isinstance(
                     ev, ModelCallCompleted | ModelCallReused | ModelCallFailed | ModelCallExcluded
                 ):
@@ -98,10 +100,19 @@ async def validate_references(
                         )
             if len(problems) >= limit:
                 return problems, checked
-    for call_id, (instance, seq) in open_calls.items():
+    for call_id, (instance, seq, rollout_id, attempt) in open_calls.items():
         if reported is None or instance not in reported:
             continue
+        if _attempt_closed(ledger, rollout_id, attempt):
+            continue  # its attempt was superseded or retired: the fence refuses its outcome for good
         calls, started = reported[instance]
         if seq > started and call_id not in calls:
             problems.append(f"seq {seq}: {instance} admitted call {call_id} but its prepare reply omits it")
     return problems[:limit], checked
+
+
+def _attempt_closed(ledger: Ledger, rollout_id: str, attempt: int) -> bool:
+    rec = ledger.rollout(rollout_id)
+    if rec is None:
+        return False
+    return attempt in rec.tombstoned_attempts or attempt < rec.current_attempt or rec.retired_seq is not None

@@ -146,6 +146,7 @@ class Participant:
         self._service: Service | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._lifecycle_subs: list[Any] = []
+        self._lifecycle_tasks: set[asyncio.Future[None]] = set()
         self.rollouts_retired = 0
         # test seam: drop this many replies on the wire (the effect still happens)
         self.drop_replies = 0
@@ -178,11 +179,17 @@ class Participant:
         if callable(getattr(self.hooks, "retire", None)):
             p = self.log.subjects.prefix
             for subject in (f"{p}.fence.*", f"{p}.ev.*.*.collector"):
-                self._lifecycle_subs.append(await self.log.nc.subscribe(subject, cb=self._on_lifecycle))
+                self._lifecycle_subs.append(await self.log.nc.subscribe(subject, cb=self._on_lifecycle_msg))
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
+
+    async def _on_lifecycle_msg(self, msg: Any) -> None:
+        # one task per message: a look-again for one must not hold up the messages behind it
+        task = asyncio.ensure_future(self._on_lifecycle(msg))
+        self._lifecycle_tasks.add(task)
+        task.add_done_callback(self._lifecycle_tasks.discard)
 
     async def _on_lifecycle(self, msg: Any) -> None:
         """A retirement or a hand-off seen on the wire; acted on only once the stream has it.
@@ -195,17 +202,28 @@ class Participant:
         except RollcutError:
             return
         if isinstance(ev, RolloutRetired):
-            state = await self.log.fence_state(ev.rollout_id)
-            if state is None or not state.retired:
-                return
             reason = ev.reason or "retired"
+
+            async def stored() -> bool:
+                state = await self.log.fence_state(ev.rollout_id)
+                return state is not None and state.retired
+
         elif isinstance(ev, ResultAccepted):
-            stored = await self.log.last_on(msg.subject)
-            if stored is None or not isinstance(stored.event, ResultAccepted):
-                return
             reason = "accepted"
+
+            async def stored() -> bool:
+                last = await self.log.last_on(msg.subject)
+                return last is not None and isinstance(last.event, ResultAccepted)
+
         else:
             return
+        # core delivery can overtake the stream's write: look again for a moment before giving up
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
+            await asyncio.sleep(delay)
+            if await stored():
+                break
+        else:
+            return  # the server refused it: nothing is over
         self.rollouts_retired += 1
         out = self.hooks.retire(ev.rollout_id, reason)  # type: ignore[attr-defined]
         if asyncio.iscoroutine(out):
@@ -216,6 +234,8 @@ class Participant:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._lifecycle_subs = []
+        for task in list(self._lifecycle_tasks):
+            task.cancel()
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,7 @@ class ResourcesService:
         self.instance = instance
         self.participant = participant
         self.sessions: dict[Identity, Session] = {}
+        self._retired: OrderedDict[str, str] = OrderedDict()  # rollouts that are over; bounded
         self._verifying = 0
         self._verified_idle = asyncio.Event()
         self._verified_idle.set()
@@ -129,7 +130,7 @@ class ResourcesService:
                 state=self._logged_state(state),
             )
         )
-        self.sessions[ident] = Session(ident, state)
+        self._activate(Session(ident, state))
         return {"session": self.env.name, "revision": 0, "restored": False}
 
     async def _session(self, ident: Identity) -> Session:
@@ -216,9 +217,20 @@ class ResourcesService:
             self.sessions.pop(ident, None)
         return {"retired": reason}
 
+    def _activate(self, s: Session) -> None:
+        # no await between this check and the insertion: a retirement seen before is refused here,
+        # one seen after finds the session and drops it
+        if s.ident.rollout_id in self._retired:
+            self.env.close(s.state)
+            raise CallError(409, "retired", f"{s.ident.rollout_id} was retired")
+        self.sessions.setdefault(s.ident, s)
+
     def retire(self, rollout_id: str, reason: str) -> int:
         """The rollout is over (accepted or retired): every attempt's session goes, including one
         kept for inspection after a failed verification."""
+        self._retired[rollout_id] = reason
+        while len(self._retired) > 100_000:
+            self._retired.popitem(last=False)
         gone = [k for k in self.sessions if k.rollout_id == rollout_id]
         for k in gone:
             self.env.close(self.sessions.pop(k).state)
@@ -266,6 +278,7 @@ class ResourcesService:
                 continue  # this rollout goes to fresh dispatch; the others still restore
             if s is not None:
                 built[s.ident] = s
+        built = {k: v for k, v in built.items() if k.rollout_id not in self._retired}
         self.sessions.update(built)  # the activation: one step, after every session validated
         self.stats["sessions_restored"] += len(built)
 
@@ -293,7 +306,7 @@ class ResourcesService:
         except NotContinuable as exc:
             raise CallError(409, "not_continuable", str(exc)) from exc
         if s is not None:
-            self.sessions.setdefault(ident, s)
+            self._activate(s)
             self.stats["sessions_restored"] += 1
         return self.sessions.get(ident)
 

@@ -377,26 +377,29 @@ class Collector:
 
     # --- the run -------------------------------------------------------------------------
 
-    async def _heal(self, rid: str, client: httpx.AsyncClient) -> None:
+    async def _heal(self, rid: str, client: httpx.AsyncClient) -> bool:
         """A run broke off (a Gym process died under it). Posting the same attempt again would start
         it over and redo completed work, so: wait until the environment answers, then recover every
         run that broke off meanwhile as its next attempt (tail seal, plan, restore, resume)."""
         self._interrupted.add(rid)
         async with self._heal_lock:
-            if rid not in self._interrupted or self._stop.is_set():
-                return  # another run's recovery took this one along
+            if self._stop.is_set():
+                return False
+            if rid not in self._interrupted:
+                return True  # another run's recovery took this one along
             give_up = time.monotonic() + self.heal_timeout_s
             while True:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(f"{self.env_url}/healthz", timeout=2)).status_code == 200:
                         break
                 if time.monotonic() > give_up or self._stop.is_set():
-                    return  # the loop in _run_one is bounded; the row stays missing and is reported
+                    return False
                 await asyncio.sleep(0.2)
             batch = sorted(self._interrupted)
             self._interrupted.clear()
             await self._recover(batch)
             self.summary.healed += len(batch)
+            return True
 
     async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
         for _ in range(self.max_attempts * 20):
@@ -421,7 +424,8 @@ class Collector:
                 if self._stop.is_set():
                     return
                 self.summary.failed[rid] = f"environment unreachable: {exc!r}"[:300]
-                await self._heal(rid, client)
+                if not await self._heal(rid, client):
+                    return  # never the same attempt again; `--resume` recovers it later
                 continue
             if resp.status_code == 200:
                 try:
@@ -449,7 +453,8 @@ class Collector:
                 continue  # the fence moved: look at it again
             else:
                 self.summary.failed[rid] = f"{resp.status_code} {kind}: {err.get('message', resp.text[:200])}"
-                await self._heal(rid, client)
+                if not await self._heal(rid, client):
+                    return
 
     async def run(self, *, resume: bool = False) -> Summary:
         t0 = time.perf_counter()

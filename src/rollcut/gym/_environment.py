@@ -60,4 +60,16 @@ def create_environment_app(
     async def get_stats() -> dict[str, Any]:
         return {"instance": instance, **stats}
 
+    @app.get("/healthz")
+    async def healthz() -> Any:
+        # deep: a framework waits on this after a crash, and an episode needs the agent (and what
+        # the agent needs) up, not just this process
+        try:
+            down = (await client.get(f"{agent_url.rstrip('/')}/healthz", timeout=2)).status_code != 200
+        except httpx.HTTPError:
+            down = True
+        if down:
+            return JSONResponse({"status": "agent unavailable"}, status_code=503)
+        return {"status": "ok"}
+
     return app

@@ -370,14 +370,22 @@ class Coordinator:
             committed = await asyncio.gather(
                 *(self._best_effort(i, "commit", cid, release_by) for i in found)
             )
-            resumed = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in found))
+            # the reverse of prepare: the servers reopen before the agents that call them go on
+            # (released first, an agent would meet a still-closed model with its next call)
+            ok: dict[str, bool] = {}
+            for wave in (
+                [i for i in found if i.component not in _PARK_FIRST],
+                [i for i in found if i.component in _PARK_FIRST],
+            ):
+                done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in wave))
+                ok.update({i.instance: r for i, r in zip(wave, done, strict=True)})
         return CheckpointResult(
             record=record,
             participants=record.participants,
             unreproducible={r.instance: r.unreproducible for r in replies if r.unreproducible},
             validated_events=checked,
             phases_ms=timer.ms,
-            resumed=[i.instance for i, c, r in zip(found, committed, resumed, strict=True) if c and r],
+            resumed=[i.instance for i, c in zip(found, committed, strict=True) if c and ok.get(i.instance)],
         )
 
     async def _timed(

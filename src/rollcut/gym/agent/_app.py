@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -39,7 +40,18 @@ def create_agent_app(agent: SimpleAgent) -> FastAPI:
         return {"instance": agent.instance, **agent.stats, "running": len(agent._runs)}
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
+    async def healthz() -> Any:
+        # deep: the model server and every resources server this agent calls must answer
+        urls = [agent.model_url, *agent.resources.values()]
+        down = []
+        for url in urls:
+            try:
+                if (await agent.http.get(f"{url.rstrip('/')}/healthz", timeout=2)).status_code != 200:
+                    down.append(url)
+            except httpx.HTTPError:
+                down.append(url)
+        if down:
+            return JSONResponse({"status": "unavailable", "down": down}, status_code=503)
         return {"status": "ok"}
 
     return app

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class SimpleAgent:
         participant: Participant | None = None,
         http: httpx.AsyncClient | None = None,
         system_prompt: str = SYSTEM,
+        admission_wait_s: float = 120.0,
     ) -> None:
         self.log = log
         self.instance = instance
@@ -69,6 +71,7 @@ class SimpleAgent:
         self.participant = participant
         self.http = http or httpx.AsyncClient(timeout=120)
         self.system_prompt = system_prompt
+        self.admission_wait_s = admission_wait_s
         self._runs: dict[Identity, _Run] = {}
         self._park_for: str | None = None
         self._all_parked = asyncio.Event()
@@ -80,6 +83,7 @@ class SimpleAgent:
             "parks": 0,
             "fresh_dispatch": 0,
             "runs_retired": 0,
+            "admission_waits": 0,
         }
 
     # --- parking (checkpoint hooks) ----------------------------------------------------
@@ -136,14 +140,23 @@ class SimpleAgent:
     async def _post(
         self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool
     ) -> dict[str, Any]:
-        resp = await self.http.post(url, json=body, headers=self._headers(ident))
-        if resp.status_code == 200:
-            return resp.json()
-        err = (
-            resp.json().get("error")
-            if resp.headers.get("content-type", "").startswith("application/json")
-            else None
-        ) or {"type": "http_error", "message": resp.text[:300]}
+        give_up = time.monotonic() + self.admission_wait_s
+        while True:
+            resp = await self.http.post(url, json=body, headers=self._headers(ident))
+            if resp.status_code == 200:
+                return resp.json()
+            err = (
+                resp.json().get("error")
+                if resp.headers.get("content-type", "").startswith("application/json")
+                else None
+            ) or {"type": "http_error", "message": resp.text[:300]}
+            if err["type"] != "admission_closed" or time.monotonic() > give_up:
+                break
+            # a checkpoint is closing or reopening that server: the call was not admitted, so the
+            # same call, a moment later, is safe; failing the run here would make the framework
+            # start the attempt over and redo everything it completed
+            self.stats["admission_waits"] += 1
+            await asyncio.sleep(min(float(resp.headers.get("retry-after", "0.2")), 1.0))
         if err["type"] in ("replay_mismatch", "not_continuable"):
             raise FreshDispatchNeeded(f"{url}: {err['message']}")
         raise CallError(resp.status_code, err["type"], f"{url}: {err['message']}")

@@ -128,4 +128,5 @@ def test_bench_checkpoint_prints_the_promised_fields() -> None:
     assert out["rollouts"] == 200 and out["participants"] == 3
     assert out["baseline_files_created"] == 3 * 200 + 3 + 1  # a file per rollout per participant + manifests
     assert out["validated_events"] < out["validated_events_first"]  # steady state checks only the delta
-    assert out["speedup"] == round(out["baseline_checkpoint_ms"] / out["checkpoint_ms"], 1)
+    # the ratio of the printed (rounded) times, to within the rounding of the three numbers
+    assert abs(out["speedup"] - out["baseline_checkpoint_ms"] / out["checkpoint_ms"]) <= 0.15

@@ -56,8 +56,15 @@ class Deployment:
         for p in self.stack:
             p.kill()
 
-    def restart(self) -> None:
-        self.stack = _stack(self.url, self.creds, self.root / "tokens", 0, {}, **self.stack_options)
+    def restart(self, *, same_ports: bool = False) -> None:
+        """Start every Gym server again; on the ports they had, as a supervisor would, if asked."""
+        names = ("model", "counter", "blackjack", "workplace", "agent", "environment")
+        ports = (
+            {n: int(p.url.rsplit(":", 1)[1]) for n, p in zip(names, self.stack, strict=True)}
+            if same_ports
+            else {}
+        )
+        self.stack = _stack(self.url, self.creds, self.root / "tokens", 0, ports, **self.stack_options)
         self._write_config()
 
     @property

@@ -69,6 +69,19 @@ def test_crash_of_every_gym_process_then_resume_finishes_exactly_once(deployment
     assert summary["recovery"]["continue"] + summary["recovery"]["fresh_dispatch"] >= 1
 
 
+def test_a_running_collection_heals_when_every_gym_process_dies_and_comes_back(
+    deployment: Deployment,
+) -> None:
+    proc = deployment.collect()
+    deployment.wait_rows(3, proc)
+    deployment.crash()  # SIGKILL every Gym process mid-run; the collection keeps running
+    deployment.restart(same_ports=True)  # a supervisor starts them again where they were
+    code, summary = finish(proc)
+    assert code == 0, summary
+    _exactly_once(deployment)
+    assert summary["healed"] >= 1 and summary["checkpoints_published"] >= 1
+
+
 def test_a_corrupted_ledger_is_rebuilt_from_the_stream_and_collection_resumes(deployment: Deployment) -> None:
     proc = deployment.collect()
     deployment.wait_rows(4, proc)

@@ -612,7 +612,8 @@ def collect_cmd(
     else:
         console.print(
             f"collected {summary.results_written}/{summary.rollouts} rollouts; "
-            f"{summary.checkpoints_published} checkpoints; recovery {summary.recovery}; healed {summary.healed}"
+            f"{summary.checkpoints_published} checkpoints; recovery {summary.recovery}; "
+            f"healed {summary.healed}"
         )
     if summary.interrupted:
         raise typer.Exit(EXIT_REQUEUE)

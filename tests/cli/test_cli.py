@@ -130,3 +130,15 @@ def test_bench_checkpoint_prints_the_promised_fields() -> None:
     assert out["validated_events"] < out["validated_events_first"]  # steady state checks only the delta
     # the ratio of the printed (rounded) times, to within the rounding of the three numbers
     assert abs(out["speedup"] - out["baseline_checkpoint_ms"] / out["checkpoint_ms"]) <= 0.15
+
+
+@pytest.mark.slow
+def test_bench_e2e_recovers_one_crash_three_ways() -> None:
+    out = json.loads(_run("bench", "e2e", "--rollouts", "12", "--json").stdout)
+    assert out["rollouts"] == 12
+    for way in ("rollcut", "last_checkpoint", "restart"):
+        r = out[way]
+        for key in ("model_calls_regenerated", "tokens_regenerated", "model_calls_generated", "wall_s"):
+            assert key in r, (way, key)
+        assert r["results_written"] == 12 and r["duplicate_results"] == 0, (way, r)
+    assert out["rollcut"]["model_calls_regenerated"] == 0 and out["rollcut"]["tokens_regenerated"] == 0

@@ -266,9 +266,13 @@ class Collector:
             self.summary.last_checkpoint = res.record.checkpoint_id
             return res.record.checkpoint_id
 
-    async def _periodic(self) -> None:
-        while self.every_s:
-            await asyncio.sleep(self.every_s)
+    async def _periodic(self, done: asyncio.Event) -> None:
+        # ended by ``done``, never by cancelling: nats-py swallows a CancelledError that lands
+        # inside a publish, and a swallowed cancel would leave this loop (and run()) waiting forever
+        while self.every_s and not done.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), self.every_s)
+                return
             await self.checkpoint()
 
     # --- recovery ----------------------------------------------------------------------
@@ -489,7 +493,8 @@ class Collector:
             if rid not in accepted:
                 pending.put_nowait(rid)
         total = len(rollouts)
-        periodic = asyncio.ensure_future(self._periodic()) if self.every_s else None
+        periodic_done = asyncio.Event()
+        periodic = asyncio.ensure_future(self._periodic(periodic_done)) if self.every_s else None
         transport = httpx.AsyncHTTPTransport(socket_options=[(6, 1, 1)])  # IPPROTO_TCP, TCP_NODELAY
         async with httpx.AsyncClient(
             timeout=600, transport=transport, limits=httpx.Limits(max_connections=self.concurrency * 2)
@@ -515,13 +520,12 @@ class Collector:
             await asyncio.wait([gathered, stopper], return_when=asyncio.FIRST_COMPLETED)
             if self._stop.is_set():
                 for w in workers:
-                    w.cancel()
+                    w.cancel()  # a worker whose cancel a publish swallowed sees the stop flag instead
             await gathered
             stopper.cancel()
         if periodic is not None:
-            periodic.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await periodic
+            periodic_done.set()
+            await periodic  # at most one checkpoint in flight, bounded by its deadline
         self._load_written()
         self.summary.results_written = len(self._written)
         self.summary.wall_s = round(time.perf_counter() - t0, 3)

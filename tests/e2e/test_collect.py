@@ -33,6 +33,8 @@ def test_demo_saves_everything_once_and_regenerates_nothing() -> None:
     assert report["model_calls"]["regenerated_after_crash"] == 0
     assert report["checkpoints_published"] >= 2
     assert sum(report["recovery"].values()) == 24 and report["recovery"]["continue"] >= 1
+    # every rollout the crash caught after it started continues; only the queued ones start fresh
+    assert report["recovery"]["fresh_dispatch"] == report["fresh_dispatch_never_started"]
 
 
 def test_sigterm_checkpoints_exits_75_and_resume_finishes(deployment: Deployment) -> None:

@@ -63,6 +63,9 @@ class RecoveryPlan:
     continue_: list[str] = field(default_factory=list)
     fresh_dispatch: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
+    # fresh dispatches that never started: attempt 1 is open and has no event, so it *is* a
+    # dispatch from the input; opening another attempt would only spend the attempt budget
+    unstarted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Summary:
     fallbacks_to_fresh: int = 0
     retired: int = 0
     healed: int = 0  # runs that broke off under a live collector and were recovered in place
+    never_started: int = 0  # of the fresh dispatches: queued, never run, kept on attempt 1
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
     wall_s: float = 0.0
@@ -111,6 +115,9 @@ async def plan_recovery(
         # anything still continues what its predecessor had reached by the cut it continued from
         if st is None or not st.open or st.corrupt_seqs or not st.progressed(plan.cut):
             plan.fresh_dispatch.append(rid)
+            rec = ledger.rollout(rid)
+            if rec and rec.open and rec.current_attempt == 1 and rec.last_seq == rec.attempt_opened_seq:
+                plan.unstarted.append(rid)
         else:
             plan.continue_.append(rid)
     return plan
@@ -311,6 +318,7 @@ class Collector:
             "fresh_dispatch": len(plan.fresh_dispatch),
             "retired": len(plan.retired),
         }
+        self.summary.never_started = len(plan.unstarted)
         await self.apply_plan(plan)
         if plan.checkpoint_id and plan.continue_:
             await self.restore_and_resume(plan.checkpoint_id, plan.cut)
@@ -324,8 +332,10 @@ class Collector:
                 checkpoint_id=plan.checkpoint_id or "",
                 reason="continue from checkpoint",
             )
+        unstarted = set(plan.unstarted)
         for rid in plan.fresh_dispatch:
-            await self._new_attempt(rid, from_cut=0, reason="fresh dispatch")
+            if rid not in unstarted:
+                await self._new_attempt(rid, from_cut=0, reason="fresh dispatch")
 
     async def restore_and_resume(self, checkpoint_id: str, cut: int) -> None:
         """Rebuild participants' sessions at the cut (they stay paused), then release them."""

@@ -304,6 +304,7 @@ async def run_demo(
         "crashes": crashes,
         "checkpoints_published": checkpoints,
         "recovery": summary.recovery,
+        "fresh_dispatch_never_started": summary.never_started,  # queued at the crash: kept on attempt 1
         "fallbacks_to_fresh": summary.fallbacks_to_fresh,
         "model_calls": {
             "generated": counts["generated"],

@@ -66,6 +66,13 @@ class Rig:
             )
         )
 
+    async def counter_turn(self, rollout: str) -> None:
+        """Dispatch, seed a counter session, add 1, and record the agent's boundary after it."""
+        await self.log.dispatch(rollout, {}, instance="c")
+        await self.post("/seed_session", rollout, 1)
+        await self.post("/add", rollout, 1, {"n": 1})
+        await self.boundary(rollout, "counter", 1)
+
     async def restore_from_checkpoint(self, rollout: str) -> int:
         """Checkpoint, tombstone attempt 1, open 2 from the cut, restore: returns the cut."""
         res = await self.coordinator.checkpoint(deadline_s=5)
@@ -200,10 +207,7 @@ async def test_post_boundary_tool_calls_are_served_from_the_log_and_a_change_is_
     log: EventLog, make_rig: Any
 ) -> None:
     rig = await make_rig(Counter())
-    await log.dispatch("r1", {}, instance="c")
-    await rig.post("/seed_session", "r1", 1)
-    await rig.post("/add", "r1", 1, {"n": 1})
-    await rig.boundary("r1", "counter", 1)
+    await rig.counter_turn("r1")
     await rig.post("/add", "r1", 1, {"n": 5})  # the unfinished turn's call, done before the cut
     await rig.restore_from_checkpoint("r1")
     executed = rig.service.stats["tool_calls_executed"]
@@ -300,10 +304,7 @@ async def test_a_second_crash_before_the_replacement_did_anything_still_continue
 ) -> None:
     """Attempt 3 continues attempt 1's lineage through attempt 2, which reached no boundary."""
     rig = await make_rig(Counter())
-    await log.dispatch("r1", {}, instance="c")
-    await rig.post("/seed_session", "r1", 1)
-    await rig.post("/add", "r1", 1, {"n": 1})
-    await rig.boundary("r1", "counter", 1)
+    await rig.counter_turn("r1")
     await rig.post("/add", "r1", 1, {"n": 5})  # after the boundary, before the cut
     await rig.restore_from_checkpoint("r1")  # attempt 2 restored (value 6), then the second crash
     cut = await log.last_seq()
@@ -326,10 +327,7 @@ async def test_the_same_checkpoint_restores_again_after_its_replacement_made_cal
     log: EventLog, make_rig: Any
 ) -> None:
     rig = await make_rig(Counter())
-    await log.dispatch("r1", {}, instance="c")
-    await rig.post("/seed_session", "r1", 1)
-    await rig.post("/add", "r1", 1, {"n": 1})
-    await rig.boundary("r1", "counter", 1)
+    await rig.counter_turn("r1")
     cut = await rig.restore_from_checkpoint("r1")
     assert (await rig.post("/add", "r1", 2, {"n": 100})).json()["result"] == {"value": 101}  # then it died
     await log.supersede("r1", 2, instance="coordinator", from_cut=cut)  # the same checkpoint again

@@ -18,6 +18,7 @@ import pytest
 
 from rollcut.bus import (
     AgentBoundary,
+    CheckpointPrepared,
     ModelCallAdmitted,
     ModelCallCompleted,
     ModelCallReused,
@@ -244,3 +245,37 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
     assert (await ep.events("r"))[-1][0] == last
     plan = await plan_recovery(ep.log, ep.ledger, ["r"])
     assert plan.retired == ["r"] and not plan.continue_ and not plan.fresh_dispatch
+
+
+async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redone(ep: Episodes) -> None:
+    ref = await ep.reference(COUNTER)
+    await ep.log.dispatch("r", COUNTER, instance="collector")
+    run = ep.start_run("r", 1, COUNTER)
+
+    async def final_call_running() -> bool:  # the answer's call admitted: no boundary comes after it
+        evs = [e for _, e in await ep.events("r", 1)]
+        admitted = sum(isinstance(e, ModelCallAdmitted) for e in evs)
+        return admitted == ref["turns"] + 1
+
+    await until(final_call_running, timeout=60, what="the final turn")
+    ck = await ep.checkpoint()  # the agent cannot park this run: prepare waits for it to finish
+    resp = await run
+    assert resp.status_code == 200 and resp.json()["answer"] == ref["answer"]  # not lost
+    marks = [
+        s.seq
+        async for s in ep.log.read(start=1, up_to=ck.cut)
+        if isinstance(s.event, CheckpointPrepared) and s.event.checkpoint_id == ck.checkpoint_id
+    ]
+    prepared = marks[0]
+    final = [s for s, e in await ep.events("r", 1) if isinstance(e, ModelCallCompleted)][-1]
+    closed = next(s for s, e in await ep.events("r", 1) if isinstance(e, ResourcesRetired))
+    assert prepared < final <= closed <= ck.cut  # it finished during the prepare, below the cut
+    # the hand-off never happened (the crash comes first): recovery continues it, and nothing runs again
+    await ep.crash()
+    ep.dep.restart()
+    assert (await plan_recovery(ep.log, ep.ledger, ["r"], ck.checkpoint_id)).continue_ == ["r"]
+    await ep.continue_from("r", ck)
+    again = await ep.post_run("r", 2, COUNTER)
+    assert again.status_code == 200 and again.json()["answer"] == ref["answer"]
+    assert not any(isinstance(e, ModelCallCompleted) for _, e in await ep.events("r", 2))  # not redone
+    assert await ep.regenerated("r") == [] and await ep.reapplied("r") == []

@@ -124,6 +124,17 @@ async def test_a_run_calls_model_and_tools_writes_boundaries_and_verifies(log: E
     assert len(deltas) == 3 and out["verified"]["value"] == sum(deltas)  # the counter saw exactly those adds
 
 
+async def test_an_attempt_that_already_ran_is_not_run_again(log: EventLog, stack: Any) -> None:
+    """A framework retrying a /run would start the attempt over and redo its calls: refused."""
+    s = await stack()
+    await log.dispatch("r1", TASK, instance="collector")
+    assert (await s.run("r1", 1)).status_code == 200
+    before = await log.last_seq()
+    again = await s.run("r1", 1)
+    assert again.status_code == 409 and again.json()["error"]["type"] == "attempt_in_use"
+    assert await log.last_seq() == before  # nothing ran, nothing was written
+
+
 async def test_continuation_from_a_cut_mid_turn_repeats_no_model_or_tool_call(
     log: EventLog, stack: Any
 ) -> None:

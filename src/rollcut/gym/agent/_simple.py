@@ -178,7 +178,21 @@ class SimpleAgent:
                 boundary = s.event.record
         return boundary if boundary is not None else AgentBoundaryRecord(turn=0, output_items=[])
 
+    async def _refuse_a_rerun(self, ident: Identity) -> None:
+        """An attempt runs once. Posting it again (a framework retrying a failed /run) would start
+        it over from its input and redo everything it completed; the fence cannot see that, since
+        the attempt is legitimately open, so the agent refuses: open the next attempt instead."""
+        if ident in self._runs:
+            raise CallError(409, "attempt_in_use", f"{ident.rollout_id}/{ident.attempt} is running here")
+        async for _ in self.log.read(rollout_id=ident.rollout_id, attempt=ident.attempt):
+            raise CallError(
+                409,
+                "attempt_in_use",
+                f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt",
+            )
+
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        await self._refuse_a_rerun(ident)
         run = _Run(ident)
         self._runs[ident] = run
         self.stats["runs_started"] += 1

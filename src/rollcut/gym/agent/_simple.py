@@ -184,12 +184,15 @@ class SimpleAgent:
         the attempt is legitimately open, so the agent refuses: open the next attempt instead."""
         if ident in self._runs:
             raise CallError(409, "attempt_in_use", f"{ident.rollout_id}/{ident.attempt} is running here")
-        async for _ in self.log.read(rollout_id=ident.rollout_id, attempt=ident.attempt):
-            raise CallError(
-                409,
-                "attempt_in_use",
-                f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt",
-            )
+        # what a run writes: model calls and boundaries (a restore pre-writes only the resources
+        # session, which a run's seeding takes over idempotently)
+        for component in ("model", "agent"):
+            if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, component)):
+                raise CallError(
+                    409,
+                    "attempt_in_use",
+                    f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt",
+                )
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         await self._refuse_a_rerun(ident)

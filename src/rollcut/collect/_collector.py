@@ -45,6 +45,7 @@ from .._errors import (
     StaleAttemptError,
 )
 from ..bus import EventLog, ResultAccepted, input_digest
+from ..gym._http import error_of
 from ..ledger import Ledger, Projector
 from ..participants import Coordinator
 from ..replay import replay
@@ -448,12 +449,8 @@ class Collector:
                     continue
                 self.summary.failed.pop(rid, None)
                 return
-            err = (
-                (resp.json().get("error") or {})
-                if resp.headers.get("content-type", "").startswith("application/json")
-                else {}
-            )
-            kind = err.get("type", "")
+            err = error_of(resp)
+            kind = err["type"]
             if kind in ("fresh_dispatch", "not_continuable"):
                 self.summary.fallbacks_to_fresh += 1
                 await self._new_attempt(

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from .._errors import FenceError, RollcutError, StaleAttemptError
 
-__all__ = ["CallError", "Identity", "append_or_refuse", "error_response", "identity_of"]
+__all__ = ["CallError", "Identity", "append_or_refuse", "error_of", "error_response", "identity_of"]
 
 
 class CallError(RollcutError):
@@ -50,6 +50,16 @@ def error_response(exc: CallError) -> JSONResponse:
     return JSONResponse(
         {"error": {"type": exc.kind, "message": str(exc)}}, status_code=exc.status, headers=headers
     )
+
+
+def error_of(resp: Any) -> dict[str, str]:
+    """The ``{"type", "message"}`` of a Gym server's error answer (the reverse of error_response);
+    a non-JSON answer (a proxy, a crashed handler) becomes ``http_error``."""
+    err = None
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        body = resp.json()
+        err = body.get("error") if isinstance(body, dict) else None
+    return err or {"type": "http_error", "message": resp.text[:300]}
 
 
 async def append_or_refuse(log: Any, event: Any) -> int:

@@ -29,6 +29,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from .._bounded import remember
 from .._errors import ConfigError, RollcutError
 from .._version import __version__
 from ..bus import (
@@ -275,9 +276,7 @@ class Participant:
         return await self.log.append(event)
 
     def _finish(self, checkpoint_id: str, how: str) -> None:
-        self._finished[checkpoint_id] = how
-        while len(self._finished) > self._remember:
-            self._finished.popitem(last=False)
+        remember(self._finished, checkpoint_id, how, self._remember)
         if self._active is not None and self._active.checkpoint_id == checkpoint_id:
             self._active = None
         self.gate.open()

@@ -31,7 +31,7 @@ from ..._errors import StaleAttemptError
 from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import inherited
-from .._http import CallError, Identity
+from .._http import CallError, Identity, error_of
 
 __all__ = ["FreshDispatchNeeded", "SimpleAgent"]
 
@@ -145,11 +145,7 @@ class SimpleAgent:
             resp = await self.http.post(url, json=body, headers=self._headers(ident))
             if resp.status_code == 200:
                 return resp.json()
-            err = (
-                resp.json().get("error")
-                if resp.headers.get("content-type", "").startswith("application/json")
-                else None
-            ) or {"type": "http_error", "message": resp.text[:300]}
+            err = error_of(resp)
             if err["type"] != "admission_closed" or time.monotonic() > give_up:
                 break
             # a checkpoint is closing or reopening that server: the call was not admitted, so the

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._bounded import remember
 from ..._errors import RollcutError, StaleAttemptError
 from ...bus import (
     AttemptOpened,
@@ -122,9 +123,7 @@ class ModelService:
         for ident in [i for i in self._contexts if i.rollout_id == rollout_id]:
             del self._contexts[ident]
         if reason != "accepted" and any(f.ident.rollout_id == rollout_id for f in self._inflight.values()):
-            self._retired[rollout_id] = reason
-            while len(self._retired) > 10_000:
-                self._retired.popitem(last=False)
+            remember(self._retired, rollout_id, reason, 10_000)
 
     # --- the attempt's restore context --------------------------------------------------
 
@@ -161,9 +160,7 @@ class ModelService:
                 if done and call.final_seq > last_call[0]:
                     last_call = (call.final_seq, call.call_id)
         ctx = _AttemptContext(from_cut, reusable, last_call[1] or None)
-        self._contexts[ident] = ctx
-        while len(self._contexts) > 4096:
-            self._contexts.popitem(last=False)
+        remember(self._contexts, ident, ctx, 4096)
         return ctx
 
     async def _parent(self, ident: Identity) -> str | None:

@@ -26,6 +26,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._bounded import remember
 from ..._errors import RollcutError
 from ...bus import (
     AgentBoundary,
@@ -228,9 +229,7 @@ class ResourcesService:
     def retire(self, rollout_id: str, reason: str) -> int:
         """The rollout is over (accepted or retired): every attempt's session goes, including one
         kept for inspection after a failed verification."""
-        self._retired[rollout_id] = reason
-        while len(self._retired) > 100_000:
-            self._retired.popitem(last=False)
+        remember(self._retired, rollout_id, reason, 100_000)
         gone = [k for k in self.sessions if k.rollout_id == rollout_id]
         for k in gone:
             self.env.close(self.sessions.pop(k).state)

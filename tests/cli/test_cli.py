@@ -17,7 +17,7 @@ from rollcut.bus import EventLog, load_credentials
 
 from ..helpers import boundary_event
 
-ROLLCUT = [sys.executable, "-m", "rollcut._cli"]
+ROLLCUT = [sys.executable, "-m", "rollcut"]
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

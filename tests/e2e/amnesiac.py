@@ -11,10 +11,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rollcut.gym._http import Identity
-from rollcut.gym._runners import ServeOptions, _run
-from rollcut.gym._serving import run_servers
+from rollcut.gym import ResourcesServe, run_servers, serve_participant
 from rollcut.gym.resources import Counter, ResourcesService, Session, create_resources_app
+from rollcut.gym.wire import Identity
 
 
 class Amnesiac(ResourcesService):
@@ -29,14 +28,16 @@ def main() -> None:
     ap.add_argument("--credentials", type=Path, required=True)
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
-    opts = ServeOptions(url=args.url, namespace=args.namespace, credentials=args.credentials, name="counter")
+    opts = ResourcesServe(
+        url=args.url, namespace=args.namespace, credentials=str(args.credentials), env="counter"
+    )
 
     async def serve_one(sock: Any, worker: int) -> None:
         def make(log: Any, instance: str, participant: Any) -> Any:
             service = Amnesiac(log, Counter(), instance=instance, participant=participant)
             return create_resources_app(service), service
 
-        await _run(opts, sock, worker, "resources", Counter.mode, False, make)
+        await serve_participant(opts, sock, worker, Counter.mode, make)
 
     run_servers(host="127.0.0.1", port=args.port, workers=1, child_argv=[], serve_one=serve_one)
 

@@ -19,7 +19,9 @@ import pytest
 
 from rollcut._runtime import credentials_for
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
-from rollcut.collect._demo import NS, _stack, demo_tasks
+from rollcut.collect import DEMO_NAMESPACE as NS
+from rollcut.collect import demo_tasks
+from rollcut.gym import STACK, start_stack
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Deployment:
 
     def collect(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "rollcut._cli", "collect", str(self.config), "--json", *args],
+            [sys.executable, "-m", "rollcut", "collect", str(self.config), "--json", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -58,13 +60,10 @@ class Deployment:
 
     def restart(self, *, same_ports: bool = False) -> None:
         """Start every Gym server again; on the ports they had, as a supervisor would, if asked."""
-        names = ("model", "counter", "blackjack", "workplace", "agent", "environment")
-        ports = (
-            {n: int(p.url.rsplit(":", 1)[1]) for n, p in zip(names, self.stack, strict=True)}
-            if same_ports
-            else {}
+        ports = {n: p.port for n, p in zip(STACK, self.stack, strict=True)} if same_ports else {}
+        self.stack = start_stack(
+            self.url, self.creds, self.root / "tokens", namespace=NS, ports=ports, **self.stack_options
         )
-        self.stack = _stack(self.url, self.creds, self.root / "tokens", 0, ports, **self.stack_options)
         self._write_config()
 
     @property
@@ -99,7 +98,9 @@ def deploy(root: Path, **stack_options: Any) -> Iterator[Deployment]:
         asyncio.run(_create_stream(nats.url, creds))  # as an operator would, before any server starts
         tasks = demo_tasks(16, seed=0)
         (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
-        stack = _stack(nats.url, root / "nats" / "credentials.json", root / "tokens", 0, {}, **stack_options)
+        stack = start_stack(
+            nats.url, root / "nats" / "credentials.json", root / "tokens", namespace=NS, **stack_options
+        )
         dep = Deployment(
             root, nats.url, root / "collect.yaml", root / "results.jsonl", stack, len(tasks), stack_options
         )

@@ -21,7 +21,7 @@ def _exactly_once(dep: Deployment) -> None:
 
 def test_demo_saves_everything_once_and_regenerates_nothing() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rollcut._cli", "demo", "--rollouts", "24", "--json"],
+        [sys.executable, "-m", "rollcut", "demo", "--rollouts", "24", "--json"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -98,7 +98,7 @@ def test_a_corrupted_ledger_is_rebuilt_from_the_stream_and_collection_resumes(de
         [
             sys.executable,
             "-m",
-            "rollcut._cli",
+            "rollcut",
             "ledger",
             "rebuild",
             "--url",
@@ -208,7 +208,7 @@ def test_restore_and_resume_by_hand_then_collection_finishes(deployment: Deploym
         "--json",
     ]
     restored = subprocess.run(
-        [sys.executable, "-m", "rollcut._cli", "restore", "--checkpoint", ck, *common],
+        [sys.executable, "-m", "rollcut", "restore", "--checkpoint", ck, *common],
         capture_output=True,
         text=True,
         timeout=120,
@@ -217,7 +217,7 @@ def test_restore_and_resume_by_hand_then_collection_finishes(deployment: Deploym
     plan = json.loads(restored.stdout)
     assert len(plan["completed"]) >= 4 and plan["participants_paused"]
     resumed = subprocess.run(
-        [sys.executable, "-m", "rollcut._cli", "resume", "--checkpoint", ck, *common],
+        [sys.executable, "-m", "rollcut", "resume", "--checkpoint", ck, *common],
         capture_output=True,
         text=True,
         timeout=120,

@@ -27,8 +27,8 @@ from rollcut.bus import (
     ResourcesSeeded,
     RolloutCompleted,
 )
-from rollcut.collect import plan_recovery
-from rollcut.collect._demo import _Proc
+from rollcut.gym import ServerProcess
+from rollcut.participants import plan_recovery
 
 from ..helpers import until
 from .conftest import Deployment, deploy
@@ -145,7 +145,7 @@ async def test_skipping_the_resources_restore_fails_the_episodes_verification(ep
     counter = ep.dep.stack[1]
     port = counter.url.rsplit(":", 1)[1]
     counter.kill()
-    amnesiac = _Proc(
+    amnesiac = ServerProcess(
         ["--url", ep.dep.url, "--namespace", "demo", "--credentials", str(ep.dep.creds), "--port", port],
         command=[sys.executable, "-m", "tests.e2e.amnesiac"],
     ).start()
@@ -208,7 +208,7 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
         [
             sys.executable,
             "-m",
-            "rollcut._cli",
+            "rollcut",
             "retire",
             "r",
             "--reason",

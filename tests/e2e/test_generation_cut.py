@@ -15,7 +15,7 @@ import pytest
 
 from rollcut import CheckpointFailedError
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
-from rollcut.collect._demo import _Proc
+from rollcut.gym import ServerProcess
 from rollcut.gym.model import LocalBackend
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
@@ -24,16 +24,16 @@ from rollcut.tokens import LocalTokenStore
 
 def model_server(
     url: str, namespace: str, tokens: Path, *, workers: int = 1, token_delay: float = 0.0, seed: int = 3
-) -> _Proc:
+) -> ServerProcess:
     """`rollcut serve model` as its own process tree (one process per worker)."""
     argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
     argv += ["--workers", str(workers), "--seed", str(seed), "--token-delay", str(token_delay)]
-    return _Proc(argv, workers=workers).start()
+    return ServerProcess(argv, workers=workers).start()
 
 
 @pytest.fixture
-def servers() -> Iterator[list[_Proc]]:
-    started: list[_Proc] = []
+def servers() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
     yield started
     for s in started:
         s.kill()
@@ -45,7 +45,7 @@ def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
 
 @pytest.mark.slow
 async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
-    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[_Proc]
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
 ) -> None:
     srv = model_server(nats_url, namespace, tmp_path / "tokens", workers=2)
     servers.append(srv)
@@ -85,7 +85,7 @@ async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
 
 @pytest.mark.slow
 async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
-    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[_Proc]
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
 ) -> None:
     seed, tokens_dir = 3, tmp_path / "tokens"
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "a long answer please"}]}

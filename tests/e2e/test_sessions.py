@@ -16,7 +16,7 @@ from rollcut.bus import (
     ResourcesMutated,
     RolloutCompleted,
 )
-from rollcut.collect._demo import _Proc
+from rollcut.gym import ServerProcess
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore
@@ -24,13 +24,13 @@ from rollcut.tokens import LocalTokenStore
 TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps": 8}
 
 
-def start_stack(url: str, ns: str, tokens: Path) -> list[_Proc]:
+def start_stack(url: str, ns: str, tokens: Path) -> list[ServerProcess]:
     common = ["--url", url, "--namespace", ns]
-    model = _Proc(
+    model = ServerProcess(
         ["model", *common, "--tokens", str(tokens), "--port", "0", "--seed", "5", "--token-delay", "0.004"]
     ).start()
-    res = _Proc(["resources", "counter", *common]).start()
-    agent = _Proc(
+    res = ServerProcess(["resources", "counter", *common]).start()
+    agent = ServerProcess(
         [
             "agent",
             "simple",
@@ -44,7 +44,7 @@ def start_stack(url: str, ns: str, tokens: Path) -> list[_Proc]:
         ],
         workers=2,
     ).start()
-    env = _Proc(["environment", "--agent", agent.url, *common]).start()
+    env = ServerProcess(["environment", "--agent", agent.url, *common]).start()
     return [model, res, agent, env]
 
 

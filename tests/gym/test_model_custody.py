@@ -173,7 +173,7 @@ async def test_verify_command_catches_a_corrupted_token_record(
     cmd = [
         sys.executable,
         "-m",
-        "rollcut._cli",
+        "rollcut",
         "checkpoints",
         "verify",
         res.record.checkpoint_id,

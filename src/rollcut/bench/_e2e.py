@@ -14,13 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..collect import run_demo
+from ..participants import RecoveryMode
 
 __all__ = ["bench_e2e"]
 
 
 async def bench_e2e(*, rollouts: int = 64, seed: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {"rollouts": rollouts}
-    for name, mode in (("rollcut", "tail"), ("last_checkpoint", "checkpoint"), ("restart", "restart")):
+    for name, mode in (
+        ("rollcut", RecoveryMode.TAIL),
+        ("last_checkpoint", RecoveryMode.CHECKPOINT),
+        ("restart", RecoveryMode.RESTART),
+    ):
         r = await run_demo(rollouts=rollouts, seed=seed, crash=True, recovery=mode)
         out[name] = {
             "model_calls_regenerated": r["model_calls"]["regenerated_after_crash"],

@@ -50,7 +50,7 @@ async def bench_model(*, calls: int = 1000) -> dict[str, Any]:
                 [
                     sys.executable,
                     "-m",
-                    "rollcut._cli",
+                    "rollcut",
                     "serve",
                     "model",
                     "--url",

@@ -1,17 +1,18 @@
 """Rollout collection: the reference framework integration, and the demo."""
 
-from ._collector import Collector, RecoveryPlan, Summary, plan_recovery
+from ._collector import EXIT_REQUEUE, Collector, Summary, summary_dict
 from ._config import CheckpointPolicy, CollectConfig, load_config
-from ._demo import demo_tasks, run_demo
+from ._demo import DEMO_NAMESPACE, demo_tasks, run_demo
 
 __all__ = [
+    "DEMO_NAMESPACE",
+    "EXIT_REQUEUE",
     "CheckpointPolicy",
     "CollectConfig",
     "Collector",
-    "RecoveryPlan",
     "Summary",
     "demo_tasks",
     "load_config",
-    "plan_recovery",
     "run_demo",
+    "summary_dict",
 ]

@@ -37,36 +37,16 @@ from typing import Any
 import httpx
 import msgspec
 
-from .._errors import (
-    CheckpointConflictError,
-    CheckpointError,
-    ConfigError,
-    RolloutExistsError,
-    StaleAttemptError,
-)
+from .._errors import CheckpointError, RolloutExistsError, StaleAttemptError
 from ..bus import EventLog, ResultAccepted, input_digest
-from ..gym._http import error_of
+from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector
-from ..participants import Coordinator
-from ..replay import replay
-from ..tokens import LocalTokenStore
+from ..participants import Coordinator, RecoveryMode, Restorer
+from ..tokens import LineageStore
 
-__all__ = ["Collector", "RecoveryPlan", "Summary", "plan_recovery"]
+__all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
-
-
-@dataclass
-class RecoveryPlan:
-    checkpoint_id: str | None
-    cut: int
-    completed: list[str] = field(default_factory=list)
-    continue_: list[str] = field(default_factory=list)
-    fresh_dispatch: list[str] = field(default_factory=list)
-    retired: list[str] = field(default_factory=list)
-    # fresh dispatches that never started: attempt 1 is open and has no event, so it *is* a
-    # dispatch from the input; opening another attempt would only spend the attempt budget
-    unstarted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -89,41 +69,6 @@ class Summary:
     wall_s: float = 0.0
 
 
-async def plan_recovery(
-    log: EventLog, ledger: Ledger, rollouts: list[str] | None = None, checkpoint_id: str | None = None
-) -> RecoveryPlan:
-    """One disposition per rollout (default: every rollout the ledger knows), from a checkpoint
-    (default: the latest published one)."""
-    await Projector(ledger, log).catch_up()
-    accepted = {r.rollout_id for r in ledger.rollouts() if r.accepted_seq is not None}
-    retired = {r.rollout_id for r in ledger.rollouts() if r.retired_seq is not None}
-    if rollouts is None:
-        rollouts = [r.rollout_id for r in ledger.rollouts()]
-    ck = ledger.checkpoint(checkpoint_id) if checkpoint_id else ledger.latest_checkpoint()
-    if checkpoint_id and ck is None:
-        raise ConfigError(f"no published checkpoint {checkpoint_id}")
-    plan = RecoveryPlan(ck.checkpoint_id if ck else None, ck.cut if ck else 0)
-    at_cut = await replay(log, up_to=plan.cut) if ck else None
-    for rid in rollouts:
-        if rid in accepted:
-            plan.completed.append(rid)
-            continue
-        if rid in retired:
-            plan.retired.append(rid)
-            continue
-        st = at_cut.rollouts.get(rid) if at_cut else None
-        # progress anywhere in the lineage counts: an attempt a second crash killed before it did
-        # anything still continues what its predecessor had reached by the cut it continued from
-        if st is None or not st.open or st.corrupt_seqs or not st.progressed(plan.cut):
-            plan.fresh_dispatch.append(rid)
-            rec = ledger.rollout(rid)
-            if rec and rec.open and rec.current_attempt == 1 and rec.last_seq == rec.attempt_opened_seq:
-                plan.unstarted.append(rid)
-        else:
-            plan.continue_.append(rid)
-    return plan
-
-
 def _token(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", s)[:100] or "task"
 
@@ -133,7 +78,7 @@ class Collector:
         self,
         log: EventLog,
         ledger: Ledger,
-        tokens: LocalTokenStore,
+        tokens: LineageStore,
         *,
         environment_url: str,
         tasks: list[dict[str, Any]],
@@ -145,12 +90,21 @@ class Collector:
         checkpoint_deadline_s: float = 30.0,
         instance: str = "collector-0",
         on_progress: Callable[[Summary, int, int], None] | None = None,
-        recovery: str = "tail",
+        recovery: RecoveryMode = RecoveryMode.TAIL,
         heal_timeout_s: float = 120.0,
     ) -> None:
         self.log = log
         self.ledger = ledger
         self.coordinator = Coordinator(log, ledger, tokens)
+        self._ck_lock = asyncio.Lock()
+        self.restorer = Restorer(
+            log,
+            ledger,
+            self.coordinator,
+            instance=instance,
+            deadline_s=checkpoint_deadline_s,
+            checkpoint_lock=self._ck_lock,
+        )
         self.env_url = environment_url.rstrip("/")
         self.tasks = tasks
         self.output = output
@@ -160,15 +114,12 @@ class Collector:
         self.every_s = checkpoint_every_s
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
-        # tail: seal the stream's end and continue from it (rollcut); checkpoint: continue from the
-        # last published checkpoint only; restart: every unfinished rollout from its input
-        self.recovery = recovery
+        self.recovery = RecoveryMode(recovery)
         self.on_progress = on_progress
         self.summary = Summary()
         self._inputs: dict[str, dict[str, Any]] = {}
         self._written: dict[str, dict[str, Any]] = {}  # rollout id -> its row in the output
         self._stop = asyncio.Event()
-        self._ck_lock = asyncio.Lock()
         self._running = 0
         self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
         self._heal_lock = asyncio.Lock()
@@ -290,105 +241,14 @@ class Collector:
             await self._recover_now(rollouts)
 
     async def _recover_now(self, rollouts: list[str]) -> None:
-        # After a crash every durable event is part of a consistent prefix, so the best cut is the
-        # end of the stream: seal it as a checkpoint (the restarted participants hold nothing in
-        # flight), and everything completed before the crash is served from the log, not redone.
-        if self.recovery == "tail":
-            give_up = time.time() + self.deadline_s + self.coordinator.grace_s + 5
-            while True:
-                try:
-                    async with self._ck_lock:
-                        res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
-                    self.summary.checkpoints_published += 1
-                    self.summary.last_checkpoint = res.record.checkpoint_id
-                    break
-                except CheckpointConflictError:
-                    # a checkpoint the crash interrupted still holds the lane until its deadline passes
-                    if time.time() > give_up:
-                        break
-                    await asyncio.sleep(0.2)
-                except CheckpointError as exc:
-                    self.summary.failed.setdefault("recovery_checkpoint", str(exc)[:300])
-                    break  # plan from the latest checkpoint that did publish
-        plan = await plan_recovery(self.log, self.ledger, rollouts)
-        if self.recovery == "restart":
-            plan.fresh_dispatch, plan.continue_ = plan.fresh_dispatch + plan.continue_, []
-        self.summary.recovery = {
-            "completed": len(plan.completed),
-            "continue": len(plan.continue_),
-            "fresh_dispatch": len(plan.fresh_dispatch),
-            "retired": len(plan.retired),
-        }
-        self.summary.never_started = len(plan.unstarted)
-        await self.apply_plan(plan)
-        if plan.checkpoint_id and plan.continue_:
-            await self.restore_and_resume(plan.checkpoint_id, plan.cut)
-
-    async def apply_plan(self, plan: RecoveryPlan) -> None:
-        """Open each planned rollout's next attempt (continued from the cut, or from its input)."""
-        for rid in plan.continue_:
-            await self._new_attempt(
-                rid,
-                from_cut=plan.cut,
-                checkpoint_id=plan.checkpoint_id or "",
-                reason="continue from checkpoint",
-            )
-        unstarted = set(plan.unstarted)
-        for rid in plan.fresh_dispatch:
-            if rid not in unstarted:
-                await self._new_attempt(rid, from_cut=0, reason="fresh dispatch")
-
-    async def restore_and_resume(self, checkpoint_id: str, cut: int) -> None:
-        """Rebuild participants' sessions at the cut (they stay paused), then release them."""
-        await self.restore_participants(checkpoint_id, cut)
-        await self.resume_participants(checkpoint_id)
-
-    async def restore_participants(self, checkpoint_id: str, cut: int) -> list[str]:
-        """Every live participant rebuilds its sessions at the cut and stays paused."""
-        deadline = time.time() + self.deadline_s
-        found = await self.coordinator.discover()
-        replies = await asyncio.gather(
-            *(self.coordinator.call(i, "restore", checkpoint_id, deadline, cut=cut) for i in found)
-        )
-        bad = [r for r in replies if not r.ok]
-        if bad:
-            raise CheckpointError(
-                "restore failed: " + "; ".join(f"{r.instance}: {r.error}" for r in bad),
-                checkpoint_id=checkpoint_id,
-            )
-        return [r.instance for r in replies]
-
-    async def resume_participants(self, checkpoint_id: str) -> list[str]:
-        """Release everyone the restore paused."""
-        deadline = time.time() + self.deadline_s
-        found = await self.coordinator.discover()
-        replies = await asyncio.gather(
-            *(self.coordinator.call(i, "resume", checkpoint_id, deadline) for i in found)
-        )
-        return [r.instance for r in replies if r.ok]
-
-    async def _new_attempt(self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "") -> int:
-        state = await self.log.fence_state(rid)
-        if state is None:
-            raise ConfigError(f"rollout {rid} was never dispatched")
-        if not state.open:
-            await self.log.open_attempt(
-                rid,
-                state.attempt + 1,
-                instance=self.instance,
-                reason=reason,
-                checkpoint_id=checkpoint_id,
-                from_cut=from_cut,
-            )
-            return state.attempt + 1
-        return await self.log.supersede(
-            rid,
-            state.attempt,
-            instance=self.instance,
-            reason=reason,
-            checkpoint_id=checkpoint_id,
-            from_cut=from_cut,
-        )
+        res = await self.restorer.recover(rollouts, self.recovery)
+        if res.sealed is not None:
+            self.summary.checkpoints_published += 1
+            self.summary.last_checkpoint = res.sealed.record.checkpoint_id
+        if res.seal_error is not None:
+            self.summary.failed.setdefault("recovery_checkpoint", res.seal_error)
+        self.summary.recovery = res.plan.counts()
+        self.summary.never_started = len(res.plan.unstarted)
 
     # --- the run -------------------------------------------------------------------------
 
@@ -433,7 +293,7 @@ class Collector:
                 resp = await client.post(
                     f"{self.env_url}/run",
                     json=self._inputs[rid],
-                    headers={"x-rollout-id": rid, "x-rollout-attempt": str(state.attempt)},
+                    headers=identity_headers(Identity(rid, state.attempt)),
                 )
             except httpx.HTTPError as exc:
                 if self._stop.is_set():
@@ -449,21 +309,16 @@ class Collector:
                     continue
                 self.summary.failed.pop(rid, None)
                 return
-            err = error_of(resp)
-            kind = err["type"]
-            if kind in ("fresh_dispatch", "not_continuable"):
+            err = error_from_response(resp)
+            if err.needs_fresh_dispatch:
                 self.summary.fallbacks_to_fresh += 1
-                await self._new_attempt(
-                    rid, from_cut=0, reason=f"continuation refused: {err.get('message', '')}"
-                )
-            elif kind == "admission_closed":
-                await asyncio.sleep(
-                    float(resp.headers.get("retry-after", "1"))
-                )  # a checkpoint is in progress
-            elif kind in ("stale_attempt", "retired"):
+                await self.restorer.next_attempt(rid, from_cut=0, reason=f"continuation refused: {err}")
+            elif err.kind is ErrorKind.ADMISSION_CLOSED:
+                await asyncio.sleep(err.retry_after_s or 1.0)  # a checkpoint is in progress
+            elif err.kind in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
                 continue  # the fence moved: look at it again
             else:
-                self.summary.failed[rid] = f"{resp.status_code} {kind}: {err.get('message', resp.text[:200])}"
+                self.summary.failed[rid] = f"{resp.status_code} {err.kind}: {str(err)[:200]}"
                 if not await self._heal(rid, client):
                     return
 

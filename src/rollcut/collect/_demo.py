@@ -11,14 +11,11 @@ published checkpoint, and the demo prints what was saved.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
+import json
 import random
-import signal
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +31,16 @@ from ..bus import (
     ModelCallReused,
     ResourcesMutated,
 )
+from ..gym import STACK, ServerProcess, start_stack
 from ..ledger import Ledger
+from ..participants import RecoveryMode
 from ..tokens import LocalTokenStore
-from ._collector import Collector
+from ._collector import Collector, Summary
 
-__all__ = ["demo_tasks", "run_demo"]
+__all__ = ["DEMO_NAMESPACE", "demo_tasks", "run_demo"]
 
-NS = "demo"
+DEMO_NAMESPACE = "demo"
+"""The namespace the demo (and the end-to-end tests' deployment) runs in."""
 
 
 def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
@@ -76,131 +76,11 @@ def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-class _Proc:
-    def __init__(
-        self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
-    ) -> None:
-        self.argv, self.workers, self.logs = argv, workers, logs
-        self.command = command or [sys.executable, "-m", "rollcut._cli", "serve"]
-        self.p: subprocess.Popen[str] | None = None
-        self.url, self.pids = "", []
-        self.instances: dict[str, int] = {}  # worker instance name -> pid
-        self.log_path: Path | None = None
-
-    def alive(self) -> bool:
-        return self.p is not None and self.p.poll() is None and all(_alive(pid) for pid in self.pids)
-
-    def tail(self) -> str:
-        return self.log_path.read_text()[-1500:] if self.log_path and self.log_path.exists() else ""
-
-    def start(self) -> _Proc:
-        err: Any = subprocess.DEVNULL
-        if self.logs is not None:
-            self.logs.mkdir(parents=True, exist_ok=True)
-            name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
-            self.log_path = self.logs / f"{name}.log"
-            err = self.log_path.open("a")
-        self.p = subprocess.Popen(
-            [*self.command, *self.argv],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
-        self.pids, self.instances = [], {}
-        while True:
-            line = self.p.stdout.readline().strip()  # type: ignore[union-attr]
-            if not line:
-                raise RuntimeError(f"rollcut serve {self.argv[0]} did not start: {self.tail()}")
-            if line.startswith("LISTENING"):
-                self.url = line.split()[1]
-            elif line.startswith("READY") and "pid=" in line:
-                self.pids.append(int(line.rsplit("pid=", 1)[1]))
-                self.instances[line.split()[1]] = self.pids[-1]
-            if len(self.pids) == self.workers and (self.workers == 1 or line.startswith("READY http")):
-                return self
-
-    def kill(self) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if self.p is not None:
-            self.p.kill()
-            self.p.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _stack(
-    url: str,
-    creds: Path,
-    tokens: Path,
-    seed: int,
-    ports: dict[str, int],
-    logs: Path | None = None,
-    *,
-    token_delay: float = 0.002,
-    tool_turns: int = 3,
-    agent_workers: int = 2,
-) -> list[_Proc]:
-    c = ["--url", url, "--namespace", NS, "--credentials", str(creds)]
-    model = _Proc(
-        [
-            "model",
-            *c,
-            "--tokens",
-            str(tokens),
-            "--port",
-            str(ports.get("model", 0)),
-            "--seed",
-            str(seed),
-            "--token-delay",
-            str(token_delay),
-            "--tool-turns",
-            str(tool_turns),
-        ],
-        logs=logs,
-    ).start()
-    envs = {
-        name: _Proc(["resources", name, *c, "--port", str(ports.get(name, 0))], logs=logs).start()
-        for name in ("counter", "blackjack", "workplace")
-    }
-    agent = _Proc(
-        [
-            "agent",
-            "simple",
-            "--model",
-            model.url,
-            *[a for n, p in envs.items() for a in ("--resources", f"{n}={p.url}")],
-            *c,
-            "--workers",
-            str(agent_workers),
-            "--port",
-            str(ports.get("agent", 0)),
-        ],
-        workers=agent_workers,
-        logs=logs,
-    ).start()
-    env = _Proc(
-        ["environment", "--agent", agent.url, *c, "--port", str(ports.get("environment", 0))], logs=logs
-    ).start()
-    return [model, *envs.values(), agent, env]
-
-
-def _dead(stack: list[_Proc]) -> str | None:
+def _dead(stack: list[ServerProcess]) -> str | None:
     for p in stack:
         if not p.alive():
             return f"rollcut serve {' '.join(p.argv[:2])} died on its own; its log:\n{p.tail()}"
     return None
-
-
-def _port(p: _Proc) -> int:
-    return int(p.url.rsplit(":", 1)[1])
 
 
 async def run_demo(
@@ -209,14 +89,14 @@ async def run_demo(
     seed: int = 0,
     crash: bool = True,
     home: Path | None = None,
-    progress: Any = None,
-    recovery: str = "tail",
+    progress: Callable[[Summary, int, int], None] | None = None,
+    recovery: RecoveryMode = RecoveryMode.TAIL,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
         root = home or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        creds = credentials_for(root / "nats", NS)
+        creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
         tasks = demo_tasks(rollouts, seed)
         output = root / "results.jsonl"
@@ -226,15 +106,10 @@ async def run_demo(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"
             )
             logs = root / "logs"
-            stack = _stack(nats.url, creds_path, root / "tokens", seed, {}, logs)
-            ports = {
-                "model": _port(stack[0]),
-                "counter": _port(stack[1]),
-                "blackjack": _port(stack[2]),
-                "workplace": _port(stack[3]),
-                "agent": _port(stack[4]),
-                "environment": _port(stack[5]),
-            }
+            stack = start_stack(
+                nats.url, creds_path, root / "tokens", namespace=DEMO_NAMESPACE, seed=seed, logs=logs
+            )
+            ports = {name: p.port for name, p in zip(STACK, stack, strict=True)}
             crashes = 0
             try:
                 with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:
@@ -277,7 +152,15 @@ async def run_demo(
                     s1 = await run
                     checkpoints = s1.checkpoints_published
                     if crash and crashes:
-                        stack = _stack(nats.url, creds_path, root / "tokens", seed, ports, logs)
+                        stack = start_stack(
+                            nats.url,
+                            creds_path,
+                            root / "tokens",
+                            namespace=DEMO_NAMESPACE,
+                            seed=seed,
+                            ports=ports,
+                            logs=logs,
+                        )
                         second = make()
                         s2 = await second.run(resume=True)
                         checkpoints += s2.checkpoints_published
@@ -296,7 +179,7 @@ async def run_demo(
                     p.kill()
                 await log.close()
         rows = [line for line in output.read_text().splitlines() if line.strip()]
-        ids = [__import__("json").loads(r)["rollout_id"] for r in rows]
+        ids = [json.loads(r)["rollout_id"] for r in rows]
     return {
         "rollouts": rollouts,
         "results_written": len(set(ids)),

@@ -15,7 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import CallError, error_response, identity_of
+from ._http import error_response, gym_app, identity_of
+from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
 
@@ -23,38 +24,31 @@ __all__ = ["create_environment_app"]
 def create_environment_app(
     log: EventLog, *, instance: str, agent_url: str, http: httpx.AsyncClient | None = None
 ) -> FastAPI:
-    app = FastAPI(title="rollcut environment", version="1")
+    app = gym_app("rollcut environment")
     client = http or httpx.AsyncClient(timeout=600)
     stats = {"episodes": 0, "completed": 0}
 
     @app.post("/run")
     async def run(request: Request) -> Any:
-        try:
-            ident = identity_of(request)
-            task = await request.json()
-            stats["episodes"] += 1
-            resp = await client.post(
-                f"{agent_url.rstrip('/')}/run",
-                json=task,
-                headers={"x-rollout-id": ident.rollout_id, "x-rollout-attempt": str(ident.attempt)},
+        ident = identity_of(request)
+        task = await request.json()
+        stats["episodes"] += 1
+        resp = await client.post(f"{agent_url.rstrip('/')}/run", json=task, headers=identity_headers(ident))
+        if resp.status_code != 200:  # the agent's refusal, passed on in the same shape
+            return error_response(error_from_response(resp))
+        result = resp.json()
+        await log.append(
+            RolloutCompleted(
+                component="environment",
+                instance=instance,
+                rollout_id=ident.rollout_id,
+                attempt=ident.attempt,
+                result_digest=input_digest(result),
+                reward=float(result.get("reward") or 0.0),
             )
-            if resp.status_code != 200:
-                return JSONResponse(resp.json(), status_code=resp.status_code)
-            result = resp.json()
-            await log.append(
-                RolloutCompleted(
-                    component="environment",
-                    instance=instance,
-                    rollout_id=ident.rollout_id,
-                    attempt=ident.attempt,
-                    result_digest=input_digest(result),
-                    reward=float(result.get("reward") or 0.0),
-                )
-            )
-            stats["completed"] += 1
-            return JSONResponse({**result, "rollout_id": ident.rollout_id, "attempt": ident.attempt})
-        except CallError as exc:
-            return error_response(exc)
+        )
+        stats["completed"] += 1
+        return JSONResponse({**result, "rollout_id": ident.rollout_id, "attempt": ident.attempt})
 
     @app.get("/rollcut/stats")
     async def get_stats() -> dict[str, Any]:

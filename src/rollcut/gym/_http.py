@@ -1,72 +1,52 @@
-"""What every Gym server here shares: call identity, and errors as HTTP answers."""
+"""The FastAPI side of the wire protocol: the one place domain errors become HTTP answers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._errors import FenceError, RollcutError, StaleAttemptError
+from .._errors import AdmissionClosedError, FenceError, StaleAttemptError
+from ..bus import Event, EventLog
+from .wire import ErrorKind, GymError, Identity, error_body, identity_from
 
-__all__ = ["CallError", "Identity", "append_or_refuse", "error_of", "error_response", "identity_of"]
-
-
-class CallError(RollcutError):
-    """A call the server refuses; carries the HTTP status and an OpenAI-style error type."""
-
-    def __init__(self, status: int, kind: str, message: str, retry_after_s: float | None = None) -> None:
-        self.status = status
-        self.kind = kind
-        self.retry_after_s = retry_after_s
-        super().__init__(message)
+__all__ = ["append_or_refuse", "error_response", "gym_app", "identity_of"]
 
 
-@dataclass(frozen=True)
-class Identity:
-    rollout_id: str
-    attempt: int
+def error_response(err: GymError) -> JSONResponse:
+    """The answer for a refused call: OpenAI's error shape, the kind's status, Retry-After if any."""
+    headers = {"Retry-After": f"{max(1, round(err.retry_after_s))}"} if err.retry_after_s else None
+    return JSONResponse(error_body(err), status_code=err.status, headers=headers)
+
+
+def gym_app(title: str) -> FastAPI:
+    """A FastAPI app whose routes raise domain errors and never build error answers themselves."""
+    app = FastAPI(title=title, version="1")
+
+    async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, GymError)
+        return error_response(exc)
+
+    async def on_admission_closed(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AdmissionClosedError)
+        return error_response(GymError.admission_closed(exc))
+
+    app.add_exception_handler(GymError, on_gym_error)
+    app.add_exception_handler(AdmissionClosedError, on_admission_closed)
+    return app
 
 
 def identity_of(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Identity:
-    rid = rollout_id or request.headers.get("x-rollout-id")
-    att = attempt or request.headers.get("x-rollout-attempt")
-    if not rid or not att:
-        raise CallError(
-            400,
-            "missing_identity",
-            "this server checkpoints its calls: send X-Rollout-Id and X-Rollout-Attempt headers "
-            "(or call /r/{rollout_id}/{attempt}/...)",
-        )
-    try:
-        return Identity(rid, int(att))
-    except ValueError as exc:
-        raise CallError(400, "bad_identity", f"X-Rollout-Attempt must be an integer, got {att!r}") from exc
+    """The identity of an incoming call (path prefix values, else headers)."""
+    return identity_from(request.headers, rollout_id, attempt)
 
 
-def error_response(exc: CallError) -> JSONResponse:
-    headers = {"Retry-After": f"{max(1, round(exc.retry_after_s))}"} if exc.retry_after_s else None
-    return JSONResponse(
-        {"error": {"type": exc.kind, "message": str(exc)}}, status_code=exc.status, headers=headers
-    )
-
-
-def error_of(resp: Any) -> dict[str, str]:
-    """The ``{"type", "message"}`` of a Gym server's error answer (the reverse of error_response);
-    a non-JSON answer (a proxy, a crashed handler) becomes ``http_error``."""
-    err = None
-    if resp.headers.get("content-type", "").startswith("application/json"):
-        body = resp.json()
-        err = body.get("error") if isinstance(body, dict) else None
-    return err or {"type": "http_error", "message": resp.text[:300]}
-
-
-async def append_or_refuse(log: Any, event: Any) -> int:
-    """Append (write before act); a fence refusal becomes the HTTP answer the caller gets."""
+async def append_or_refuse(log: EventLog, event: Event) -> int:
+    """Append (write before act); a fence refusal becomes the error the caller gets."""
     try:
         return await log.append(event)
     except StaleAttemptError as exc:
-        raise CallError(409, "stale_attempt", str(exc)) from exc
+        raise GymError(
+            ErrorKind.STALE_ATTEMPT, str(exc), rollout_id=exc.rollout_id, attempt=exc.attempt
+        ) from exc
     except FenceError as exc:  # e.g. a rollout that was never dispatched
-        raise CallError(409, "unknown_rollout", str(exc)) from exc
+        raise GymError(ErrorKind.UNKNOWN_ROLLOUT, str(exc)) from exc

@@ -1,61 +1,74 @@
-"""Worker bodies for ``rollcut serve resources|agent|environment``."""
+"""Running Gym servers: one worker body per server kind, each a checkpoint participant.
+
+The parent binds the listening socket once and starts K worker processes that
+all accept on it (the kernel spreads connections). Each worker connects to the
+bus with its kind's role and registers as participant ``<group>-w<i>`` of
+group ``<group>`` with ``workers = K``, so a coordinator notices a missing
+worker by name. Each process prints ``READY <instance> pid=<pid>`` when it
+serves; the parent prints ``LISTENING <url>`` first and ``READY <url>`` once
+every worker is ready (see :mod:`rollcut.gym._serving`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import socket
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
+from .._errors import ConfigError
 from ..bus import BusConfig, EventLog, load_credentials
-from ..participants import Participant
+from ..participants import CheckpointMode, Participant
+from ..tokens import LocalTokenStore
 from ._environment import create_environment_app
-from ._serving import serve_on
+from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
+from ._serving import run_servers, serve_on
 from .agent import SimpleAgent, create_agent_app
+from .model import LocalBackend, ModelService, OpenAIBackend, create_app
+from .model._backend import Backend
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
-__all__ = ["ServeOptions", "serve_agent", "serve_environment", "serve_resources"]
+__all__ = ["Make", "serve", "serve_participant", "serve_worker"]
+
+Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
+"""Builds a worker's app and its participant hooks (or None) from its log, instance and participant."""
 
 
-@dataclass
-class ServeOptions:
-    url: str
-    namespace: str = "default"
-    credentials: Path | None = None
-    name: str = ""
-    workers: int = 1
-    model: str = ""
-    resources: dict[str, str] = field(default_factory=dict)
-    agent: str = ""
-
-
-async def _log(opts: ServeOptions, role: str, instance: str) -> EventLog:
+async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
     config = BusConfig(url=opts.url, namespace=opts.namespace)
     if opts.credentials:
-        config = config.as_role(load_credentials(opts.credentials), role)
+        config = config.as_role(load_credentials(Path(opts.credentials)), role)
     return await EventLog.connect(config, name=instance)
 
 
 def _nodelay_client(timeout: float) -> httpx.AsyncClient:
-    import socket
-
     transport = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
     return httpx.AsyncClient(timeout=timeout, transport=transport, limits=httpx.Limits(max_connections=1000))
 
 
-async def _run(
-    opts: ServeOptions, sock: Any, worker: int, component: str, mode: str, drain: bool, make: Any
+async def serve_participant(
+    opts: ServeSpec,
+    sock: socket.socket,
+    worker: int,
+    mode: CheckpointMode,
+    make: Make,
+    *,
+    drain: bool = False,
 ) -> None:
-    instance = f"{opts.name}-w{worker}"
-    log = await _log(opts, component, instance)
+    """Serve one worker: connect as the kind's role, register the participant, serve its app."""
+    instance = f"{opts.group}-w{worker}"
+    log = await _log(opts, opts.kind, instance)
     participant = Participant(
         log,
-        component=component,
+        component=opts.kind,
         instance=instance,
         mode=mode,
-        drain=drain,  # type: ignore[arg-type]
-        group=opts.name,
+        drain=drain,
+        group=opts.group,
         worker=worker,
         workers=opts.workers,
         process_mode="coordinated_workers" if opts.workers > 1 else "single",
@@ -71,19 +84,37 @@ async def _run(
         await log.close()
 
 
-async def serve_resources(opts: ServeOptions, sock: Any, worker: int) -> None:
-    env = ENVIRONMENTS[opts.name]()
+async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int) -> None:
+    tokens = LocalTokenStore(opts.tokens)
+    backend: Backend
+    if opts.backend == "openai":
+        backend = OpenAIBackend(httpx.AsyncClient(base_url=opts.upstream, timeout=600))
+    else:
+        backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay, tool_turns=opts.tool_turns)
+
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        service = ModelService(log, tokens, backend, instance=instance, participant=participant)
+        return create_app(service), service
+
+    try:
+        await serve_participant(opts, sock, worker, "exported", make)
+    finally:
+        tokens.close()
+
+
+async def _serve_resources(opts: ResourcesServe, sock: socket.socket, worker: int) -> None:
+    env = ENVIRONMENTS[opts.env]()
     exported = env.mode == "exported" or env.verification == "wait"
 
-    def make(log: EventLog, instance: str, participant: Participant) -> Any:
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         service = ResourcesService(log, env, instance=instance, participant=participant)
         return create_resources_app(service), service
 
-    await _run(opts, sock, worker, "resources", "exported" if exported else env.mode, False, make)
+    await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make)
 
 
-async def serve_agent(opts: ServeOptions, sock: Any, worker: int) -> None:
-    def make(log: EventLog, instance: str, participant: Participant) -> Any:
+async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> None:
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         agent = SimpleAgent(
             log,
             instance=instance,
@@ -94,13 +125,52 @@ async def serve_agent(opts: ServeOptions, sock: Any, worker: int) -> None:
         )
         return create_agent_app(agent), agent
 
-    await _run(opts, sock, worker, "agent", "exported", False, make)
+    await serve_participant(opts, sock, worker, "exported", make)
 
 
-async def serve_environment(opts: ServeOptions, sock: Any, worker: int) -> None:
-    def make(log: EventLog, instance: str, participant: Participant) -> Any:
-        return create_environment_app(
-            log, instance=instance, agent_url=opts.agent, http=_nodelay_client(3600)
-        ), None
+async def _serve_environment(opts: EnvironmentServe, sock: socket.socket, worker: int) -> None:
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        app = create_environment_app(log, instance=instance, agent_url=opts.agent, http=_nodelay_client(3600))
+        return app, None
 
-    await _run(opts, sock, worker, "environment", "event_sourced", False, make)
+    await serve_participant(opts, sock, worker, "event_sourced", make)
+
+
+async def serve_worker(opts: ServeSpec, sock: socket.socket, worker: int) -> None:
+    """The body of one worker process of the server ``opts`` describes."""
+    if isinstance(opts, ModelServe):
+        await _serve_model(opts, sock, worker)
+    elif isinstance(opts, ResourcesServe):
+        await _serve_resources(opts, sock, worker)
+    elif isinstance(opts, AgentServe):
+        await _serve_agent(opts, sock, worker)
+    else:
+        await _serve_environment(opts, sock, worker)
+
+
+def check(opts: ServeSpec) -> None:
+    """Refuse options that cannot run, before anything is bound."""
+    if not opts.url:
+        raise ConfigError(f"serve {opts.kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)")
+    if isinstance(opts, ModelServe) and (
+        opts.backend not in ("local", "openai") or (opts.backend == "openai" and not opts.upstream)
+    ):
+        raise ConfigError(f"backend {opts.backend!r}: use local, or openai with --upstream URL")
+    if isinstance(opts, ResourcesServe) and opts.env not in ENVIRONMENTS:
+        raise ConfigError(f"unknown environment {opts.env!r}; have: {', '.join(ENVIRONMENTS)}")
+    if isinstance(opts, AgentServe) and opts.agent != "simple":
+        raise ConfigError(f"unknown agent {opts.agent!r}; have: simple")
+
+
+def serve(opts: ServeSpec, *, worker_index: int | None = None, listen_fd: int | None = None) -> None:
+    """Blocking: serve until SIGTERM/SIGINT, in this process or in ``opts.workers`` children."""
+    check(opts)
+    run_servers(
+        host=opts.host,
+        port=opts.port,
+        workers=opts.workers,
+        child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
+        serve_one=lambda sock, i: serve_worker(opts, sock, i),
+        worker_index=worker_index,
+        listen_fd=listen_fd,
+    )

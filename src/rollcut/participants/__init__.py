@@ -17,6 +17,7 @@ from ._protocol import (
     ExportReport,
     ProcessMode,
 )
+from ._restore import RecoveryMode, RecoveryPlan, RecoveryResult, Restorer, plan_recovery
 from ._runtime import Participant, ParticipantHooks, RetireHook, service_name
 
 __all__ = [
@@ -33,7 +34,12 @@ __all__ = [
     "Participant",
     "ParticipantHooks",
     "ProcessMode",
+    "RecoveryMode",
+    "RecoveryPlan",
+    "RecoveryResult",
+    "Restorer",
     "RetireHook",
     "new_checkpoint_id",
+    "plan_recovery",
     "service_name",
 ]

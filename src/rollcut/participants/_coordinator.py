@@ -49,7 +49,8 @@ from ._runtime import service_name
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
 _reply_decoder = msgspec.json.Decoder(ControlReply)
-_PARK_FIRST = frozenset({"agent", "environment"})
+# components that call the others: parked first at prepare, released last
+CALLERS = frozenset({"agent", "environment"})
 
 
 def new_checkpoint_id() -> str:
@@ -286,8 +287,8 @@ class Coordinator:
             with timer.phase("prepare", participants=len(found)):
                 # agents park at a safe boundary first (they may still need the model and tools
                 # to finish a turn); then the servers they call close admission
-                first = [i for i in found if i.component in _PARK_FIRST]
-                rest = [i for i in found if i.component not in _PARK_FIRST]
+                first = [i for i in found if i.component in CALLERS]
+                rest = [i for i in found if i.component not in CALLERS]
                 replies = list(
                     await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
                 )
@@ -374,8 +375,8 @@ class Coordinator:
             # (released first, an agent would meet a still-closed model with its next call)
             ok: dict[str, bool] = {}
             for wave in (
-                [i for i in found if i.component not in _PARK_FIRST],
-                [i for i in found if i.component in _PARK_FIRST],
+                [i for i in found if i.component not in CALLERS],
+                [i for i in found if i.component in CALLERS],
             ):
                 done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in wave))
                 ok.update({i.instance: r for i, r in zip(wave, done, strict=True)})

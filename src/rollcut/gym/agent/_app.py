@@ -8,32 +8,23 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import CallError, error_response, identity_of
+from .._http import gym_app, identity_of
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
 
 
 def create_agent_app(agent: SimpleAgent) -> FastAPI:
-    app = FastAPI(title="rollcut simple agent", version="1")
+    app = gym_app("rollcut simple agent")
 
     @app.post("/run")
     async def run(request: Request) -> Any:
-        try:
-            ident = identity_of(request)
-            task = await request.json()
-            if agent.participant is not None:
-                async with agent.participant.gate.admit():
-                    return JSONResponse(await agent.run(ident, task))
-            return JSONResponse(await agent.run(ident, task))
-        except CallError as exc:
-            return error_response(exc)
-        except Exception as exc:
-            from ..._errors import AdmissionClosedError
-
-            if isinstance(exc, AdmissionClosedError):
-                return error_response(CallError(503, "admission_closed", str(exc), exc.retry_after_s))
-            raise
+        ident = identity_of(request)
+        task = await request.json()
+        if agent.participant is not None:
+            async with agent.participant.gate.admit():
+                return JSONResponse(await agent.run(ident, task))
+        return JSONResponse(await agent.run(ident, task))
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:

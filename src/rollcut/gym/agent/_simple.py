@@ -31,16 +31,18 @@ from ..._errors import StaleAttemptError
 from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import inherited
-from .._http import CallError, Identity, error_of
+from ..wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 
 __all__ = ["FreshDispatchNeeded", "SimpleAgent"]
 
 SYSTEM = "You are a careful agent. Use the tools, then answer."
 
 
-class FreshDispatchNeeded(CallError):
+class FreshDispatchNeeded(GymError):
+    """A re-issued operation met a different logged one: the rollout must start over from its input."""
+
     def __init__(self, why: str) -> None:
-        super().__init__(409, "fresh_dispatch", why)
+        super().__init__(ErrorKind.FRESH_DISPATCH, why)
 
 
 @dataclass
@@ -121,7 +123,7 @@ class SimpleAgent:
     def _check_retired(self, run: _Run) -> None:
         if run.retired is not None:
             self.stats["runs_retired"] += 1
-            raise CallError(409, "retired", f"{run.ident.rollout_id} was retired: {run.retired}")
+            raise GymError(ErrorKind.RETIRED, f"{run.ident.rollout_id} was retired: {run.retired}")
 
     async def _maybe_park(self, run: _Run) -> None:
         if self._park_for is None:
@@ -134,28 +136,26 @@ class SimpleAgent:
 
     # --- the loop ------------------------------------------------------------------------
 
-    def _headers(self, ident: Identity) -> dict[str, str]:
-        return {"x-rollout-id": ident.rollout_id, "x-rollout-attempt": str(ident.attempt)}
-
     async def _post(
         self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool
     ) -> dict[str, Any]:
         give_up = time.monotonic() + self.admission_wait_s
         while True:
-            resp = await self.http.post(url, json=body, headers=self._headers(ident))
+            resp = await self.http.post(url, json=body, headers=identity_headers(ident))
             if resp.status_code == 200:
-                return resp.json()
-            err = error_of(resp)
-            if err["type"] != "admission_closed" or time.monotonic() > give_up:
+                answer: dict[str, Any] = resp.json()
+                return answer
+            err = error_from_response(resp, where=url)
+            if err.kind is not ErrorKind.ADMISSION_CLOSED or time.monotonic() > give_up:
                 break
             # a checkpoint is closing or reopening that server: the call was not admitted, so the
             # same call, a moment later, is safe; failing the run here would make the framework
             # start the attempt over and redo everything it completed
             self.stats["admission_waits"] += 1
-            await asyncio.sleep(min(float(resp.headers.get("retry-after", "0.2")), 1.0))
-        if err["type"] in ("replay_mismatch", "not_continuable"):
-            raise FreshDispatchNeeded(f"{url}: {err['message']}")
-        raise CallError(resp.status_code, err["type"], f"{url}: {err['message']}")
+            await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+        if err.needs_fresh_dispatch:
+            raise FreshDispatchNeeded(str(err))
+        raise err
 
     async def _restart_point(self, ident: Identity) -> AgentBoundaryRecord | None:
         if ident.attempt < 2:
@@ -163,8 +163,11 @@ class SimpleAgent:
         last = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
         opened = last.event if last else None
         if not isinstance(opened, AttemptOpened) or opened.attempt != ident.attempt:
-            raise CallError(
-                409, "stale_attempt", str(StaleAttemptError(ident.rollout_id, ident.attempt, None))
+            raise GymError(
+                ErrorKind.STALE_ATTEMPT,
+                str(StaleAttemptError(ident.rollout_id, ident.attempt, None)),
+                rollout_id=ident.rollout_id,
+                attempt=ident.attempt,
             )
         if not opened.from_cut:
             return None  # a fresh dispatch: start from the input
@@ -179,14 +182,13 @@ class SimpleAgent:
         it over from its input and redo everything it completed; the fence cannot see that, since
         the attempt is legitimately open, so the agent refuses: open the next attempt instead."""
         if ident in self._runs:
-            raise CallError(409, "attempt_in_use", f"{ident.rollout_id}/{ident.attempt} is running here")
+            raise GymError(ErrorKind.ATTEMPT_IN_USE, f"{ident.rollout_id}/{ident.attempt} is running here")
         # what a run writes: model calls and boundaries (a restore pre-writes only the resources
         # session, which a run's seeding takes over idempotently)
         for component in ("model", "agent"):
             if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, component)):
-                raise CallError(
-                    409,
-                    "attempt_in_use",
+                raise GymError(
+                    ErrorKind.ATTEMPT_IN_USE,
                     f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt",
                 )
 

@@ -1,6 +1,5 @@
 """The policy model participant: an OpenAI-compatible server with durable call custody."""
 
-from .._http import CallError, Identity
 from ._app import create_app
 from ._backend import Backend
 from ._local import LocalBackend, Plan, decode, encode
@@ -9,9 +8,7 @@ from ._service import CallResult, ModelService
 
 __all__ = [
     "Backend",
-    "CallError",
     "CallResult",
-    "Identity",
     "LocalBackend",
     "ModelService",
     "OpenAIBackend",

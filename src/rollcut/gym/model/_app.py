@@ -18,19 +18,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .._http import CallError, Identity, error_response, identity_of
+from .._http import gym_app, identity_of
+from ..wire import GymError, Identity, error_body
 from ._local import decode
 from ._service import CallResult, ModelService, response_message
 
 __all__ = ["create_app"]
-
-
-def _error(status: int, kind: str, message: str, retry_after: float | None = None) -> JSONResponse:
-    return error_response(CallError(status, kind, message, retry_after))
-
-
-def _identity(request: Request, rollout_id: str | None, attempt: str | None) -> Identity:
-    return identity_of(request, rollout_id, attempt)
 
 
 def _extension(result: CallResult) -> dict[str, Any]:
@@ -106,42 +99,32 @@ def _responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_app(service: ModelService, *, require_identity: bool = True) -> FastAPI:
-    app = FastAPI(title="rollcut policy model", version="1")
+    app = gym_app("rollcut policy model")
 
-    async def run(request: Request, rollout_id: str | None, attempt: str | None) -> Any:
+    async def identified(
+        request: Request, rollout_id: str | None, attempt: str | None
+    ) -> tuple[Identity, dict[str, Any]]:
         body = await request.json()
         try:
-            ident = _identity(request, rollout_id, attempt)
-        except CallError as exc:
+            return identity_of(request, rollout_id, attempt), body
+        except GymError:
             if require_identity:
-                return None, body, exc
-            ident = Identity("anonymous", 1)
-        return ident, body, None
+                raise
+            return Identity("anonymous", 1), body
 
     @app.post("/v1/chat/completions")
     @app.post("/r/{rollout_id}/{attempt}/v1/chat/completions")
     async def chat(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Any:
-        ident, body, err = await run(request, rollout_id, attempt)
-        if err is not None:
-            return _error(err.status, err.kind, str(err))
+        ident, body = await identified(request, rollout_id, attempt)
         if body.get("stream"):
             return await _stream(service, ident, body)
-        try:
-            result = await service.call(ident, body)
-        except CallError as exc:
-            return _error(exc.status, exc.kind, str(exc), exc.retry_after_s)
-        return JSONResponse(_chat_body(result, body))
+        return JSONResponse(_chat_body(await service.call(ident, body), body))
 
     @app.post("/v1/responses")
     @app.post("/r/{rollout_id}/{attempt}/v1/responses")
     async def responses(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Any:
-        ident, body, err = await run(request, rollout_id, attempt)
-        if err is not None:
-            return _error(err.status, err.kind, str(err))
-        try:
-            result = await service.call(ident, _responses_to_chat(body))
-        except CallError as exc:
-            return _error(exc.status, exc.kind, str(exc), exc.retry_after_s)
+        ident, body = await identified(request, rollout_id, attempt)
+        result = await service.call(ident, _responses_to_chat(body))
         msg = response_message(result.plan, result.output_ids)
         if msg.get("tool_calls"):
             output = [
@@ -209,9 +192,8 @@ async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) 
     if task.done() and task.exception() is not None and not first.done():
         first.cancel()
         exc = task.exception()
-        if isinstance(exc, CallError):
-            return _error(exc.status, exc.kind, str(exc), exc.retry_after_s)
-        raise exc  # type: ignore[misc]
+        assert exc is not None
+        raise exc  # a GymError becomes its answer in the app's handler
     created, model = int(time.time()), body.get("model") or "rollcut-local"
 
     def chunk(call_id: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -234,8 +216,8 @@ async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) 
             tok = await queue.get()
         try:
             result = await task  # the completed event is durable before the last chunk leaves
-        except CallError as exc:
-            yield f"data: {json.dumps({'error': {'type': exc.kind, 'message': str(exc)}})}\n\n"
+        except GymError as exc:
+            yield f"data: {json.dumps(error_body(exc))}\n\n"
             return
         msg = response_message(result.plan, result.output_ids)
         if msg.get("tool_calls"):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._bounded import remember
-from ..._errors import RollcutError, StaleAttemptError
+from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
 from ...bus import (
     AttemptOpened,
     EventLog,
@@ -47,11 +47,12 @@ from ...bus import (
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import LocalTokenStore, TokenRecord
-from .._http import CallError, Identity, append_or_refuse
+from .._http import append_or_refuse
+from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
 from ._local import Plan, decode
 
-__all__ = ["CallError", "CallResult", "Identity", "ModelService"]
+__all__ = ["CallResult", "ModelService"]
 
 _DIGEST_SKIP = frozenset({"stream", "stream_options", "user"})
 
@@ -139,7 +140,9 @@ class ModelService:
                 state = await self.log.fence_state(ident.rollout_id)
                 current = state.attempt if state and state.open else None
                 stale = StaleAttemptError(ident.rollout_id, ident.attempt, current)
-                raise CallError(409, "stale_attempt", str(stale))
+                raise GymError(
+                    ErrorKind.STALE_ATTEMPT, str(stale), rollout_id=ident.rollout_id, attempt=ident.attempt
+                )
             from_cut = ev.from_cut
         reusable: dict[str, tuple[int, ModelCall]] = {}
         r = None
@@ -192,8 +195,8 @@ class ModelService:
         try:
             if gate is not None:
                 await gate.__aenter__()
-        except RollcutError as exc:
-            raise CallError(503, "admission_closed", str(exc), getattr(exc, "retry_after_s", 1.0)) from exc
+        except AdmissionClosedError as exc:
+            raise GymError.admission_closed(exc) from exc
         try:
             source = ctx.reusable.get(digest)
             if source is not None and source[1].status in ("completed", "reused"):
@@ -306,8 +309,9 @@ class ModelService:
             async for tok in self.backend.generate(plan, start=start):
                 if self._retired and ident.rollout_id in self._retired:
                     self.stats["calls_stopped_by_retirement"] += 1
-                    raise CallError(
-                        409, "retired", f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}"
+                    raise GymError(
+                        ErrorKind.RETIRED,
+                        f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
                     )
                 fl.emitted.append(tok)
                 self.stats["tokens_generated"] += 1
@@ -343,7 +347,7 @@ class ModelService:
             fl.state = "done"
             self.stats["calls_generated"] += 1
             return CallResult(call_id, plan, out, receipt, continued_from=start)
-        except CallError:
+        except GymError:
             fl.state = "failed"
             raise
         except Exception as exc:

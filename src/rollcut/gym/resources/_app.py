@@ -7,25 +7,22 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import CallError, error_response, identity_of
+from .._http import gym_app, identity_of
 from ._service import ResourcesService
 
 __all__ = ["create_resources_app"]
 
 
 def create_resources_app(service: ResourcesService) -> FastAPI:
-    app = FastAPI(title=f"rollcut resources: {service.env.name}", version="1")
+    app = gym_app(f"rollcut resources: {service.env.name}")
 
     async def body_of(request: Request) -> dict[str, Any]:
         raw = await request.body()
         return (await request.json()) if raw else {}
 
     async def answer(request: Request, fn: Any, *args: Any) -> Any:
-        try:
-            ident = identity_of(request)
-            return JSONResponse(await fn(ident, *args, await body_of(request)))
-        except CallError as exc:
-            return error_response(exc)
+        ident = identity_of(request)
+        return JSONResponse(await fn(ident, *args, await body_of(request)))
 
     @app.post("/seed_session")
     async def seed_session(request: Request) -> Any:
@@ -37,10 +34,7 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
 
     @app.post("/close_session")
     async def close_session(request: Request) -> Any:
-        try:
-            return JSONResponse(await service.close(identity_of(request)))
-        except CallError as exc:
-            return error_response(exc)
+        return JSONResponse(await service.close(identity_of(request)))
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:

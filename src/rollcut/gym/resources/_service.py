@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._bounded import remember
-from ..._errors import RollcutError
+from ..._errors import AdmissionClosedError, RollcutError
 from ...bus import (
     AgentBoundary,
     AttemptOpened,
@@ -40,7 +40,8 @@ from ...bus import (
 )
 from ...participants import ExportReport, Participant
 from ...replay import inherited
-from .._http import CallError, Identity, append_or_refuse
+from .._http import append_or_refuse
+from ..wire import ErrorKind, GymError, Identity
 from ._env import Environment
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
@@ -103,10 +104,8 @@ class ResourcesService:
         try:
             async with self._admit():
                 return await coro
-        except RollcutError as exc:
-            if isinstance(exc, CallError):
-                raise
-            raise CallError(503, "admission_closed", str(exc), getattr(exc, "retry_after_s", 1.0)) from exc
+        except AdmissionClosedError as exc:
+            raise GymError.admission_closed(exc) from exc
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -137,9 +136,8 @@ class ResourcesService:
     async def _session(self, ident: Identity) -> Session:
         s = self.sessions.get(ident) or await self._restored(ident)
         if s is None:
-            raise CallError(
-                404,
-                "no_session",
+            raise GymError(
+                ErrorKind.NO_SESSION,
                 f"no {self.env.name} session for {ident.rollout_id}/{ident.attempt}; "
                 "call /seed_session first",
             )
@@ -148,7 +146,7 @@ class ResourcesService:
     async def tool(self, ident: Identity, name: str, args: dict[str, Any]) -> dict[str, Any]:
         fn = self.env.tools().get(name)
         if fn is None:
-            raise CallError(404, "unknown_tool", f"{self.env.name} has no tool {name!r}")
+            raise GymError(ErrorKind.UNKNOWN_TOOL, f"{self.env.name} has no tool {name!r}")
         return await self._guarded(self._tool(ident, name, fn, args))
 
     async def _tool(self, ident: Identity, name: str, fn: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -157,9 +155,8 @@ class ResourcesService:
             if s.replay:  # the continuing agent re-issues what the old attempt already did
                 head = s.replay[0]
                 if head.tool != name or head.arguments != args:
-                    raise CallError(
-                        409,
-                        "replay_mismatch",
+                    raise GymError(
+                        ErrorKind.REPLAY_MISMATCH,
                         f"re-issued call {name}({args}) differs from logged {head.tool}({head.arguments}) "
                         f"at revision {head.revision}: fall back to fresh dispatch",
                     )
@@ -223,7 +220,7 @@ class ResourcesService:
         # one seen after finds the session and drops it
         if s.ident.rollout_id in self._retired:
             self.env.close(s.state)
-            raise CallError(409, "retired", f"{s.ident.rollout_id} was retired")
+            raise GymError(ErrorKind.RETIRED, f"{s.ident.rollout_id} was retired")
         self.sessions.setdefault(s.ident, s)
 
     def retire(self, rollout_id: str, reason: str) -> int:
@@ -303,7 +300,7 @@ class ResourcesService:
         try:
             s = await self._build(ident, opened.from_cut)
         except NotContinuable as exc:
-            raise CallError(409, "not_continuable", str(exc)) from exc
+            raise GymError(ErrorKind.NOT_CONTINUABLE, str(exc)) from exc
         if s is not None:
             self._activate(s)
             self.stats["sessions_restored"] += 1

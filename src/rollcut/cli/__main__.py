@@ -1,0 +1,5 @@
+"""``python -m rollcut.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,204 @@
+"""The root command, and what every command shares: where it works, how it reports, how it fails.
+
+Options that several commands take (``--url``, ``--home``, ``--namespace``,
+``--credentials``, ``--ledger``, ``--tokens``) are declared once, here, and
+added to a command by :func:`targeted`, which hands the command one
+:class:`Target`. A command never opens the bus, the ledger or the token
+store by itself: it asks its target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import RollcutError
+from .._runtime import default_home, open_log
+from ..bus import EventLog
+from ..ledger import Ledger
+from ..tokens import LocalTokenStore
+
+__all__ = [
+    "Opened",
+    "Target",
+    "app",
+    "console",
+    "fail",
+    "print_json",
+    "report",
+    "run",
+    "targeted",
+    "with_options",
+]
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing."
+)
+console = Console(stderr=True)
+
+T = TypeVar("T")
+
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL; omitted: the embedded server under --home."),
+]
+HomeOpt = Annotated[
+    Path | None, typer.Option("--home", envvar="ROLLCUT_HOME", help="Data directory (default ./.rollcut).")
+]
+NsOpt = Annotated[str, typer.Option("--namespace", "-n", envvar="ROLLCUT_NAMESPACE", help="Event namespace.")]
+CredsOpt = Annotated[
+    Path | None,
+    typer.Option("--credentials", envvar="ROLLCUT_CREDENTIALS", help="Role credentials file for --url."),
+]
+LedgerOpt = Annotated[Path | None, typer.Option("--ledger", help="Ledger directory (default HOME/ledger).")]
+TokensOpt = Annotated[
+    Path | None, typer.Option("--tokens", help="Token store directory (default HOME/tokens).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The bus, the ledger and the token store a control command works on."""
+
+    log: EventLog
+    ledger: Ledger
+    tokens: LocalTokenStore
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a command works: the bus (a URL, or the embedded server under ``home``) and the files."""
+
+    url: str | None = None
+    home: Path = Path(".rollcut")
+    namespace: str = "default"
+    credentials: Path | None = None
+    ledger_dir: Path | None = None
+    tokens_dir: Path | None = None
+
+    @property
+    def ledger_path(self) -> Path:
+        """``--ledger``, else ``HOME/ledger``."""
+        return self.ledger_dir or self.home / "ledger"
+
+    @property
+    def tokens_path(self) -> Path:
+        """``--tokens``, else ``HOME/tokens``."""
+        return self.tokens_dir or self.home / "tokens"
+
+    def log(self, role: str = "admin") -> AbstractAsyncContextManager[EventLog]:
+        """The event log, as ``role``."""
+        return open_log(
+            self.url, home=self.home, namespace=self.namespace, role=role, credentials=self.credentials
+        )
+
+    def ledger(self, *, readonly: bool = False) -> Ledger:
+        """The LMDB ledger."""
+        return Ledger(self.ledger_path, readonly=readonly)
+
+    @asynccontextmanager
+    async def opened(self, role: str = "admin") -> AsyncIterator[Opened]:
+        """The log, the ledger and the token store together, closed together."""
+        async with self.log(role) as log:
+            with self.ledger() as led, LocalTokenStore(self.tokens_path) as tk:
+                yield Opened(log, led, tk)
+
+
+_TARGET_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "url": (UrlOpt, None),
+    "home": (HomeOpt, None),
+    "namespace": (NsOpt, "default"),
+    "credentials": (CredsOpt, None),
+    "ledger": (LedgerOpt, None),
+    "tokens": (TokensOpt, None),
+}
+
+
+def with_options(
+    table: dict[str, tuple[Any, Any]], build: Callable[[dict[str, Any]], Any], into: str
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Add the options of ``table`` (name -> (annotated type, default)) to a command, and pass it
+    ``build(their values)`` as the argument ``into`` instead. Typer reads the command's signature,
+    so the options appear in its ``--help`` as if the command had declared them itself."""
+
+    def deco(fn: Callable[..., T]) -> Callable[..., T]:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != into]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, (annotation, default) in table.items()
+        ]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> T:
+            given = {name: kwargs.pop(name) for name in table}
+            return fn(*args, **{into: build(given)}, **kwargs)
+
+        params = own + added
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return deco
+
+
+def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Add the named shared options to a command and pass it ``target: Target`` built from them."""
+    unknown = set(options) - set(_TARGET_OPTIONS)
+    if unknown:
+        raise ValueError(f"no shared options {sorted(unknown)}")
+
+    def build(given: dict[str, Any]) -> Target:
+        return Target(
+            url=given.get("url"),
+            home=given.get("home") or default_home(),
+            namespace=given.get("namespace") or "default",
+            credentials=given.get("credentials"),
+            ledger_dir=given.get("ledger"),
+            tokens_dir=given.get("tokens"),
+        )
+
+    return with_options({n: _TARGET_OPTIONS[n] for n in options}, build, "target")
+
+
+def print_json(obj: Any) -> None:
+    """One JSON object on stdout."""
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Say what went wrong on stderr; raise the returned exit to leave with ``code``."""
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; a rollcut error is one line on stderr and exit 2."""
+    try:
+        return asyncio.run(coro)
+    except RollcutError as exc:
+        raise fail(str(exc)) from exc
+
+
+def report(title: str, out: dict[str, Any], as_json: bool) -> None:
+    """Print a result as one JSON object or as a two-column table."""
+    if as_json:
+        print_json(out)
+        return
+    table = Table("metric", "value", title=title)
+    for k, v in out.items():
+        table.add_row(k, str(v))
+    Console().print(table)

@@ -1,0 +1,82 @@
+"""``rollcut bench``: each benchmark against its raw baseline, measured in the same run."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Annotated, Any
+
+import typer
+
+from ..bench import bench_checkpoint, bench_e2e, bench_log, bench_model
+from ._app import JsonOpt, UrlOpt, app, console, report, run
+
+__all__ = ["bench_app"]
+
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmarks against raw baselines, measured in the same run."
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _measure(title: str, status: str, coro: Coroutine[Any, Any, dict[str, Any]], as_json: bool) -> None:
+    with console.status(status, spinner="dots"):
+        out = run(coro)
+    report(title, out, as_json)
+
+
+@bench_app.command("log")
+def bench_log_cmd(
+    events: Annotated[int, typer.Option(help="Events to append and replay.")] = 20_000,
+    concurrency: Annotated[
+        int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")
+    ] = 1024,
+    repeat: Annotated[int, typer.Option(help="Paired runs; medians are reported.")] = 3,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Append and replay rate against plain nats-py on the same server, same run."""
+    _measure(
+        "rollcut bench log",
+        f"benchmarking {events} events at concurrency {concurrency}",
+        bench_log(events=events, concurrency=concurrency, url=url, repeat=repeat),
+        as_json,
+    )
+
+
+@bench_app.command("checkpoint")
+def bench_checkpoint_cmd(
+    rollouts: Annotated[int, typer.Option(help="Active rollouts, each with a history.")] = 10_000,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
+    _measure(
+        "rollcut bench checkpoint",
+        f"benchmarking a checkpoint of {rollouts} rollouts",
+        bench_checkpoint(rollouts=rollouts, url=url),
+        as_json,
+    )
+
+
+@bench_app.command("model")
+def bench_model_cmd(
+    calls: Annotated[int, typer.Option(help="Sequential calls, each its own rollout.")] = 1000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Latency that durable custody adds to a model call (p50/p99)."""
+    _measure("rollcut bench model", f"benchmarking {calls} model calls", bench_model(calls=calls), as_json)
+
+
+@bench_app.command("e2e")
+def bench_e2e_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts of the demo workload.")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
+    _measure(
+        "rollcut bench e2e",
+        f"three recoveries of {rollouts} rollouts",
+        bench_e2e(rollouts=rollouts, seed=seed),
+        as_json,
+    )

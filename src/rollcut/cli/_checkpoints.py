@@ -1,0 +1,170 @@
+"""Checkpoint commands: ``checkpoint``, ``checkpoints list|show|verify``, ``restore``, ``resume``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..ledger import CheckpointRecord, verify_checkpoint
+from ..participants import CheckpointResult, Coordinator, Restorer
+from ._app import JsonOpt, Opened, Target, app, console, fail, print_json, run, targeted
+
+__all__ = ["checkpoints_app"]
+
+checkpoints_app = typer.Typer(no_args_is_help=True, help="Published checkpoints: list, show, verify.")
+app.add_typer(checkpoints_app, name="checkpoints")
+
+CheckpointOpt = Annotated[str, typer.Option("--checkpoint", help="The published checkpoint to restore.")]
+
+
+def _record_dict(rec: CheckpointRecord) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(rec)
+    return out
+
+
+def _restorer(o: Opened) -> Restorer:
+    return Restorer(o.log, o.ledger, Coordinator(o.log, o.ledger, o.tokens), instance="cli")
+
+
+@app.command("checkpoint")
+@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+def checkpoint_cmd(
+    target: Target,
+    deadline: Annotated[
+        float, typer.Option("--deadline", help="Seconds until the checkpoint must publish.")
+    ] = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a checkpoint of whatever is running on the bus, and print its record."""
+
+    async def go() -> CheckpointResult:
+        async with target.opened("coordinator") as o:
+            return await Coordinator(o.log, o.ledger, o.tokens).checkpoint(deadline_s=deadline)
+
+    res = run(go())
+    out = {
+        **_record_dict(res.record),
+        "phases_ms": res.phases_ms,
+        "validated_events": res.validated_events,
+        "unreproducible": res.unreproducible,
+        "resumed": res.resumed,
+    }
+    if as_json:
+        print_json(out)
+    else:
+        to_publish = ("acquire", "discover", "prepare", "seal", "validate", "publish")
+        ms = sum(res.phases_ms.get(k, 0.0) for k in to_publish)
+        console.print(
+            f"published [bold]{res.record.checkpoint_id}[/bold] at cut {res.record.cut} "
+            f"with {len(res.participants)} participants in {ms:.1f} ms"
+        )
+
+
+@checkpoints_app.command("list")
+@targeted("home", "ledger")
+def checkpoints_list(target: Target, as_json: JsonOpt = False) -> None:
+    """Published checkpoints, oldest first."""
+    with target.ledger(readonly=True) as led:
+        recs = led.checkpoints()
+    if as_json:
+        print_json([_record_dict(r) for r in recs])
+        return
+    table = Table("checkpoint", "cut", "participants", "token snapshot", title="published checkpoints")
+    for r in recs:
+        table.add_row(r.checkpoint_id, str(r.cut), ",".join(r.participants), r.token_snapshot_id)
+    Console().print(table)
+
+
+@checkpoints_app.command("show")
+@targeted("home", "ledger")
+def checkpoints_show(checkpoint_id: str, target: Target, as_json: JsonOpt = False) -> None:
+    """One checkpoint record."""
+    with target.ledger(readonly=True) as led:
+        rec = led.checkpoint(checkpoint_id)
+    if rec is None:
+        raise fail(f"no published checkpoint {checkpoint_id}", 1)
+    if as_json:
+        print_json(_record_dict(rec))
+    else:
+        for k, v in _record_dict(rec).items():
+            Console().print(f"{k:>24}: {v}")
+
+
+@checkpoints_app.command("verify")
+@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = False) -> None:
+    """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
+
+    async def go() -> list[str]:
+        async with target.opened() as o:
+            return await verify_checkpoint(o.log, o.ledger, o.tokens, checkpoint_id)
+
+    problems = run(go())
+    if as_json:
+        print_json({"checkpoint_id": checkpoint_id, "ok": not problems, "problems": problems})
+    elif problems:
+        for p in problems:
+            console.print(f"[red]x[/red] {p}")
+    else:
+        console.print(f"[green]ok[/green] {checkpoint_id} verifies")
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command("restore")
+@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+def restore_cmd(checkpoint: CheckpointOpt, target: Target, as_json: JsonOpt = False) -> None:
+    """Plan recovery from a checkpoint, open the next attempts, rebuild every participant's
+    sessions at its cut, and leave them paused (then `rollcut resume`)."""
+
+    async def go() -> dict[str, Any]:
+        async with target.opened() as o:
+            restorer = _restorer(o)
+            plan = await restorer.plan(checkpoint_id=checkpoint)
+            await restorer.open_attempts(plan)
+            restored = await restorer.restore(checkpoint, plan.cut)
+            return {
+                "checkpoint_id": checkpoint,
+                "cut": plan.cut,
+                "completed": plan.completed,
+                "continue": plan.continue_,
+                "fresh_dispatch": plan.fresh_dispatch,
+                "retired": plan.retired,
+                "participants_paused": restored,
+            }
+
+    out = run(go())
+    if as_json:
+        print_json(out)
+    else:
+        console.print(
+            f"restored {checkpoint} at cut {out['cut']}: {len(out['continue'])} continue, "
+            f"{len(out['fresh_dispatch'])} fresh, {len(out['completed'])} completed; "
+            f"{len(out['participants_paused'])} participants paused until `rollcut resume`"
+        )
+
+
+@app.command("resume")
+@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+def resume_cmd(
+    checkpoint: Annotated[
+        str, typer.Option("--checkpoint", help="The checkpoint a restore paused everyone for.")
+    ],
+    target: Target,
+    as_json: JsonOpt = False,
+) -> None:
+    """Release every participant a restore left paused."""
+
+    async def go() -> list[str]:
+        async with target.opened() as o:
+            return await _restorer(o).resume(checkpoint)
+
+    released = run(go())
+    if as_json:
+        print_json({"checkpoint_id": checkpoint, "resumed": released})
+    else:
+        console.print(f"resumed {len(released)} participants")

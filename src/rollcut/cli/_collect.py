@@ -1,0 +1,135 @@
+"""The main job: ``collect`` and ``demo``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._errors import ConfigError
+from ..collect import EXIT_REQUEUE, Collector, Summary, load_config, run_demo, summary_dict
+from ._app import HomeOpt, JsonOpt, Target, app, console, print_json, run
+
+__all__ = ["collect_cmd", "demo_cmd"]
+
+
+def _progress(disable: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=disable,
+    )
+
+
+@app.command("demo")
+def demo_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts to collect (bundled tasks).")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    no_crash: Annotated[
+        bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
+    ] = False,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
+    with _progress(as_json) as prog:
+        task = prog.add_task("collecting", total=rollouts)
+
+        def progress(summary: Summary, total: int, running: int) -> None:
+            prog.update(
+                task,
+                completed=summary.results_written,
+                description=f"collecting ({running} running, {summary.checkpoints_published} checkpoints)",
+            )
+
+        out = run(run_demo(rollouts=rollouts, seed=seed, crash=not no_crash, home=home, progress=progress))
+    if as_json:
+        print_json(out)
+        return
+    table = Table("", "", title="rollcut demo: what was saved")
+    for k, v in out.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    Console().print(table)
+
+
+def _tasks(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read tasks {path}: {exc}") from exc
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@app.command("collect")
+def collect_cmd(
+    config: Annotated[Path, typer.Argument(help="Collection config (YAML).")],
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Recover from the latest checkpoint, then finish.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
+
+    async def go() -> Summary:
+        cfg, base = load_config(config)
+        tasks = _tasks(cfg.path(cfg.tasks, base))
+        home = cfg.path(cfg.home, base)
+        target = Target(
+            url=cfg.nats_url,
+            home=home,
+            namespace=cfg.namespace,
+            credentials=cfg.path(cfg.credentials, base) if cfg.credentials else None,
+            ledger_dir=cfg.path(cfg.ledger, base) if cfg.ledger else None,
+            tokens_dir=cfg.path(cfg.tokens, base) if cfg.tokens else None,
+        )
+        async with target.opened() as o:
+            with _progress(as_json) as prog:
+                bar = prog.add_task("collecting", total=len(tasks) * cfg.num_repeats)
+
+                def progress(summary: Summary, total: int, running: int) -> None:
+                    prog.update(
+                        bar,
+                        completed=summary.results_written,
+                        description=f"collecting: {running} running, recovered "
+                        f"{summary.recovery['continue']} continued / {summary.recovery['fresh_dispatch']} "
+                        f"restarted, last checkpoint {summary.last_checkpoint or '-'}",
+                    )
+
+                col = Collector(
+                    o.log,
+                    o.ledger,
+                    o.tokens,
+                    environment_url=cfg.environment_url,
+                    tasks=tasks,
+                    output=cfg.path(cfg.output, base),
+                    num_repeats=cfg.num_repeats,
+                    concurrency=cfg.concurrency,
+                    max_attempts=cfg.max_attempts,
+                    checkpoint_every_s=cfg.checkpoint.every_s,
+                    checkpoint_deadline_s=cfg.checkpoint.deadline_s,
+                    on_progress=progress,
+                )
+                col.install_signals(
+                    on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm
+                )
+                return await col.run(resume=resume)
+
+    summary = run(go())
+    if as_json:
+        print_json(summary_dict(summary))
+    else:
+        console.print(
+            f"collected {summary.results_written}/{summary.rollouts} rollouts; "
+            f"{summary.checkpoints_published} checkpoints; recovery {summary.recovery}; "
+            f"healed {summary.healed}"
+        )
+    if summary.interrupted:
+        raise typer.Exit(EXIT_REQUEUE)

@@ -1,0 +1,166 @@
+"""``rollcut serve``: the Gym servers as checkpoint participants.
+
+Each command turns its flags into one options struct (:mod:`rollcut.gym`),
+whose fields the flags are named after; worker processes get that struct as
+JSON through the hidden ``serve worker`` command, so no option is declared
+twice.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._errors import RollcutError
+from ..gym import (
+    AgentServe,
+    EnvironmentServe,
+    ModelServe,
+    ResourcesServe,
+    ServeSpec,
+    decode_spec,
+    serve,
+    serve_worker,
+)
+from ._app import NsOpt, app, fail, with_options
+
+__all__ = ["serve_app"]
+
+serve_app = typer.Typer(no_args_is_help=True, help="Run the Gym servers (policy model, …) as participants.")
+app.add_typer(serve_app, name="serve")
+
+BusUrl = Annotated[str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL of the bus.")]
+Creds = Annotated[
+    Path | None,
+    typer.Option("--credentials", envvar="ROLLCUT_CREDENTIALS", help="Role credentials file for --url."),
+]
+Host = Annotated[str, typer.Option(help="Listen address.")]
+Port = Annotated[int, typer.Option(help="Listen port; 0 picks a free one (printed as LISTENING <url>).")]
+Name = Annotated[str, typer.Option(help="Participant group name (default: the server kind, or the env).")]
+Workers = Annotated[int, typer.Option(help="Worker processes, each its own participant.")]
+
+
+def _common(given: dict[str, Any]) -> dict[str, Any]:
+    """The fields of :class:`rollcut.gym.ServeOptions` from the shared flags."""
+    return {
+        **given,
+        "url": given["url"] or "",
+        "credentials": str(given["credentials"]) if given["credentials"] else None,
+    }
+
+
+served = with_options(
+    {
+        "url": (BusUrl, None),
+        "namespace": (NsOpt, "default"),
+        "credentials": (Creds, None),
+        "host": (Host, "127.0.0.1"),
+        "port": (Port, 0),
+        "name": (Name, ""),
+        "workers": (Workers, 1),
+    },
+    _common,
+    "common",
+)
+
+
+def _serve(opts: ServeSpec) -> None:
+    try:
+        serve(opts)
+    except RollcutError as exc:
+        raise fail(str(exc)) from exc
+
+
+@serve_app.command("model")
+@served
+def serve_model(
+    common: dict[str, Any],
+    tokens: Annotated[Path, typer.Option("--tokens", help="Token store directory.")] = Path(
+        ".rollcut/tokens"
+    ),
+    backend: Annotated[str, typer.Option(help="Generation backend: local | openai.")] = "local",
+    upstream: Annotated[str, typer.Option(help="openai backend: the upstream's base URL.")] = "",
+    seed: Annotated[int, typer.Option(help="Seed of the local backend.")] = 0,
+    token_delay: Annotated[float, typer.Option("--token-delay", help="Seconds per generated token.")] = 0.0,
+    tool_turns: Annotated[int, typer.Option("--tool-turns", help="Tool calls before a final answer.")] = 3,
+) -> None:
+    """The OpenAI-compatible policy model server with durable call custody."""
+    _serve(
+        ModelServe(
+            **common,
+            tokens=str(tokens),
+            backend=backend,
+            upstream=upstream,
+            seed=seed,
+            token_delay=token_delay,
+            tool_turns=tool_turns,
+        )
+    )
+
+
+@serve_app.command("resources")
+@served
+def serve_resources(
+    env: Annotated[str, typer.Argument(help="Environment: counter, blackjack, workplace, math, scratchpad.")],
+    common: dict[str, Any],
+) -> None:
+    """A stateful resources (tool) server whose sessions restore exactly."""
+    _serve(
+        ResourcesServe(
+            **common,
+            env=env,
+        )
+    )
+
+
+@serve_app.command("agent")
+@served
+def serve_agent(
+    agent: Annotated[str, typer.Argument(help="Agent: simple.")],
+    model: Annotated[str, typer.Option(help="Policy model server base URL.")],
+    resources: Annotated[list[str], typer.Option(help="ENV=URL of a resources server (repeatable).")],
+    common: dict[str, Any],
+) -> None:
+    """The Simple Agent: /run with boundaries, parking and continuation."""
+    bad = [r for r in resources if "=" not in r]
+    if bad:
+        raise fail(f"--resources takes ENV=URL, got {', '.join(bad)}")
+    _serve(
+        AgentServe(
+            **common,
+            agent=agent,
+            model=model,
+            resources=dict(r.split("=", 1) for r in resources),
+        )
+    )
+
+
+@serve_app.command("environment")
+@served
+def serve_environment(
+    agent: Annotated[str, typer.Option(help="Agent server base URL.")],
+    common: dict[str, Any],
+) -> None:
+    """The episode orchestrator: one /run per task, recording each episode's completion."""
+    _serve(
+        EnvironmentServe(
+            **common,
+            agent=agent,
+        )
+    )
+
+
+@serve_app.command("worker", hidden=True)
+def serve_one_worker(
+    spec: Annotated[str, typer.Option(help="The server's options as JSON.")],
+    worker_index: Annotated[int, typer.Option(help="This worker's index.")],
+    listen_fd: Annotated[int, typer.Option(help="The listening socket inherited from the parent.")],
+) -> None:
+    """One worker process of a server with several (started by the server itself)."""
+    import asyncio
+
+    opts = decode_spec(spec)
+    asyncio.run(serve_worker(opts, socket.socket(fileno=listen_fd), worker_index))

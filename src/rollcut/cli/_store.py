@@ -1,0 +1,213 @@
+"""Commands on the stored log: ``nats``, ``ledger rebuild|status``, ``replay``, ``retire``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._errors import RollcutError
+from .._runtime import credentials_for
+from ..bus import EmbeddedServer
+from ..ledger import Projector, rebuild_ledger
+from ..replay import ReplayResult, replay
+from ._app import JsonOpt, NsOpt, Target, app, console, fail, print_json, run, targeted
+
+__all__ = ["ledger_app"]
+
+ledger_app = typer.Typer(no_args_is_help=True, help="The LMDB ledger: status and rebuild from the stream.")
+app.add_typer(ledger_app, name="ledger")
+
+
+@app.command()
+def nats(
+    data: Annotated[Path, typer.Option("--data", help="JetStream data directory.")] = Path(".rollcut/nats"),
+    port: Annotated[int, typer.Option(help="Client port; 0 picks a free one.")] = 4222,
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    sync: Annotated[str | None, typer.Option(help="JetStream sync_interval, e.g. 'always' or '2m'.")] = None,
+    namespace: NsOpt = "default",
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="Accept unauthenticated clients (dev only).")
+    ] = False,
+) -> None:
+    """Run the embedded nats-server with JetStream in the foreground, with per-role credentials."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        creds = None if no_auth else credentials_for(data, namespace)
+        server = EmbeddedServer(data, host=host, port=port, sync_interval=sync, credentials=creds).start()
+    except RollcutError as exc:
+        raise fail(str(exc)) from exc
+    console.print(
+        f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})"
+        + ("" if no_auth else f"; role credentials in {data / 'credentials.json'}")
+    )
+    sys.stdout.write(server.url + "\n")
+    sys.stdout.flush()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+@ledger_app.command("rebuild")
+@targeted("url", "home", "namespace", "credentials", "ledger")
+def ledger_rebuild(target: Target, as_json: JsonOpt = False) -> None:
+    """Rebuild the ledger from the stream alone; the old one is kept beside it."""
+    path = target.ledger_path
+
+    async def go() -> dict[str, Any]:
+        async with target.log() as log:
+            last = await log.last_seq()
+            with Progress(
+                TextColumn("rebuilding ledger"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                disable=as_json,
+            ) as prog:
+                task = prog.add_task("rebuild", total=last)
+                n, kept = await rebuild_ledger(
+                    log, path, on_page=lambda seq, end: prog.update(task, completed=seq)
+                )
+        with target.ledger(readonly=True) as led:
+            return {
+                "ledger": str(path),
+                "events": n,
+                "watermark": led.watermark,
+                "rollouts": sum(1 for _ in led.rollouts()),
+                "checkpoints": len(led.checkpoints()),
+                "previous_kept_at": str(kept) if kept else None,
+            }
+
+    out = run(go())
+    if as_json:
+        print_json(out)
+    else:
+        console.print(
+            f"rebuilt {out['ledger']} from {out['events']} events: {out['rollouts']} rollouts, "
+            f"{out['checkpoints']} checkpoints"
+            + (f"; previous ledger kept at {out['previous_kept_at']}" if out["previous_kept_at"] else "")
+        )
+
+
+@ledger_app.command("status")
+@targeted("url", "home", "namespace", "credentials", "ledger")
+def ledger_status(
+    target: Target,
+    catch_up: Annotated[bool, typer.Option(help="Project new events first.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the ledger's watermark and per-rollout index."""
+
+    async def go() -> dict[str, Any]:
+        with target.ledger() as led:
+            if catch_up:
+                async with target.log() as log:
+                    await Projector(led, log).catch_up()
+            return {
+                "ledger": str(target.ledger_path),
+                "watermark": led.watermark,
+                "rollouts": [msgspec.to_builtins(r) for r in led.rollouts()],
+                "checkpoints": [msgspec.to_builtins(c) for c in led.checkpoints()],
+            }
+
+    out = run(go())
+    if as_json:
+        print_json(out)
+        return
+    table = Table(
+        "rollout",
+        "attempt",
+        "status",
+        "dispatch",
+        "boundary",
+        "accepted",
+        title=f"ledger at seq {out['watermark']}",
+    )
+    for r in out["rollouts"]:
+        table.add_row(
+            r["rollout_id"],
+            str(r["current_attempt"]),
+            r["status"],
+            str(r["dispatch_seq"]),
+            str(r["last_boundary_seq"] or "-"),
+            str(r["accepted_seq"] or "-"),
+        )
+    Console().print(table)
+
+
+@app.command("replay")
+@targeted("url", "home", "namespace", "credentials", "ledger")
+def replay_cmd(
+    target: Target,
+    up_to: Annotated[
+        int | None, typer.Option("--up-to", help="Cut: last stream sequence to include.")
+    ] = None,
+    rollout: Annotated[str | None, typer.Option("--rollout", help="Only this rollout.")] = None,
+    checkpoint: Annotated[
+        str | None, typer.Option("--checkpoint", help="Replay up to this published checkpoint's cut.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild session state from the log as of a checkpoint or a stream sequence."""
+    if checkpoint is not None:
+        with target.ledger(readonly=True) as led:
+            rec = led.checkpoint(checkpoint)
+        if rec is None:
+            raise fail(f"no published checkpoint {checkpoint}", 1)
+        up_to = rec.cut
+
+    async def go() -> ReplayResult:
+        async with target.log() as log:
+            return await replay(log, up_to=up_to, rollout_id=rollout)
+
+    res = run(go())
+    if as_json:
+        print_json(
+            {
+                "cut": res.cut,
+                "events": res.events,
+                "rollouts": {k: msgspec.to_builtins(v) for k, v in res.rollouts.items()},
+            }
+        )
+        return
+    table = Table("rollout", "attempt", "status", "events", title=f"state at seq {res.cut}")
+    for rid, st in sorted(res.rollouts.items()):
+        table.add_row(
+            rid, str(st.current_attempt), st.status, str(sum(a.events for a in st.attempts.values()))
+        )
+    Console().print(table)
+
+
+@app.command("retire")
+@targeted("url", "home", "namespace", "credentials")
+def retire_cmd(
+    target: Target,
+    rollout: Annotated[str, typer.Argument(help="The rollout to give up for good.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; kept on the log and in its row.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Retire a rollout: its attempt is fenced off, every server drops it, no attempt opens again,
+    and the collection writes its row as ``retired``."""
+
+    async def go() -> dict[str, Any]:
+        async with target.log("collector") as log:
+            state = await log.retire(rollout, instance="cli", reason=reason)
+            return {"rollout_id": rollout, "attempt": state.attempt, "retired_seq": state.seq}
+
+    out = run(go())
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"retired {rollout} (attempt {out['attempt']}) at seq {out['retired_seq']}")

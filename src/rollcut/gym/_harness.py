@@ -1,0 +1,152 @@
+"""Process supervision: start Gym servers as processes, wait until they serve, SIGKILL, restart.
+
+One harness for ``rollcut demo``, the end-to-end tests and any deployment
+script: a server is started from its :class:`~rollcut.gym.ServeOptions`
+(through the real command line, ``rollcut serve ...``), it is ready when it
+printed its readiness lines, and a crash is SIGKILL of every process of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from .._errors import ServerStartError
+from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
+
+__all__ = ["STACK", "ServerProcess", "start_stack"]
+
+STACK = ("model", "counter", "blackjack", "workplace", "agent", "environment")
+"""The servers of :func:`start_stack`, in the order it returns them."""
+
+
+class ServerProcess:
+    """One server (a parent and its workers) started as processes and watched by its readiness lines.
+
+    ``argv`` follows ``command`` (default ``python -m rollcut serve``); the server
+    is ready once it printed ``LISTENING <url>`` and one ``READY <instance>
+    pid=<pid>`` per worker.
+    """
+
+    def __init__(
+        self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
+    ) -> None:
+        self.argv, self.workers, self.logs = argv, workers, logs
+        self.command = command or [sys.executable, "-m", "rollcut", "serve"]
+        self.p: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.pids: list[int] = []
+        self.instances: dict[str, int] = {}  # worker instance name -> pid
+        self.log_path: Path | None = None
+
+    @classmethod
+    def serving(cls, opts: ServeSpec, logs: Path | None = None) -> ServerProcess:
+        """The process ``rollcut serve`` runs for ``opts`` (not started yet)."""
+        return cls(cli_argv(opts), workers=opts.workers, logs=logs)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (once started)."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    def alive(self) -> bool:
+        """Whether the parent and every worker still run."""
+        return self.p is not None and self.p.poll() is None and all(_alive(pid) for pid in self.pids)
+
+    def tail(self) -> str:
+        """The end of its log, to say why it died."""
+        return self.log_path.read_text()[-1500:] if self.log_path and self.log_path.exists() else ""
+
+    def start(self) -> ServerProcess:
+        """Start it and return once every worker serves; raises ServerStartError with its log if not."""
+        err: IO[str] | int = subprocess.DEVNULL
+        if self.logs is not None:
+            self.logs.mkdir(parents=True, exist_ok=True)
+            name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
+            self.log_path = self.logs / f"{name}.log"
+            err = self.log_path.open("a")
+        self.p = subprocess.Popen([*self.command, *self.argv], stdout=subprocess.PIPE, stderr=err, text=True)
+        self.pids, self.instances = [], {}
+        assert self.p.stdout is not None
+        while True:
+            line = self.p.stdout.readline().strip()
+            if not line:
+                raise ServerStartError(f"rollcut serve {self.argv[0]} did not start: {self.tail()}")
+            if line.startswith("LISTENING"):
+                self.url = line.split()[1]
+            elif line.startswith("READY") and "pid=" in line:
+                self.pids.append(int(line.rsplit("pid=", 1)[1]))
+                self.instances[line.split()[1]] = self.pids[-1]
+            if len(self.pids) == self.workers and (self.workers == 1 or line.startswith("READY http")):
+                return self
+
+    def kill(self) -> None:
+        """SIGKILL every process of it, workers first; waits for the parent."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.p is not None:
+            self.p.kill()
+            self.p.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_stack(
+    url: str,
+    credentials: Path,
+    tokens: Path,
+    *,
+    namespace: str,
+    seed: int = 0,
+    ports: dict[str, int] | None = None,
+    logs: Path | None = None,
+    token_delay: float = 0.002,
+    tool_turns: int = 3,
+    agent_workers: int = 2,
+) -> list[ServerProcess]:
+    """The demo deployment, each server its own process: the local model, the counter, blackjack
+    and workplace environments, the Simple Agent and the environment server (in :data:`STACK` order).
+    ``ports`` pins a server's port by name (a supervisor restarting on the same ports)."""
+    ports = ports or {}
+    common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
+
+    def start(opts: ServeSpec) -> ServerProcess:
+        return ServerProcess.serving(opts, logs).start()
+
+    model = start(
+        ModelServe(
+            **common,
+            port=ports.get("model", 0),
+            tokens=str(tokens),
+            seed=seed,
+            token_delay=token_delay,
+            tool_turns=tool_turns,
+        )
+    )
+    envs = {
+        name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0)))
+        for name in ("counter", "blackjack", "workplace")
+    }
+    agent = start(
+        AgentServe(
+            **common,
+            model=model.url,
+            resources={n: p.url for n, p in envs.items()},
+            workers=agent_workers,
+            port=ports.get("agent", 0),
+        )
+    )
+    env = start(EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0)))
+    return [model, *envs.values(), agent, env]

@@ -1,0 +1,122 @@
+"""What it takes to run one Gym server, declared once.
+
+``rollcut serve KIND`` builds one of these from its command line; a server
+with several workers hands the same struct to each worker process as JSON
+(``rollcut serve worker --spec ...``), and the process harness turns it back
+into the command line with :func:`cli_argv`. So a new option is a new field
+here plus its CLI flag, and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "AgentServe",
+    "EnvironmentServe",
+    "ModelServe",
+    "ResourcesServe",
+    "ServeOptions",
+    "ServeSpec",
+    "cli_argv",
+    "decode_spec",
+    "encode_spec",
+]
+
+
+class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
+    """What every Gym server takes: the bus, its listening address, its group and workers."""
+
+    url: str
+    namespace: str = "default"
+    credentials: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    name: str = ""
+    workers: int = 1
+
+    @property
+    def kind(self) -> str:
+        """The server kind, as in ``rollcut serve KIND``."""
+        tag = msgspec.inspect.type_info(type(self))
+        assert isinstance(tag, msgspec.inspect.StructType)
+        return str(tag.tag)
+
+    @property
+    def group(self) -> str:
+        """The participant group name: ``--name``, else the server kind."""
+        return self.name or self.kind
+
+
+class ModelServe(ServeOptions, kw_only=True, tag="model"):
+    """The policy model server (``rollcut serve model``)."""
+
+    tokens: str = ".rollcut/tokens"
+    backend: str = "local"
+    upstream: str = ""
+    seed: int = 0
+    token_delay: float = 0.0
+    tool_turns: int = 3
+
+
+class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
+    """A resources (tool) server (``rollcut serve resources ENV``)."""
+
+    env: str = ""
+
+    @property
+    def group(self) -> str:
+        """Resources servers are grouped by their environment."""
+        return self.name or self.env
+
+
+class AgentServe(ServeOptions, kw_only=True, tag="agent"):
+    """An agent server (``rollcut serve agent simple``)."""
+
+    agent: str = "simple"
+    model: str = ""
+    resources: dict[str, str] = {}
+
+
+class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):
+    """The environment server (``rollcut serve environment``)."""
+
+    agent: str = ""
+
+
+ServeSpec = ModelServe | ResourcesServe | AgentServe | EnvironmentServe
+
+_POSITIONAL = {ResourcesServe: "env", AgentServe: "agent"}
+_decoder = msgspec.json.Decoder(ServeSpec)
+
+
+def encode_spec(opts: ServeSpec) -> str:
+    """The struct as one JSON argument for a worker process."""
+    return msgspec.json.encode(opts).decode()
+
+
+def decode_spec(spec: str) -> ServeSpec:
+    """The struct a parent handed its worker."""
+    return _decoder.decode(spec)
+
+
+def cli_argv(opts: ServeSpec) -> list[str]:
+    """``rollcut serve`` arguments that build exactly ``opts``: the kind, positionals, then flags."""
+    out = [opts.kind]
+    positional = _POSITIONAL.get(type(opts))
+    if positional is not None:
+        out.append(str(getattr(opts, positional)))
+    for field in msgspec.structs.fields(opts):
+        if field.name == positional:
+            continue
+        value: Any = getattr(opts, field.name)
+        flag = "--" + field.name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            out += [a for k, v in value.items() for a in (flag, f"{k}={v}")]
+        else:
+            out += [flag, str(value)]
+    return out

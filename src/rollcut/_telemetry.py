@@ -39,7 +39,7 @@ try:  # pragma: no cover
     )
     _OUTCOMES = Counter("rollcut_checkpoints_total", "Checkpoints by outcome", ["outcome"])
 except ImportError:  # pragma: no cover
-    _PHASE = _PARTICIPANT = _OUTCOMES = None
+    _PHASE = _PARTICIPANT = _OUTCOMES = None  # type: ignore[assignment]
 
 
 class PhaseTimer:

@@ -39,6 +39,7 @@ from ._events import (
     TokenReceipt,
     new_event_id,
 )
+from ._kinds import KINDS, CallStep, KindSpec, Lane, spec_of
 from ._log import EventLog, FenceState, StoredEvent, input_digest
 from ._server import MIN_SERVER_VERSION, EmbeddedServer, find_nats_server
 from ._stream import BusConfig
@@ -48,6 +49,7 @@ __all__ = [
     "COORDINATOR_LANE",
     "DEFAULT_COMPRESS_THRESHOLD",
     "DEFAULT_MAX_EVENT_BYTES",
+    "KINDS",
     "MIN_SERVER_VERSION",
     "PARTICIPANT_ROLES",
     "ROLES",
@@ -58,6 +60,7 @@ __all__ = [
     "AttemptOpened",
     "AttemptTombstoned",
     "BusConfig",
+    "CallStep",
     "CheckpointAborted",
     "CheckpointCommitted",
     "CheckpointEvent",
@@ -71,6 +74,8 @@ __all__ = [
     "Event",
     "EventLog",
     "FenceState",
+    "KindSpec",
+    "Lane",
     "ModelCallAdmitted",
     "ModelCallCompleted",
     "ModelCallContinued",
@@ -99,4 +104,5 @@ __all__ = [
     "load_credentials",
     "new_event_id",
     "server_authorization",
+    "spec_of",
 ]

@@ -42,7 +42,8 @@ from .._errors import (
     SchemaVersionError,
     UnknownEventKindError,
 )
-from ._events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Event
+from ._events import SCHEMA_VERSION, AnyEvent, Event
+from ._kinds import KINDS, kind_of
 from ._strict import strict_union
 
 _STRICT = strict_union(AnyEvent)
@@ -107,8 +108,7 @@ class Codec:
                 body, flags = packed, _FLAG_ZSTD
         frame = b"".join((_MAGIC, bytes((_FRAME_VERSION, flags)), zlib.crc32(body).to_bytes(4, "big"), body))
         if len(frame) > self.max_event_bytes:
-            kind = msgspec.inspect.type_info(type(event)).tag  # type: ignore[union-attr]
-            raise EventTooLargeError(str(kind), len(frame), self.max_event_bytes)
+            raise EventTooLargeError(kind_of(type(event)), len(frame), self.max_event_bytes)
         return frame
 
     # --- decode -------------------------------------------------------------
@@ -154,11 +154,11 @@ class Codec:
         if not isinstance(raw, dict):
             raise corrupt("body is not a map")
         kind = raw.get("kind")
-        if kind not in EVENT_TYPES:
-            raise UnknownEventKindError(str(kind), list(EVENT_TYPES))
+        if kind not in KINDS:
+            raise UnknownEventKindError(str(kind), list(KINDS))
         version = raw.get("schema_version")
-        if not isinstance(version, int) or version < 1:
-            raise SchemaError(f"{kind}: schema_version must be a positive int, got {version!r}")
+        if not isinstance(version, int) or version < 0:
+            raise SchemaError(f"{kind}: schema_version must be an int >= 0, got {version!r}")
         if version > SCHEMA_VERSION:
             raise SchemaVersionError(f"{kind} event", version, SCHEMA_VERSION)
         while version < SCHEMA_VERSION:
@@ -169,6 +169,7 @@ class Codec:
             version += 1
             raw["schema_version"] = version
         try:
-            return msgspec.convert(raw, AnyEvent)
+            event: Event = msgspec.convert(raw, AnyEvent)
+            return event
         except msgspec.ValidationError as exc:
             raise SchemaError(f"{kind}: {exc}") from (fast_exc or exc)

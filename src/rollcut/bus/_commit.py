@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
@@ -213,7 +214,8 @@ class GroupCommit:
             self._nc.request(subject, payload, timeout=self._timeout, headers=headers)
         )
         try:
-            await asyncio.wait([req, denied], return_when=asyncio.FIRST_COMPLETED)
+            pending: list[asyncio.Future[Any]] = [req, denied]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._denials.unwatch(watch, denied)
         if req.done():

@@ -18,7 +18,6 @@ import os
 import time
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta, Struct, field
 
 __all__ = [
@@ -362,8 +361,3 @@ AnyEvent = (
     | CheckpointAborted
     | ParticipantLeaseExpired
 )
-
-EVENT_TYPES: dict[str, type[Event]] = {
-    msgspec.inspect.type_info(t).tag: t  # type: ignore[union-attr]
-    for t in AnyEvent.__args__  # type: ignore[attr-defined]
-}

@@ -41,6 +41,7 @@ from ._events import (
     RolloutDispatched,
     RolloutEvent,
     RolloutRetired,
+    new_event_id,
 )
 from ._read import RawMessage, scan, scan_merged
 from ._stream import ERR_WRONG_LAST_SEQUENCE, BusConfig, Denials, connect, ensure_stream
@@ -202,7 +203,7 @@ class EventLog:
             instance=instance,
             input=input,
             input_digest=input_digest(input),
-            **({"event_id": event_id} if event_id else {}),
+            event_id=event_id or new_event_id(),
         )
         out = await self._fence_write(ev, expect=0)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:

@@ -59,7 +59,7 @@ def _mirror(cls: type, mirrors: dict[type, type]) -> type:
         elif f.default_factory is not msgspec.NODEFAULT:
             fields.append((f.name, ann, msgspec.field(default_factory=f.default_factory)))
         else:
-            fields.append((f.name, ann))
+            fields.append((f.name, ann, msgspec.NODEFAULT))
     mirror = msgspec.defstruct(
         f"Strict{cls.__name__}",
         fields,

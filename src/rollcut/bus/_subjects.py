@@ -20,13 +20,13 @@ from typing import NamedTuple
 
 from .._errors import ConfigError
 from ._events import CheckpointEvent, Event, RolloutEvent
+from ._kinds import Lane, spec_of
 
 __all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
 
 COORDINATOR_LANE = "checkpoint"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_FENCE_KINDS = frozenset({"rollout.dispatched", "attempt.opened", "attempt.tombstoned", "rollout.retired"})
 
 
 def check_token(value: str, what: str) -> str:
@@ -77,7 +77,7 @@ class Subjects:
     def for_event(self, event: Event) -> str:
         """The subject an event is appended to; lifecycle events go to the fence."""
         if isinstance(event, RolloutEvent):
-            if event.__struct_config__.tag in _FENCE_KINDS:
+            if spec_of(event).lane is Lane.FENCE:
                 return self.fence(event.rollout_id)
             return self.event(event.rollout_id, event.attempt, event.component)
         if isinstance(event, CheckpointEvent):
@@ -98,4 +98,4 @@ class Subjects:
 
 
 def is_fence_kind(event: Event) -> bool:
-    return event.__struct_config__.tag in _FENCE_KINDS
+    return spec_of(event).lane is Lane.FENCE

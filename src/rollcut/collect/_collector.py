@@ -42,7 +42,7 @@ from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector
 from ..participants import Coordinator, RecoveryMode, Restorer
-from ..tokens import LineageStore
+from ..tokens import TokenStore
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
@@ -78,7 +78,7 @@ class Collector:
         self,
         log: EventLog,
         ledger: Ledger,
-        tokens: LineageStore,
+        tokens: TokenStore,
         *,
         environment_url: str,
         tasks: list[dict[str, Any]],
@@ -379,7 +379,8 @@ class Collector:
             workers = [asyncio.ensure_future(worker()) for _ in range(self.concurrency)]
             gathered = asyncio.gather(*workers, return_exceptions=True)
             stopper = asyncio.ensure_future(self._stop.wait())
-            await asyncio.wait([gathered, stopper], return_when=asyncio.FIRST_COMPLETED)
+            first: list[asyncio.Future[Any]] = [gathered, stopper]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if self._stop.is_set():
                 for w in workers:
                     w.cancel()  # a worker whose cancel a publish swallowed sees the stop flag instead
@@ -411,4 +412,6 @@ class Collector:
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
-    return msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))
+    """The summary as JSON-ready builtins."""
+    out: dict[str, Any] = msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))
+    return out

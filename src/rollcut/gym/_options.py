@@ -9,9 +9,11 @@ here plus its CLI flag, and nothing else.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgspec
+
+from ..bus import Component
 
 __all__ = [
     "AgentServe",
@@ -38,11 +40,11 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     workers: int = 1
 
     @property
-    def kind(self) -> str:
-        """The server kind, as in ``rollcut serve KIND``."""
+    def kind(self) -> Component:
+        """The server kind, as in ``rollcut serve KIND``; also its component and bus role."""
         tag = msgspec.inspect.type_info(type(self))
         assert isinstance(tag, msgspec.inspect.StructType)
-        return str(tag.tag)
+        return cast(Component, tag.tag)
 
     @property
     def group(self) -> str:
@@ -104,7 +106,7 @@ def decode_spec(spec: str) -> ServeSpec:
 
 def cli_argv(opts: ServeSpec) -> list[str]:
     """``rollcut serve`` arguments that build exactly ``opts``: the kind, positionals, then flags."""
-    out = [opts.kind]
+    out: list[str] = [opts.kind]
     positional = _POSITIONAL.get(type(opts))
     if positional is not None:
         out.append(str(getattr(opts, positional)))

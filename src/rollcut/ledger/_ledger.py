@@ -236,7 +236,7 @@ class _WriteBatch:
             raw = self.txn.get(rollout_id.encode(), db=self.ledger._db["rollouts"])
             if raw is None:
                 return None
-            rec = self.ledger._decode(raw, RolloutIndex, "rollouts", rollout_id.encode())
+            rec = self.ledger._decode(bytes(raw), RolloutIndex, "rollouts", rollout_id.encode())
             self._rollouts[rollout_id] = rec
         return rec
 
@@ -248,7 +248,7 @@ class _WriteBatch:
         key = rec.checkpoint_id.encode()
         existing = self.txn.get(key, db=self.ledger._db["checkpoints"])
         if existing is not None:
-            old = self.ledger._decode(existing, CheckpointRecord, "checkpoints", key)
+            old = self.ledger._decode(bytes(existing), CheckpointRecord, "checkpoints", key)
             if (old.cut, old.token_snapshot_digest) != (rec.cut, rec.token_snapshot_digest):
                 raise LedgerError(
                     f"checkpoint {rec.checkpoint_id} is already published with cut {old.cut}; "

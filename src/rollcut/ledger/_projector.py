@@ -14,17 +14,17 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .._errors import LedgerError
 from ..bus import (
     AgentBoundary,
     AttemptOpened,
     AttemptTombstoned,
+    CallStep,
     CheckpointCommitted,
+    Event,
     EventLog,
-    ModelCallCompleted,
-    ModelCallPrefixCut,
-    ModelCallReused,
     ResourcesMutated,
     ResourcesSeeded,
     ResourcesSnapshot,
@@ -35,6 +35,7 @@ from ..bus import (
     RolloutRetired,
     StoredEvent,
     Subjects,
+    spec_of,
 )
 from ._ledger import Ledger, _WriteBatch
 from ._records import CheckpointRecord, RolloutIndex
@@ -84,6 +85,59 @@ class Projector:
         return len(page)
 
 
+def _dispatched(rec: RolloutIndex, seq: int, ev: RolloutDispatched) -> None:
+    rec.current_attempt, rec.open, rec.dispatch_seq, rec.attempt_opened_seq = 1, True, seq, seq
+    rec.status = "running"
+
+
+def _tombstoned(rec: RolloutIndex, seq: int, ev: AttemptTombstoned) -> None:
+    rec.open = False
+    rec.tombstoned_attempts.append(ev.attempt)
+    if rec.status not in _SETTLED:
+        rec.status = "tombstoned"
+
+
+def _opened(rec: RolloutIndex, seq: int, ev: AttemptOpened) -> None:
+    rec.current_attempt, rec.open, rec.attempt_opened_seq = ev.attempt, True, seq
+    if rec.status not in _SETTLED:
+        rec.status = "running"
+
+
+def _boundary(rec: RolloutIndex, seq: int, ev: AgentBoundary) -> None:
+    rec.last_boundary_seq, rec.last_boundary_attempt = seq, ev.attempt
+    rec.last_boundary_turn = ev.record.turn
+
+
+def _completed(rec: RolloutIndex, seq: int, ev: RolloutCompleted) -> None:
+    rec.completed_seq, rec.completed_attempt = seq, ev.attempt
+    if rec.status != "accepted":
+        rec.status = "completed"
+
+
+def _accepted(rec: RolloutIndex, seq: int, ev: ResultAccepted) -> None:
+    rec.accepted_seq, rec.status = seq, "accepted"
+
+
+def _retired(rec: RolloutIndex, seq: int, ev: RolloutRetired) -> None:
+    rec.open, rec.retired_seq, rec.retired_reason = False, seq, ev.reason
+    if rec.status != "accepted":
+        rec.status = "retired"
+
+
+_SETTLED = ("accepted", "completed")
+# what each kind does to its rollout's index entry; a kind not here only moves last_seq
+_ROLLOUT: dict[type[Event], Callable[[RolloutIndex, int, Any], None]] = {
+    RolloutDispatched: _dispatched,
+    AttemptTombstoned: _tombstoned,
+    AttemptOpened: _opened,
+    AgentBoundary: _boundary,
+    RolloutCompleted: _completed,
+    ResultAccepted: _accepted,
+    RolloutRetired: _retired,
+}
+_CALL_STATUS: dict[CallStep, bytes] = {CallStep.ENDS: b"c", CallStep.CUT: b"p"}
+
+
 def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> None:
     """The projection of one event onto the index and catalog."""
     ev = stored.event
@@ -110,42 +164,19 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
         return
     if not isinstance(ev, RolloutEvent):
         return
-    if isinstance(ev, ModelCallCompleted | ModelCallReused):
-        wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"c")
-    elif isinstance(ev, ModelCallPrefixCut):
-        wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, b"p")
+    spec = spec_of(ev)
+    # a completed (or reused) call is recorded as completed; a prefix cut as cut; a failed or
+    # excluded call's outcome is never referred to, so it is not indexed
+    status = _CALL_STATUS.get(spec.call) if spec.receipt is not None and spec.call is not None else None
+    if status is not None:
+        wb.set_call(ev.rollout_id, ev.attempt, ev.call_id, status)  # type: ignore[attr-defined]
     elif isinstance(ev, ResourcesMutated | ResourcesSeeded | ResourcesSnapshot):
         wb.raise_revision(ev.rollout_id, ev.attempt, ev.session, ev.revision)
-    rec = wb.rollout(ev.rollout_id)
-    if rec is None:
-        rec = RolloutIndex(rollout_id=ev.rollout_id)
+    rec = wb.rollout(ev.rollout_id) or RolloutIndex(rollout_id=ev.rollout_id)
     rec.last_seq = seq
-    settled = rec.status in ("accepted", "completed")
-    if isinstance(ev, RolloutDispatched):
-        rec.current_attempt, rec.open, rec.dispatch_seq, rec.attempt_opened_seq = 1, True, seq, seq
-        rec.status = "running"
-    elif isinstance(ev, AttemptTombstoned):
-        rec.open = False
-        rec.tombstoned_attempts.append(ev.attempt)
-        if not settled:
-            rec.status = "tombstoned"
-    elif isinstance(ev, AttemptOpened):
-        rec.current_attempt, rec.open, rec.attempt_opened_seq = ev.attempt, True, seq
-        if not settled:
-            rec.status = "running"
-    elif isinstance(ev, AgentBoundary):
-        rec.last_boundary_seq, rec.last_boundary_attempt = seq, ev.attempt
-        rec.last_boundary_turn = ev.record.turn
-    elif isinstance(ev, RolloutCompleted):
-        rec.completed_seq, rec.completed_attempt = seq, ev.attempt
-        if rec.status != "accepted":
-            rec.status = "completed"
-    elif isinstance(ev, ResultAccepted):
-        rec.accepted_seq, rec.status = seq, "accepted"
-    elif isinstance(ev, RolloutRetired):
-        rec.open, rec.retired_seq, rec.retired_reason = False, seq, ev.reason
-        if rec.status != "accepted":
-            rec.status = "retired"
+    project = _ROLLOUT.get(type(ev))
+    if project is not None:
+        project(rec, seq, ev)
     wb.put_rollout(rec)
 
 

@@ -12,17 +12,7 @@ in the store, so what validated once stays valid.
 
 from __future__ import annotations
 
-from ..bus import (
-    AgentBoundary,
-    EventLog,
-    ModelCallAdmitted,
-    ModelCallCompleted,
-    ModelCallContinued,
-    ModelCallExcluded,
-    ModelCallFailed,
-    ModelCallPrefixCut,
-    ModelCallReused,
-)
+from ..bus import AgentBoundary, CallStep, EventLog, RolloutEvent, spec_of
 from ..tokens import LineageStore, TokenSnapshot
 from ._ledger import Ledger
 
@@ -58,28 +48,24 @@ async def validate_references(
         for s in page:
             checked += 1
             ev = s.event
-            if reported is not None:
-                if isinstance(ev, ModelCallAdmitted | ModelCallContinued):
-                    open_calls[ev.call_id] = (ev.instance, s.seq, ev.rollout_id, ev.attempt)
-                elif isinstance(
-                    ev, ModelCallCompleted | ModelCallReused | ModelCallFailed | ModelCallExcluded
-                ):
-                    open_calls.pop(ev.call_id, None)
-            if isinstance(ev, ModelCallContinued):
-                receipt = ev.prefix_receipt
-            elif isinstance(ev, ModelCallCompleted | ModelCallPrefixCut | ModelCallReused):
-                receipt = ev.receipt
-            else:
-                receipt = None
+            if not isinstance(ev, RolloutEvent):
+                continue
+            spec = spec_of(ev)
+            call_id: str = getattr(ev, "call_id", "")
+            if reported is not None and spec.call is CallStep.OPENS:
+                open_calls[call_id] = (ev.instance, s.seq, ev.rollout_id, ev.attempt)
+            elif reported is not None and spec.call is CallStep.ENDS:
+                open_calls.pop(call_id, None)
+            receipt = spec.receipt_of(ev)
             if receipt is not None:
                 if tokens is None or snapshot is None:
                     problems.append(
-                        f"seq {s.seq}: call {ev.call_id} has a token receipt but no token store is bound"
+                        f"seq {s.seq}: call {call_id} has a token receipt but no token store is bound"
                     )
                 elif not tokens.in_snapshot(snapshot, receipt):
                     problems.append(
-                        f"seq {s.seq}: receipt {receipt.receipt_id} of call {ev.call_id} "  # type: ignore[union-attr]
-                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snapshot.snapshot_id}"  # type: ignore[union-attr]
+                        f"seq {s.seq}: receipt {receipt.receipt_id} of call {call_id} "
+                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snapshot.snapshot_id}"
                     )
             elif isinstance(ev, AgentBoundary):
                 rec = ev.record

@@ -42,7 +42,7 @@ from ..bus import (
     EventLog,
 )
 from ..ledger import CheckpointRecord, Ledger, Projector, validate_references
-from ..tokens import LineageStore
+from ..tokens import TokenStore, call_store
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
 from ._runtime import service_name
 
@@ -86,7 +86,7 @@ class Coordinator:
         self,
         log: EventLog,
         ledger: Ledger,
-        tokens: LineageStore | None,
+        tokens: TokenStore | None,
         *,
         instance: str = "coordinator",
         discovery_s: float = 0.5,
@@ -320,7 +320,7 @@ class Coordinator:
                 await self.after_phase("seal")
             with timer.phase("validate"):
                 await self.projector.catch_up(up_to=cut)
-                snapshot = self.tokens.snapshot(cid) if self.tokens is not None else None
+                snapshot = await call_store(self.tokens, self.tokens.snapshot, cid) if self.tokens else None
                 start = int(self.ledger.meta("validated_seq", 0)) + 1
                 reported = {
                     r.instance: ({c.call_id for c in r.calls}, r.started_seq)

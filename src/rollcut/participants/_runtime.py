@@ -34,6 +34,7 @@ from .._errors import ConfigError, RollcutError
 from .._version import __version__
 from ..bus import (
     COORDINATOR_LANE,
+    Component,
     Event,
     EventLog,
     ParticipantLeaseExpired,
@@ -108,7 +109,7 @@ class Participant:
         self,
         log: EventLog,
         *,
-        component: str,
+        component: Component,
         instance: str,
         mode: CheckpointMode,
         hooks: ParticipantHooks | None = None,
@@ -461,7 +462,7 @@ class Participant:
             await self.log.append(
                 ParticipantLeaseExpired(
                     component=self.component,
-                    instance=self.instance,  # type: ignore[arg-type]
+                    instance=self.instance,
                     checkpoint_id=checkpoint_id,
                     participant=self.instance,
                 )

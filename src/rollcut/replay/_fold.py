@@ -12,6 +12,7 @@ environments with their own codecs (issue: resources) register richer ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -103,59 +104,85 @@ class ModelSession(msgspec.Struct, kw_only=True, gc=False):
 
 
 class ModelFold:
+    """Each model call's status, receipt and response; handlers keyed by event kind."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[type[Event], Callable[[ModelSession, StoredEvent, Any], None]] = {
+            ModelCallAdmitted: self._admitted,
+            ModelCallContinued: self._continued,
+            ModelCallReused: self._reused,
+            ModelCallCompleted: self._completed,
+            ModelCallPrefixCut: self._prefix_cut,
+            ModelCallFailed: self._ended("failed"),
+            ModelCallExcluded: self._ended("excluded"),
+        }
+
     def initial(self) -> ModelSession:
         return ModelSession()
 
     def apply(self, state: ModelSession, stored: StoredEvent) -> ModelSession:
-        ev: Event | None = stored.event
-        if isinstance(ev, ModelCallReused):
-            state.calls[ev.call_id] = ModelCall(
-                call_id=ev.call_id,
-                status="reused",
-                request_digest=ev.request_digest,
-                parent_call_id=ev.parent_call_id,
-                receipt=ev.receipt,
-                response=ev.response,
-                admitted_seq=stored.seq,
-                final_seq=stored.seq,
-            )
-            state.last_completed_call_id = ev.call_id
-            return state
-        if isinstance(ev, ModelCallContinued):
-            state.calls[ev.call_id] = ModelCall(
-                call_id=ev.call_id,
-                status="continued",
-                request_digest=ev.request_digest,
-                parent_call_id=ev.parent_call_id,
-                admitted_seq=stored.seq,
-            )
-            return state
-        if isinstance(ev, ModelCallAdmitted):
-            state.calls[ev.call_id] = ModelCall(
-                call_id=ev.call_id,
-                status="admitted",
-                request_digest=ev.request_digest,
-                parent_call_id=ev.parent_call_id,
-                admitted_seq=stored.seq,
-            )
-            return state
-        call_id = getattr(ev, "call_id", None)
-        if call_id is None:
-            return state
+        ev = stored.event
+        handler = self._handlers.get(type(ev)) if ev is not None else None
+        if handler is not None:
+            handler(state, stored, ev)
+        return state
+
+    @staticmethod
+    def _admitted(state: ModelSession, stored: StoredEvent, ev: ModelCallAdmitted) -> None:
+        state.calls[ev.call_id] = ModelCall(
+            call_id=ev.call_id,
+            status="admitted",
+            request_digest=ev.request_digest,
+            parent_call_id=ev.parent_call_id,
+            admitted_seq=stored.seq,
+        )
+
+    @staticmethod
+    def _continued(state: ModelSession, stored: StoredEvent, ev: ModelCallContinued) -> None:
+        state.calls[ev.call_id] = ModelCall(
+            call_id=ev.call_id,
+            status="continued",
+            request_digest=ev.request_digest,
+            parent_call_id=ev.parent_call_id,
+            admitted_seq=stored.seq,
+        )
+
+    @staticmethod
+    def _reused(state: ModelSession, stored: StoredEvent, ev: ModelCallReused) -> None:
+        state.calls[ev.call_id] = ModelCall(
+            call_id=ev.call_id,
+            status="reused",
+            request_digest=ev.request_digest,
+            parent_call_id=ev.parent_call_id,
+            receipt=ev.receipt,
+            response=ev.response,
+            admitted_seq=stored.seq,
+            final_seq=stored.seq,
+        )
+        state.last_completed_call_id = ev.call_id
+
+    @staticmethod
+    def _call(state: ModelSession, stored: StoredEvent, call_id: str) -> ModelCall:
         call = state.calls.get(call_id) or ModelCall(call_id=call_id, status="admitted")
         state.calls[call_id] = call
         call.final_seq = stored.seq
-        if isinstance(ev, ModelCallCompleted):
-            call.status, call.receipt, call.response = "completed", ev.receipt, ev.response
-            call.request_digest, call.parent_call_id = ev.request_digest, ev.parent_call_id
-            state.last_completed_call_id = call_id
-        elif isinstance(ev, ModelCallPrefixCut):
-            call.status, call.receipt, call.token_boundary = "prefix_cut", ev.receipt, ev.token_boundary
-        elif isinstance(ev, ModelCallFailed):
-            call.status = "failed"
-        elif isinstance(ev, ModelCallExcluded):
-            call.status = "excluded"
-        return state
+        return call
+
+    def _completed(self, state: ModelSession, stored: StoredEvent, ev: ModelCallCompleted) -> None:
+        call = self._call(state, stored, ev.call_id)
+        call.status, call.receipt, call.response = "completed", ev.receipt, ev.response
+        call.request_digest, call.parent_call_id = ev.request_digest, ev.parent_call_id
+        state.last_completed_call_id = ev.call_id
+
+    def _prefix_cut(self, state: ModelSession, stored: StoredEvent, ev: ModelCallPrefixCut) -> None:
+        call = self._call(state, stored, ev.call_id)
+        call.status, call.receipt, call.token_boundary = "prefix_cut", ev.receipt, ev.token_boundary
+
+    def _ended(self, status: str) -> Callable[[ModelSession, StoredEvent, Any], None]:
+        def end(state: ModelSession, stored: StoredEvent, ev: Any) -> None:
+            self._call(state, stored, ev.call_id).status = status
+
+        return end
 
 
 # --- resources -------------------------------------------------------------------
@@ -179,6 +206,13 @@ class ResourcesSessions(msgspec.Struct, kw_only=True, gc=False):
 class ResourcesFold:
     """Tracks revisions and the latest full state; deltas are kept for the env's codec."""
 
+    def __init__(self) -> None:
+        self._handlers: dict[type[Event], Callable[[ResourceSession, Any], None]] = {
+            ResourcesMutated: self._mutated,
+            ResourcesSnapshot: self._snapshot,
+            ResourcesRetired: self._retired,
+        }
+
     def initial(self) -> ResourcesSessions:
         return ResourcesSessions()
 
@@ -194,23 +228,29 @@ class ResourcesFold:
                 last_seq=stored.seq,
             )
             return state
-        name = getattr(ev, "session", None)
-        if name is None:
-            return state
-        sess = state.sessions.setdefault(name, ResourceSession())
-        sess.last_seq = stored.seq
-        if isinstance(ev, ResourcesMutated):
-            sess.revision = ev.revision
-            if ev.state is not None:
-                sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
-            else:
-                sess.mutations.append(ev)
-        elif isinstance(ev, ResourcesSnapshot):
-            sess.revision = ev.revision
-            sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
-        elif isinstance(ev, ResourcesRetired):
-            sess.retired = ev.reason
+        handler = self._handlers.get(type(ev)) if ev is not None else None
+        if handler is not None:
+            sess = state.sessions.setdefault(getattr(ev, "session", ""), ResourceSession())
+            sess.last_seq = stored.seq
+            handler(sess, ev)
         return state
+
+    @staticmethod
+    def _mutated(sess: ResourceSession, ev: ResourcesMutated) -> None:
+        sess.revision = ev.revision
+        if ev.state is not None:
+            sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
+        else:
+            sess.mutations.append(ev)
+
+    @staticmethod
+    def _snapshot(sess: ResourceSession, ev: ResourcesSnapshot) -> None:
+        sess.revision = ev.revision
+        sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
+
+    @staticmethod
+    def _retired(sess: ResourceSession, ev: ResourcesRetired) -> None:
+        sess.retired = ev.reason
 
 
 # --- agent --------------------------------------------------------------------

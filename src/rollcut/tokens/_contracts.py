@@ -6,17 +6,37 @@ digest). A framework plugs in its own durable store (a queue, an object
 store, a database) by implementing these three protocols; rollcut ships a
 local LMDB one. A store's snapshot is what a checkpoint binds: every receipt
 referenced below the cut must be inside it.
+
+The contracts are **synchronous**: a local store (LMDB, a shared
+filesystem) answers in microseconds and an ``await`` per call would cost more
+than the call. A store whose calls may wait on the network declares
+``blocking = True``; rollcut then makes its calls on the hot path (the model
+server's put, get and link, the coordinator's snapshot) through
+:func:`call_store`, in a worker thread, so the event loop never blocks on it.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import asyncio
+from collections.abc import Callable
+from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 from ..bus import TokenReceipt
 
-__all__ = ["LineageStore", "TokenRecord", "TokenSink", "TokenSnapshot", "TokenSource"]
+__all__ = [
+    "LineageStore",
+    "TokenRecord",
+    "TokenSink",
+    "TokenSnapshot",
+    "TokenSource",
+    "TokenStore",
+    "call_store",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class TokenRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -53,12 +73,16 @@ class TokenSource(Protocol):
         """The record behind a receipt; raises TokenStoreError if missing or its digest differs."""
         ...
 
-    def has(self, receipt: TokenReceipt) -> bool: ...
+    def has(self, receipt: TokenReceipt) -> bool:
+        """Whether the record behind ``receipt`` is stored with that digest."""
+        ...
 
 
 @runtime_checkable
 class LineageStore(Protocol):
-    def link(self, call_id: str, parent_call_id: str | None, receipt_id: str) -> None: ...
+    def link(self, call_id: str, parent_call_id: str | None, receipt_id: str) -> None:
+        """Record that ``call_id`` continues ``parent_call_id`` (its lineage) and holds ``receipt_id``."""
+        ...
 
     def chain(self, call_id: str) -> list[str]:
         """Call ids from the root to ``call_id``."""
@@ -68,8 +92,25 @@ class LineageStore(Protocol):
         """Bind the store's current contents to a checkpoint; idempotent per checkpoint id."""
         ...
 
-    def in_snapshot(self, snapshot: TokenSnapshot, receipt: TokenReceipt) -> bool: ...
+    def in_snapshot(self, snapshot: TokenSnapshot, receipt: TokenReceipt) -> bool:
+        """Whether ``receipt`` is covered by ``snapshot``; must answer from a local index (it runs
+        once per receipt while a checkpoint validates)."""
+        ...
 
     def verify_snapshot(self, snapshot: TokenSnapshot) -> list[str]:
         """Recompute the snapshot from the records; the problems found (empty if none)."""
         ...
+
+
+class TokenStore(TokenSink, TokenSource, LineageStore, Protocol):
+    """A whole token store: what the model server and the coordinator are given."""
+
+    blocking: bool
+    """True when calls may wait on the network: rollcut then calls it from a worker thread."""
+
+
+async def call_store(store: TokenStore, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Call ``fn`` (a method of ``store``) without blocking the event loop on a remote store."""
+    if store.blocking:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)

@@ -43,6 +43,8 @@ def _term(receipt_id: str, dig: str) -> int:
 class LocalTokenStore:
     """TokenSink, TokenSource and LineageStore over one LMDB directory."""
 
+    blocking = False  # a local LMDB write: microseconds, called inline
+
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 32, name: str = "local") -> None:
         self.path = Path(path)
         self.name = name

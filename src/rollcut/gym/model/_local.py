@@ -87,7 +87,7 @@ class LocalBackend:
     name = "local"
     can_cut = True
     plans_ahead = True
-    dispositions = ("never_started", "completed", "prefix_cut", "failed", "excluded")
+    dispositions: tuple[str, ...] = ("never_started", "completed", "prefix_cut", "failed", "excluded")
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class LocalBackend:
             fn = rng.choice(tools).get("function", {})
             props = (fn.get("parameters") or {}).get("properties") or {}
             args = {k: _arg_for(v, rng) for k, v in sorted(props.items())}
-            call = {
+            call: dict[str, Any] = {
                 "id": f"call_{key.hex()[:12]}",
                 "type": "function",
                 "function": {"name": fn.get("name", "tool"), "arguments": json.dumps(args, sort_keys=True)},

@@ -32,7 +32,7 @@ class OpenAIBackend:
     name = "openai"
     can_cut = False
     plans_ahead = False
-    dispositions = ("never_started", "completed", "failed", "excluded")
+    dispositions: tuple[str, ...] = ("never_started", "completed", "failed", "excluded")
 
     def __init__(
         self, client: httpx.AsyncClient, *, model: str | None = None, policy_version: str = "upstream"

@@ -27,7 +27,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..._bounded import remember
 from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
@@ -46,7 +46,7 @@ from ...bus import (
 )
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
-from ...tokens import LocalTokenStore, TokenRecord
+from ...tokens import TokenRecord, TokenStore, call_store
 from .._http import append_or_refuse
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
@@ -87,13 +87,19 @@ class _AttemptContext:
 _FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
 
 
+class _Base(TypedDict):
+    call_id: str
+    rollout_id: str
+    attempt: int
+
+
 class ModelService:
     """One worker's model calls: custody, cuts, reuse."""
 
     def __init__(
         self,
         log: EventLog,
-        tokens: LocalTokenStore,
+        tokens: TokenStore,
         backend: Backend,
         *,
         instance: str,
@@ -236,7 +242,7 @@ class ModelService:
     ) -> CallResult:
         src_attempt, src = source
         assert src.receipt is not None
-        record = self.tokens.get(src.receipt)  # verifies the digest
+        record = await call_store(self.tokens, self.tokens.get, src.receipt)  # verifies the digest
         plan = _replayed_plan(record, src.response)
         await self._append(
             ModelCallReused(
@@ -250,7 +256,7 @@ class ModelService:
                 response=src.response,
             )
         )
-        self.tokens.link(call_id, parent, src.receipt.receipt_id)
+        await call_store(self.tokens, self.tokens.link, call_id, parent, src.receipt.receipt_id)
         self.stats["calls_served_from_log"] += 1
         self.stats["tokens_reused"] += len(record.output_ids)
         return CallResult(call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
@@ -274,7 +280,8 @@ class ModelService:
             start = 0
             if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
                 src_attempt, src = source
-                prefix = list(self.tokens.get(src.receipt).output_ids)
+                assert src.receipt is not None
+                prefix = list((await call_store(self.tokens, self.tokens.get, src.receipt)).output_ids)
                 if self.backend.check_prefix(plan, prefix):
                     await self._append(
                         ModelCallContinued(
@@ -321,7 +328,9 @@ class ModelService:
             parent = await parent_task
             if parent == _FIRST:
                 parent = ctx.last_call
-            receipt = self.tokens.put(
+            receipt = await call_store(
+                self.tokens,
+                self.tokens.put,
                 call_id,
                 TokenRecord(
                     prompt_ids=plan.prompt_ids,
@@ -343,7 +352,7 @@ class ModelService:
                     response=response_message(plan, out),
                 )
             )
-            self.tokens.link(call_id, parent, receipt.receipt_id)
+            await call_store(self.tokens, self.tokens.link, call_id, parent, receipt.receipt_id)
             fl.state = "done"
             self.stats["calls_generated"] += 1
             return CallResult(call_id, plan, out, receipt, continued_from=start)
@@ -368,7 +377,7 @@ class ModelService:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
         calls: list[CallDisposition] = []
         for fl in list(self._inflight.values()):
-            base = {"call_id": fl.call_id, "rollout_id": fl.ident.rollout_id, "attempt": fl.ident.attempt}
+            base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
             if fl.state in ("admitting", "queued") or (
                 fl.state == "generating" and self.backend.can_cut and not fl.emitted
             ):
@@ -386,7 +395,9 @@ class ModelService:
                 frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
                 fl.cuts += 1
                 assert fl.plan is not None
-                receipt = self.tokens.put(
+                receipt = await call_store(
+                    self.tokens,
+                    self.tokens.put,
                     f"{fl.call_id}-p{len(frozen)}",
                     TokenRecord(
                         prompt_ids=fl.plan.prompt_ids,

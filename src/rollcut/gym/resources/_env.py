@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ...participants import CheckpointMode
+
 __all__ = ["Environment", "ToolResult"]
 
 ToolResult = tuple[Any, Any]  # (result shown to the agent, delta to log or None)
@@ -28,7 +30,7 @@ class Environment:
     """Base class: override what your environment supports."""
 
     name: ClassVar[str] = "env"
-    mode: ClassVar[str] = "restart_only"
+    mode: ClassVar[CheckpointMode] = "restart_only"
     codec_version: ClassVar[int] = 1
     state_in_events: ClassVar[bool] = False  # log the full state with every mutation
     verification: ClassVar[str] = "replayable"  # replayable | wait

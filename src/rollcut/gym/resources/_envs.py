@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import msgspec
 
+from ...participants import CheckpointMode
 from ._env import Environment, ToolResult
 
 __all__ = [
@@ -27,7 +28,7 @@ class Counter(Environment):
     """The smallest stateful example: its state is the fold of its deltas."""
 
     name = "counter"
-    mode = "event_sourced"
+    mode: ClassVar[CheckpointMode] = "event_sourced"
 
     def tools(self) -> dict[str, Any]:
         return {"add": self._add, "read": self._read}
@@ -67,7 +68,7 @@ class Blackjack(Environment):
     so a restored game deals exactly the cards the uninterrupted game would have."""
 
     name = "blackjack"
-    mode = "event_sourced"
+    mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
     def tools(self) -> dict[str, Any]:
@@ -128,7 +129,7 @@ class Blackjack(Environment):
 
     def import_state(self, blob: bytes, codec_version: int) -> Any:
         d = json.loads(blob)
-        env = gymnasium.make("Blackjack-v1").unwrapped
+        env: Any = gymnasium.make("Blackjack-v1").unwrapped
         env.reset(seed=0)
         env.player, env.dealer = list(d["player"]), list(d["dealer"])
         env.np_random.bit_generator.state = d["rng"]
@@ -152,7 +153,7 @@ class Workplace(Environment):
     """
 
     name = "workplace"
-    mode = "event_sourced"
+    mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
     def tools(self) -> dict[str, Any]:
@@ -263,7 +264,7 @@ class WorkplaceExported(Workplace):
     (otherwise its rollout is freshly dispatched)."""
 
     name = "workplace_exported"
-    mode = "exported"
+    mode: ClassVar[CheckpointMode] = "exported"
     state_in_events = False
 
 
@@ -271,7 +272,7 @@ class MathVerifier(Environment):
     """Stateless; verification is replayable: re-running it gives the same answer."""
 
     name = "math"
-    mode = "stateless"
+    mode: ClassVar[CheckpointMode] = "stateless"
 
     def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
         expected = str(args.get("expected", "")).strip()

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._bounded import remember
 from ..._errors import AdmissionClosedError, RollcutError
@@ -45,6 +46,8 @@ from ..wire import ErrorKind, GymError, Identity
 from ._env import Environment
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
+
+T = TypeVar("T")
 
 
 class NotContinuable(RollcutError):
@@ -100,7 +103,7 @@ class ResourcesService:
             return contextlib.nullcontext()
         return self.participant.gate.admit()
 
-    async def _guarded(self, coro: Any) -> Any:
+    async def _guarded(self, coro: Awaitable[T]) -> T:
         try:
             async with self._admit():
                 return await coro

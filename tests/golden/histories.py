@@ -1,0 +1,251 @@
+"""The recorded histories behind ``tests/golden``: how the checked-in logs were made.
+
+Regenerate (only on purpose, when a new schema version adds a history):
+``python -m tests.golden.histories``. It writes ``v1/<name>.frames.jsonl``
+(every record as the bytes the stream stores, base64, with its sequence and
+subject) and ``v1/<name>.state.json`` (what replaying them gives). A later
+rollcut must still replay the frames to the same state; that is the test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rollcut.bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    AttemptOpened,
+    AttemptTombstoned,
+    CheckpointCommitted,
+    CheckpointPrepared,
+    CheckpointSealed,
+    Codec,
+    Event,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallPrefixCut,
+    ModelCallReused,
+    ResourcesMutated,
+    ResourcesSeeded,
+    ResultAccepted,
+    RolloutCompleted,
+    RolloutDispatched,
+    RolloutRetired,
+    StoredEvent,
+    Subjects,
+    TokenReceipt,
+)
+from rollcut.replay import Replayer
+
+HERE = Path(__file__).parent
+NAMESPACE = "golden"
+DIGEST = "ab" * 8
+
+
+def _receipt(n: int, count: int) -> TokenReceipt:
+    return TokenReceipt(receipt_id=f"rc{n}", count=count, digest=f"{n:02x}" * 16)
+
+
+def _ids() -> Iterator[dict[str, Any]]:
+    n = 0
+    while True:
+        n += 1
+        yield {"event_id": f"e{n:04d}", "ts": 1_700_000_000.0 + n}
+
+
+def episode_with_continuation() -> list[Event]:
+    """Two rollouts: r1 runs, is cut mid-call, continues as attempt 2 and is accepted; r2 is retired."""
+    ids = _ids()
+
+    def ev(cls: type[Event], component: str, **kw: Any) -> Event:
+        return cls(component=component, instance=f"{component}-w0", **next(ids), **kw)  # type: ignore[call-arg]
+
+    r1 = {"rollout_id": "r1"}
+    task = {"env": "counter", "prompt": "add numbers " * 200, "seed": {"start": 3}}  # > 1 KiB: zstd
+    return [
+        ev(RolloutDispatched, "collector", **r1, attempt=1, input=task, input_digest=DIGEST),
+        ev(
+            RolloutDispatched,
+            "collector",
+            rollout_id="r2",
+            attempt=1,
+            input={"env": "x"},
+            input_digest=DIGEST,
+        ),
+        ev(
+            ResourcesSeeded, "resources", **r1, attempt=1, session="counter", env="counter", seed={"start": 3}
+        ),
+        ev(ModelCallAdmitted, "model", **r1, attempt=1, call_id="c1", request_digest=DIGEST),
+        ev(
+            ModelCallCompleted,
+            "model",
+            **r1,
+            attempt=1,
+            call_id="c1",
+            request_digest=DIGEST,
+            receipt=_receipt(1, 12),
+            response={"role": "assistant", "content": None},
+        ),
+        ev(
+            ResourcesMutated,
+            "resources",
+            **r1,
+            attempt=1,
+            session="counter",
+            revision=1,
+            tool="add",
+            arguments={"n": 4},
+            result={"total": 7},
+            delta={"add": 4},
+        ),
+        ev(
+            AgentBoundary,
+            "agent",
+            **r1,
+            attempt=1,
+            record=AgentBoundaryRecord(
+                turn=1,
+                output_items=[{"role": "user", "content": "go"}],
+                usage={"input_tokens": 5},
+                last_model_call_id="c1",
+                resources_revisions={"counter": 1},
+            ),
+        ),
+        ev(
+            ModelCallAdmitted,
+            "model",
+            **r1,
+            attempt=1,
+            call_id="c2",
+            request_digest="cd" * 8,
+            parent_call_id="c1",
+        ),
+        ev(CheckpointPrepared, "coordinator", checkpoint_id="ck1", deadline=1_700_000_100.0),
+        ev(
+            ModelCallPrefixCut,
+            "model",
+            **r1,
+            attempt=1,
+            call_id="c2",
+            receipt=_receipt(2, 3),
+            token_boundary=3,
+            buffer_id="b2",
+        ),
+        ev(
+            CheckpointSealed,
+            "coordinator",
+            checkpoint_id="ck1",
+            participants=["model-w0"],
+            last_seqs={"model-w0": 10},
+        ),
+        ev(
+            CheckpointCommitted,
+            "coordinator",
+            checkpoint_id="ck1",
+            cut=11,
+            token_snapshot_id="s1",
+            token_snapshot_digest=DIGEST,
+            participants=["model-w0"],
+        ),
+        ev(AttemptTombstoned, "coordinator", **r1, attempt=1, reason="restore", next_attempt=2),
+        ev(
+            AttemptOpened,
+            "coordinator",
+            **r1,
+            attempt=2,
+            previous_attempt=1,
+            checkpoint_id="ck1",
+            from_cut=11,
+        ),
+        ev(
+            ModelCallReused,
+            "model",
+            **r1,
+            attempt=2,
+            call_id="c3",
+            request_digest=DIGEST,
+            source_call_id="c1",
+            source_attempt=1,
+            receipt=_receipt(1, 12),
+        ),
+        ev(
+            ModelCallContinued,
+            "model",
+            **r1,
+            attempt=2,
+            call_id="c4",
+            request_digest="cd" * 8,
+            source_call_id="c2",
+            source_attempt=1,
+            prefix_receipt=_receipt(2, 3),
+            token_boundary=3,
+            delivery="inline",
+            parent_call_id="c3",
+        ),
+        ev(
+            ModelCallCompleted,
+            "model",
+            **r1,
+            attempt=2,
+            call_id="c4",
+            request_digest="cd" * 8,
+            receipt=_receipt(4, 9),
+            parent_call_id="c3",
+            finish_reason="stop",
+        ),
+        ev(RolloutCompleted, "environment", **r1, attempt=2, result_digest=DIGEST, reward=1.0),
+        ev(ResultAccepted, "collector", **r1, attempt=2, result_digest=DIGEST, reward=1.0),
+        ev(RolloutRetired, "collector", rollout_id="r2", attempt=1, reason="budget"),
+    ]
+
+
+HISTORIES = {"episode_with_continuation": episode_with_continuation}
+
+
+def stored(events: list[Event], subjects: Subjects) -> list[tuple[int, str, bytes]]:
+    """What the stream would hold: (seq, subject, frame) in order."""
+    codec = Codec()
+    return [(i, subjects.for_event(e), codec.encode(e)) for i, e in enumerate(events, start=1)]
+
+
+def fold(records: list[tuple[int, str, bytes]], subjects: Subjects) -> dict[str, Any]:
+    """Replay stored frames (decoded by today's codec) into builtins."""
+    codec = Codec()
+    rp = Replayer(subjects)
+    for seq, subject, frame in records:
+        rp.apply(StoredEvent(seq, subject, codec.decode(frame, seq=seq, subject=subject)))
+    out: dict[str, Any] = msgspec.to_builtins(rp.result)
+    return json.loads(json.dumps(out))
+
+
+def read_frames(path: Path) -> list[tuple[int, str, bytes]]:
+    """The records of a checked-in ``*.frames.jsonl``."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(r["seq"], r["subject"], base64.b64decode(r["frame"])) for r in rows]
+
+
+def write(name: str, version_dir: Path) -> None:
+    subjects = Subjects(NAMESPACE)
+    records = stored(HISTORIES[name](), subjects)
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / f"{name}.frames.jsonl").write_text(
+        "".join(
+            json.dumps({"seq": s, "subject": subj, "frame": base64.b64encode(f).decode()}) + "\n"
+            for s, subj, f in records
+        )
+    )
+    (version_dir / f"{name}.state.json").write_text(
+        json.dumps(fold(records, subjects), indent=1, sort_keys=True)
+    )
+
+
+if __name__ == "__main__":
+    for name in HISTORIES:
+        write(name, HERE / "v1")

@@ -30,8 +30,9 @@ catch one root and still see the original cause.
         ├── CheckpointConflictError another checkpoint holds the coordinator lane
         └── StaleCheckpointError    a control op named a non-active checkpoint
 
-Errors carry the identifiers an operator needs (stream, seq, rollout_id,
-attempt) as attributes, not only inside the message.
+Errors carry the identifiers an operator needs (stream, seq, subject,
+rollout_id, attempt, checkpoint_id, path, receipt_id) as attributes, not only
+inside the message; a field that does not apply is None.
 """
 
 from __future__ import annotations
@@ -77,12 +78,16 @@ class SchemaError(RollcutError):
 
 
 class UnknownEventKindError(SchemaError):
+    """A record's kind is not one this rollcut knows (a newer writer, or garbage)."""
+
     def __init__(self, kind: str, known: list[str]) -> None:
         self.kind = kind
         super().__init__(f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}")
 
 
 class SchemaVersionError(SchemaError):
+    """A record was written by a newer rollcut than this one."""
+
     def __init__(self, what: str, found: int, supported: int) -> None:
         self.found = found
         self.supported = supported
@@ -93,6 +98,8 @@ class SchemaVersionError(SchemaError):
 
 
 class EventTooLargeError(RollcutError):
+    """An event encodes past the size limit; large blobs belong in the token store."""
+
     def __init__(self, kind: str, size: int, limit: int) -> None:
         self.kind = kind
         self.size = size
@@ -104,6 +111,8 @@ class EventTooLargeError(RollcutError):
 
 
 class CorruptEventError(RollcutError):
+    """Stored bytes fail their checksum or do not decode; names the stream, seq and subject."""
+
     def __init__(self, reason: str, *, stream: str = "", seq: int = 0, subject: str = "") -> None:
         self.reason = reason
         self.stream = stream
@@ -116,8 +125,27 @@ class CorruptEventError(RollcutError):
 class BusError(RollcutError):
     """The NATS server or the connection to it failed an operation."""
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str | None = None,
+        seq: int | None = None,
+        subject: str | None = None,
+        rollout_id: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        self.stream = stream
+        self.seq = seq
+        self.subject = subject
+        self.rollout_id = rollout_id
+        self.attempt = attempt
+        super().__init__(message)
+
 
 class ServerVersionError(BusError):
+    """The NATS server is older than rollcut's floor (2.12)."""
+
     pass
 
 
@@ -125,11 +153,14 @@ class PermissionDeniedError(BusError):
     """The server refused a publish: this connection's role may not write there."""
 
     def __init__(self, subject: str) -> None:
-        self.subject = subject
-        super().__init__(f"the server refused publishing to {subject}: this role may not write there")
+        super().__init__(
+            f"the server refused publishing to {subject}: this role may not write there", subject=subject
+        )
 
 
 class ServerStartError(BusError):
+    """A server process (nats-server or a Gym server) did not start."""
+
     pass
 
 
@@ -152,12 +183,16 @@ class StaleAttemptError(FenceError):
 
 
 class AttemptConflictError(FenceError):
+    """Another writer moved the rollout's fence first; look at the fence again."""
+
     def __init__(self, rollout_id: str, message: str) -> None:
         self.rollout_id = rollout_id
         super().__init__(f"rollout {rollout_id!r}: {message}")
 
 
 class RolloutExistsError(FenceError):
+    """The rollout was already dispatched; dispatch happens once."""
+
     def __init__(self, rollout_id: str) -> None:
         self.rollout_id = rollout_id
         super().__init__(f"rollout {rollout_id!r} was already dispatched")
@@ -166,17 +201,51 @@ class RolloutExistsError(FenceError):
 class LedgerError(RollcutError):
     """The LMDB ledger cannot be opened or read."""
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        stream: str | None = None,
+        checkpoint_id: str | None = None,
+        rollout_id: str | None = None,
+    ) -> None:
+        self.path = path
+        self.stream = stream
+        self.checkpoint_id = checkpoint_id
+        self.rollout_id = rollout_id
+        super().__init__(message)
+
 
 class LedgerSchemaError(LedgerError):
+    """The ledger was written by a newer rollcut; it is left untouched."""
+
     pass
 
 
 class LedgerCorruptError(LedgerError):
+    """The ledger's files cannot be read; rebuild it from the stream."""
+
     pass
 
 
 class TokenStoreError(RollcutError):
     """The token store is missing a record, or a record fails its digest."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str | None = None,
+        receipt_id: str | None = None,
+        call_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> None:
+        self.store = store
+        self.receipt_id = receipt_id
+        self.call_id = call_id
+        self.checkpoint_id = checkpoint_id
+        super().__init__(message)
 
 
 class AdmissionClosedError(RollcutError):

@@ -122,6 +122,7 @@ def _baseline_participant(root: Path, name: str, states: dict[str, bytes]) -> in
 
 
 async def bench_checkpoint(*, rollouts: int = 10_000, url: str | None = None) -> dict[str, Any]:
+    """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchck-") as tmp:
         root = Path(tmp)
         server = None

@@ -20,6 +20,7 @@ __all__ = ["bench_e2e"]
 
 
 async def bench_e2e(*, rollouts: int = 64, seed: int = 0) -> dict[str, Any]:
+    """One crash recovered three ways: rollcut, last checkpoint only, restart from input."""
     out: dict[str, Any] = {"rollouts": rollouts}
     for name, mode in (
         ("rollcut", RecoveryMode.TAIL),

@@ -1,8 +1,8 @@
 """The bus: event schema, codec, subjects, the fenced group-committed append,
 ordered reads up to a cut, stream setup, and the embedded nats-server."""
 
-from ._auth import PARTICIPANT_ROLES, ROLES, Credentials, load_credentials, server_authorization
-from ._codec import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_MAX_EVENT_BYTES, Codec, Upcaster, digest
+from ._auth import Credentials, load_credentials, server_authorization
+from ._codec import Codec, Upcaster, digest
 from ._events import (
     SCHEMA_VERSION,
     AgentBoundary,
@@ -37,22 +37,16 @@ from ._events import (
     RolloutEvent,
     RolloutRetired,
     TokenReceipt,
-    new_event_id,
 )
 from ._kinds import KINDS, CallStep, KindSpec, Lane, spec_of
 from ._log import EventLog, FenceState, StoredEvent, input_digest
-from ._server import MIN_SERVER_VERSION, EmbeddedServer, find_nats_server
+from ._server import EmbeddedServer
 from ._stream import BusConfig
 from ._subjects import COORDINATOR_LANE, Subjects
 
 __all__ = [
     "COORDINATOR_LANE",
-    "DEFAULT_COMPRESS_THRESHOLD",
-    "DEFAULT_MAX_EVENT_BYTES",
     "KINDS",
-    "MIN_SERVER_VERSION",
-    "PARTICIPANT_ROLES",
-    "ROLES",
     "SCHEMA_VERSION",
     "AgentBoundary",
     "AgentBoundaryRecord",
@@ -99,10 +93,8 @@ __all__ = [
     "TokenReceipt",
     "Upcaster",
     "digest",
-    "find_nats_server",
     "input_digest",
     "load_credentials",
-    "new_event_id",
     "server_authorization",
     "spec_of",
 ]

@@ -61,6 +61,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def load_credentials(path: Path) -> Credentials:
+    """Read role credentials written by ``rollcut nats`` (or the embedded server)."""
     try:
         return msgspec.json.decode(path.read_bytes(), type=Credentials)
     except FileNotFoundError as exc:

@@ -59,6 +59,7 @@ DEFAULT_COMPRESS_THRESHOLD = 1024
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024 - 4096
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+"""Turns a raw record of one schema version into the next."""
 
 
 def digest(data: bytes) -> str:

@@ -195,11 +195,12 @@ class GroupCommit:
             except (NatsTimeoutError, NatsError, OSError) as exc:
                 if attempt == self._retries:
                     raise BusError(
-                        f"append to {it.subject} got no ack after {self._retries + 1} tries: {exc!r}"
+                        f"append to {it.subject} got no ack after {self._retries + 1} tries: {exc!r}",
+                        subject=it.subject,
                     ) from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 4, 2.0)
-        raise BusError(f"append to {it.subject}: no attempt was made")  # retries < 0
+        raise BusError(f"append to {it.subject}: no attempt was made", subject=it.subject)  # retries < 0
 
     async def _request(
         self, subject: str, payload: bytes, headers: dict[str, str], watch: list[str]

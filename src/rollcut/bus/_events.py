@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+"""The event schema version this rollcut writes."""
 
 # An id that may become a subject token or header value. Decoding bounds its
 # length; writing also checks the alphabet [A-Za-z0-9_-] (see _strict.py).
@@ -68,6 +69,7 @@ Seq = Annotated[int, Meta(ge=0)]
 HexDigest = Annotated[str, Meta(min_length=16, max_length=128, extra={"rollcut": "hex"})]
 
 Component = Literal["model", "agent", "resources", "environment", "collector", "coordinator"]
+"""The kinds of writer a subject can name."""
 
 
 def new_event_id() -> str:
@@ -152,6 +154,8 @@ class AttemptOpened(RolloutEvent, frozen=True, kw_only=True, tag="attempt.opened
 
 
 class AttemptTombstoned(RolloutEvent, frozen=True, kw_only=True, tag="attempt.tombstoned"):
+    """Closes an attempt: the server refuses its late writes from now on."""
+
     reason: str = ""
     next_attempt: int | None = None
 
@@ -171,12 +175,16 @@ class RolloutRetired(RolloutEvent, frozen=True, kw_only=True, tag="rollout.retir
 
 
 class ModelCallAdmitted(RolloutEvent, frozen=True, kw_only=True, tag="model.admitted"):
+    """A model call was admitted: written before generation starts."""
+
     call_id: Token
     request_digest: HexDigest
     parent_call_id: str | None = None
 
 
 class ModelCallCompleted(RolloutEvent, frozen=True, kw_only=True, tag="model.completed"):
+    """A model call finished; its tokens are in the token store under ``receipt``."""
+
     call_id: Token
     request_digest: HexDigest
     receipt: TokenReceipt
@@ -187,6 +195,8 @@ class ModelCallCompleted(RolloutEvent, frozen=True, kw_only=True, tag="model.com
 
 
 class ModelCallPrefixCut(RolloutEvent, frozen=True, kw_only=True, tag="model.prefix_cut"):
+    """A running call's tokens so far were made durable at a checkpoint (a generation cut)."""
+
     call_id: Token
     receipt: TokenReceipt
     token_boundary: Annotated[int, Meta(ge=0)]
@@ -224,12 +234,16 @@ class ModelCallContinued(RolloutEvent, frozen=True, kw_only=True, tag="model.con
 
 
 class ModelCallFailed(RolloutEvent, frozen=True, kw_only=True, tag="model.failed"):
+    """A model call failed; ``retryable`` says whether repeating it is safe."""
+
     call_id: Token
     error: str
     retryable: bool = False
 
 
 class ModelCallExcluded(RolloutEvent, frozen=True, kw_only=True, tag="model.excluded"):
+    """A running call that could not be cut at a checkpoint: it runs again after a crash."""
+
     call_id: Token
     reason: str
 
@@ -238,6 +252,8 @@ class ModelCallExcluded(RolloutEvent, frozen=True, kw_only=True, tag="model.excl
 
 
 class ResourcesSeeded(RolloutEvent, frozen=True, kw_only=True, tag="resources.seeded"):
+    """A resources session started from its seed."""
+
     session: Token
     env: str
     seed: Any = None
@@ -246,6 +262,8 @@ class ResourcesSeeded(RolloutEvent, frozen=True, kw_only=True, tag="resources.se
 
 
 class ResourcesMutated(RolloutEvent, frozen=True, kw_only=True, tag="resources.mutated"):
+    """A tool call changed a session: its result, new revision, and a delta or the full state."""
+
     session: Token
     revision: Annotated[int, Meta(ge=1)]
     tool: str
@@ -256,6 +274,8 @@ class ResourcesMutated(RolloutEvent, frozen=True, kw_only=True, tag="resources.m
 
 
 class ResourcesSnapshot(RolloutEvent, frozen=True, kw_only=True, tag="resources.snapshot"):
+    """An exported session state, at prepare, for environments that are not event-sourced."""
+
     session: Token
     revision: Revision
     codec: str
@@ -265,6 +285,8 @@ class ResourcesSnapshot(RolloutEvent, frozen=True, kw_only=True, tag="resources.
 
 
 class ResourcesRetired(RolloutEvent, frozen=True, kw_only=True, tag="resources.retired"):
+    """A session is over (completed, or kept after a failed verification until accepted)."""
+
     session: Token
     revision: Revision
     reason: str = "completed"
@@ -274,6 +296,8 @@ class ResourcesRetired(RolloutEvent, frozen=True, kw_only=True, tag="resources.r
 
 
 class AgentBoundary(RolloutEvent, frozen=True, kw_only=True, tag="agent.boundary"):
+    """A whitebox agent completed a nonterminal turn: its boundary record."""
+
     record: AgentBoundaryRecord
 
 
@@ -296,22 +320,30 @@ class ResultAccepted(RolloutEvent, frozen=True, kw_only=True, tag="result.accept
 
 
 class CheckpointPrepared(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.prepare"):
+    """A checkpoint started: it holds the coordinator lane until its deadline."""
+
     deadline: float
 
 
 class ParticipantReplied(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.reply"):
+    """A participant's answer to a prepare, on its own marker lane."""
+
     participant: Token
     last_seq: Seq
     unreproducible: list[str] = []
 
 
 class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.seal"):
+    """The seal: its stream sequence is the checkpoint's cut."""
+
     participants: list[str] = []
     last_seqs: dict[str, Seq] = {}
     deadline: float = 0.0
 
 
 class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.commit"):
+    """A checkpoint was published at ``cut``; a rebuilt ledger finds it here."""
+
     cut: Seq
     token_snapshot_id: str = ""
     token_snapshot_digest: str = ""
@@ -319,6 +351,8 @@ class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="check
 
 
 class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.resume"):
+    """Participants were released after a checkpoint."""
+
     pass
 
 
@@ -361,3 +395,4 @@ AnyEvent = (
     | CheckpointAborted
     | ParticipantLeaseExpired
 )
+"""Every event kind, as the tagged union the codec decodes."""

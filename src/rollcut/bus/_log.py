@@ -406,7 +406,12 @@ class EventLog:
     def _raise_other(self, out: Outcome, event: Event) -> None:
         if out.err_code:
             raise BusError(
-                f"append of {type(event).__name__} {event.event_id} refused: {out.err_code} {out.description}"
+                f"append of {type(event).__name__} {event.event_id} refused: "
+                f"{out.err_code} {out.description}",
+                stream=self.stream,
+                subject=self.subjects.for_event(event),
+                rollout_id=getattr(event, "rollout_id", None),
+                attempt=getattr(event, "attempt", None),
             )
 
     # --- read ---------------------------------------------------------------------
@@ -492,11 +497,13 @@ class EventLog:
         try:
             msg = await self.nc.request(api, msgspec.json.encode(req), timeout=self.config.request_timeout_s)
         except NatsError as exc:
-            raise BusError(f"direct get of {what} failed: {exc!r}") from exc
+            raise BusError(f"direct get of {what} failed: {exc!r}", stream=self.stream) from exc
         hdrs = msg.headers or {}
         status = hdrs.get("Status")
         if status == "404":
             return None
         if status:
-            raise BusError(f"direct get of {what} failed: {status} {hdrs.get('Description', '')}")
+            raise BusError(
+                f"direct get of {what} failed: {status} {hdrs.get('Description', '')}", stream=self.stream
+            )
         return RawMessage(int(hdrs["Nats-Sequence"]), hdrs["Nats-Subject"], msg.data)

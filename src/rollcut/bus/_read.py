@@ -72,11 +72,19 @@ async def _fetch(
         try:
             await asyncio.wait_for(pg.done.wait(), timeout)
         except TimeoutError as exc:
-            raise BusError(f"direct get on {stream} from seq {req['seq']} timed out") from exc
+            raise BusError(
+                f"direct get on {stream} from seq {req['seq']} timed out",
+                stream=stream,
+                seq=int(str(req["seq"])),
+            ) from exc
     finally:
         await sub.unsubscribe()
     if pg.error:
-        raise BusError(f"direct get on {stream} from seq {req['seq']} failed: {pg.error}")
+        raise BusError(
+            f"direct get on {stream} from seq {req['seq']} failed: {pg.error}",
+            stream=stream,
+            seq=int(str(req["seq"])),
+        )
     return pg
 
 

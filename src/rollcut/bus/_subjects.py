@@ -25,6 +25,7 @@ from ._kinds import Lane, spec_of
 __all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
 
 COORDINATOR_LANE = "checkpoint"
+"""The marker lane the coordinator's checkpoint markers go to."""
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 

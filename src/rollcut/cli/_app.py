@@ -46,6 +46,7 @@ __all__ = [
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing."
 )
+"""The root ``rollcut`` command."""
 console = Console(stderr=True)
 
 T = TypeVar("T")

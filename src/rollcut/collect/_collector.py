@@ -47,6 +47,7 @@ from ..tokens import TokenStore
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
+"""Exit code after a checkpoint on SIGTERM: requeue the job (EX_TEMPFAIL)."""
 
 
 @dataclass
@@ -74,6 +75,8 @@ def _token(s: str) -> str:
 
 
 class Collector:
+    """The reference framework integration: dispatch, hand off exactly once, checkpoint, recover."""
+
     def __init__(
         self,
         log: EventLog,

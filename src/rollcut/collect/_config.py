@@ -14,6 +14,8 @@ __all__ = ["CheckpointPolicy", "CollectConfig", "load_config"]
 
 
 class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """When a collection checkpoints: every S seconds, on SIGUSR1, on SIGTERM."""
+
     every_s: Annotated[float, Meta(gt=0)] | None = None
     on_sigusr1: bool = True
     on_sigterm: bool = True

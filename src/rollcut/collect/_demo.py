@@ -44,6 +44,7 @@ DEMO_NAMESPACE = "demo"
 
 
 def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
+    """The demo's generated task set (counter, blackjack and workplace tasks)."""
     rng = random.Random(seed)
     names = ["Ada", "Grace", "Linus", "Barbara", "Ken", "Margaret"]
     out = []
@@ -92,6 +93,7 @@ async def run_demo(
     progress: Callable[[Summary, int, int], None] | None = None,
     recovery: RecoveryMode = RecoveryMode.TAIL,
 ) -> dict[str, Any]:
+    """The main job end to end, with a crash and recovery; returns what was saved."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
         root = home or Path(tmp)

@@ -89,6 +89,7 @@ class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):
 
 
 ServeSpec = ModelServe | ResourcesServe | AgentServe | EnvironmentServe
+"""The options of any Gym server, as one tagged union."""
 
 _POSITIONAL = {ResourcesServe: "env", AgentServe: "agent"}
 _decoder = msgspec.json.Decoder(ServeSpec)

@@ -43,8 +43,11 @@ __all__ = [
 ]
 
 ROLLOUT_HEADER = "x-rollout-id"
+"""The header carrying a call's rollout id."""
 ATTEMPT_HEADER = "x-rollout-attempt"
+"""The header carrying a call's attempt number."""
 PATH_PREFIX = "/r/{rollout_id}/{attempt}"
+"""The path prefix that carries identity where headers cannot."""
 
 
 class ErrorKind(StrEnum):

@@ -57,7 +57,7 @@ class Ledger:
         self.path = Path(path)
         self.readonly = readonly
         if readonly and not (self.path / "data.mdb").exists():
-            raise LedgerError(f"no ledger at {self.path}")
+            raise LedgerError(f"no ledger at {self.path}", path=str(self.path))
         self.path.mkdir(parents=True, exist_ok=True)
         try:
             self.env = lmdb.open(
@@ -73,7 +73,8 @@ class Ledger:
         except lmdb.Error as exc:
             raise LedgerCorruptError(
                 f"cannot open the ledger at {self.path}: {exc}; it was left untouched. "
-                "Rebuild it from the stream with `rollcut ledger rebuild`"
+                "Rebuild it from the stream with `rollcut ledger rebuild`",
+                path=str(self.path),
             ) from exc
         self._check_schema()
 
@@ -82,7 +83,9 @@ class Ledger:
             raw = txn.get(b"schema_version")
             if raw is None:
                 if txn.stat(self._db["rollouts"])["entries"] or txn.stat(self._db["checkpoints"])["entries"]:
-                    raise LedgerCorruptError(f"ledger at {self.path} has data but no schema_version")
+                    raise LedgerCorruptError(
+                        f"ledger at {self.path} has data but no schema_version", path=str(self.path)
+                    )
                 if not self.readonly:
                     txn.put(b"schema_version", _enc.encode(LEDGER_SCHEMA_VERSION))
                 return
@@ -90,7 +93,8 @@ class Ledger:
             if version > LEDGER_SCHEMA_VERSION:
                 raise LedgerSchemaError(
                     f"ledger at {self.path} has schema_version {version}, newer than the "
-                    f"{LEDGER_SCHEMA_VERSION} this rollcut supports; it was left untouched"
+                    f"{LEDGER_SCHEMA_VERSION} this rollcut supports; it was left untouched",
+                    path=str(self.path),
                 )
 
     def close(self) -> None:
@@ -109,7 +113,8 @@ class Ledger:
             return msgspec.msgpack.decode(raw, type=typ)
         except msgspec.DecodeError as exc:
             raise LedgerCorruptError(
-                f"ledger {self.path}: {db}[{key!r}] does not decode as {typ.__name__}: {exc}"
+                f"ledger {self.path}: {db}[{key!r}] does not decode as {typ.__name__}: {exc}",
+                path=str(self.path),
             ) from exc
 
     # --- meta -------------------------------------------------------------------
@@ -153,7 +158,7 @@ class Ledger:
                 raw = txn.get(cid, db=self._db["checkpoints"])
                 if raw is None:
                     raise LedgerCorruptError(
-                        f"ledger {self.path}: cut index names missing checkpoint {cid!r}"
+                        f"ledger {self.path}: cut index names missing checkpoint {cid!r}", path=str(self.path)
                     )
                 out.append(self._decode(raw, CheckpointRecord, "checkpoints", cid))
         return out
@@ -191,7 +196,7 @@ class Ledger:
     def write(self) -> _WriteBatch:
         """One LMDB write transaction; commit is all-or-nothing."""
         if self.readonly:
-            raise LedgerError(f"ledger at {self.path} was opened read-only")
+            raise LedgerError(f"ledger at {self.path} was opened read-only", path=str(self.path))
         return _WriteBatch(self)
 
 
@@ -207,7 +212,9 @@ class _WriteBatch:
         try:
             self._txn = self.ledger.env.begin(write=True)
         except lmdb.Error as exc:
-            raise LedgerError(f"cannot write the ledger at {self.ledger.path}: {exc}") from exc
+            raise LedgerError(
+                f"cannot write the ledger at {self.ledger.path}: {exc}", path=str(self.ledger.path)
+            ) from exc
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
@@ -222,12 +229,14 @@ class _WriteBatch:
         try:
             txn.commit()
         except lmdb.Error as exc:
-            raise LedgerError(f"ledger commit failed at {self.ledger.path}: {exc}") from exc
+            raise LedgerError(
+                f"ledger commit failed at {self.ledger.path}: {exc}", path=str(self.ledger.path)
+            ) from exc
 
     @property
     def txn(self) -> lmdb.Transaction:
         if self._txn is None:
-            raise LedgerError("write batch used outside its with-block")
+            raise LedgerError("write batch used outside its with-block", path=str(self.ledger.path))
         return self._txn
 
     def rollout(self, rollout_id: str) -> RolloutIndex | None:
@@ -252,7 +261,9 @@ class _WriteBatch:
             if (old.cut, old.token_snapshot_digest) != (rec.cut, rec.token_snapshot_digest):
                 raise LedgerError(
                     f"checkpoint {rec.checkpoint_id} is already published with cut {old.cut}; "
-                    f"refusing to overwrite it with cut {rec.cut}"
+                    f"refusing to overwrite it with cut {rec.cut}",
+                    path=str(self.ledger.path),
+                    checkpoint_id=rec.checkpoint_id,
                 )
             return
         self.txn.put(key, _enc.encode(rec), db=self.ledger._db["checkpoints"])

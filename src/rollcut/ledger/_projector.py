@@ -60,7 +60,9 @@ class Projector:
         if start > last + 1:
             raise LedgerError(
                 f"ledger at {self.ledger.path} is at seq {start - 1} but stream {self.log.stream} "
-                f"ends at {last}: it belongs to another stream; rebuild it"
+                f"ends at {last}: it belongs to another stream; rebuild it",
+                path=str(self.ledger.path),
+                stream=self.log.stream,
             )
         end = last if up_to is None else min(up_to, last)
         applied = 0
@@ -74,7 +76,11 @@ class Projector:
     def _check_stream(self) -> None:
         have = self.ledger.meta("stream")
         if have is not None and have != self.log.stream:
-            raise LedgerError(f"ledger at {self.ledger.path} projects stream {have}, not {self.log.stream}")
+            raise LedgerError(
+                f"ledger at {self.ledger.path} projects stream {have}, not {self.log.stream}",
+                path=str(self.ledger.path),
+                stream=self.log.stream,
+            )
 
     def _apply_page(self, page: list[StoredEvent]) -> int:
         with self.ledger.write() as wb:

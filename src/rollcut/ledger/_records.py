@@ -7,6 +7,7 @@ import msgspec
 __all__ = ["LEDGER_SCHEMA_VERSION", "CheckpointRecord", "RolloutIndex"]
 
 LEDGER_SCHEMA_VERSION = 1
+"""The ledger layout version this rollcut writes and reads."""
 
 
 class CheckpointRecord(msgspec.Struct, frozen=True, kw_only=True):

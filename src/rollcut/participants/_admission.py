@@ -18,6 +18,8 @@ __all__ = ["AdmissionGate"]
 
 
 class AdmissionGate:
+    """What a checkpoint closes: new work is refused at once, accepted work is counted."""
+
     def __init__(self, instance: str) -> None:
         self.instance = instance
         self._closed_for: str | None = None

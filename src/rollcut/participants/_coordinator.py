@@ -54,6 +54,7 @@ CALLERS = frozenset({"agent", "environment"})
 
 
 def new_checkpoint_id() -> str:
+    """A fresh, sortable checkpoint id."""
     return f"ck-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(3).hex()}"
 
 
@@ -71,6 +72,8 @@ class InstanceInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CheckpointResult(msgspec.Struct, kw_only=True):
+    """A published checkpoint: its record, participants and how long each phase took."""
+
     record: CheckpointRecord
     participants: list[str]
     unreproducible: dict[str, list[str]]
@@ -302,7 +305,7 @@ class Coordinator:
                     "; ".join(f"{r.instance} refused prepare ({r.error_kind}): {r.error}" for r in refused),
                     checkpoint_id=cid,
                     participant=refused[0].instance,
-                )
+                ) from refused[0].refusal()
             with timer.phase("seal"):
                 seal = CheckpointSealed(
                     component="coordinator",

@@ -6,11 +6,13 @@ JSON (not msgpack) because these are few, small, and read by operators with
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
+from .._errors import CheckpointError, CheckpointFailedError, StaleCheckpointError
 from ..bus import TokenReceipt
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "CallDisposition",
     "Capabilities",
     "CheckpointMode",
+    "ControlErrorKind",
     "ControlReply",
     "ControlRequest",
     "ExportReport",
@@ -31,11 +34,30 @@ Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
 # event_sourced: state is a fold of its events; exported: must export a snapshot at prepare;
 # stateless: holds nothing between requests; restart_only: cannot continue, fresh dispatch only.
 CheckpointMode = Literal["event_sourced", "exported", "stateless", "restart_only"]
+"""How a participant's state crosses a checkpoint."""
 ProcessMode = Literal["single", "coordinated_workers", "unmanaged"]
+"""Whether a participant is one process, one of coordinated workers, or unmanaged."""
 Op = Literal["capabilities", "prepare", "commit", "restore", "resume", "abort"]
 
 
+class ControlErrorKind(StrEnum):
+    """Why a participant refused a control operation (``ControlReply.error_kind``)."""
+
+    STALE = "stale"
+    """The request names a checkpoint that is over or not the active one: it can change nothing."""
+    BUSY = "busy"
+    """Another checkpoint is active on this participant."""
+    DEADLINE = "deadline"
+    """The deadline passed before the operation could finish."""
+    FAILED = "failed"
+    """The participant's hook failed."""
+    BAD_REQUEST = "bad_request"
+    """The request did not decode."""
+
+
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a participant declares: component, mode, workers, admission and checkpoint phase."""
+
     schema_version: int = CONTROL_SCHEMA_VERSION
     component: str
     instance: str
@@ -73,6 +95,8 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One control operation: its checkpoint id and absolute deadline."""
+
     schema_version: int = CONTROL_SCHEMA_VERSION
     op: Op
     checkpoint_id: Token
@@ -82,6 +106,8 @@ class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A participant's answer to one control operation."""
+
     schema_version: int = CONTROL_SCHEMA_VERSION
     ok: bool
     op: str
@@ -91,7 +117,16 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     last_seq: int = 0
     unreproducible: list[str] = []
     error: str = ""
-    error_kind: str = ""  # stale | busy | deadline | failed | bad_request
+    error_kind: str = ""  # a ControlErrorKind when not ok (a string on the wire: older peers decode it)
     capabilities: Capabilities | None = None
     calls: list[CallDisposition] | None = None
     started_seq: int = 0  # the stream's end when this process started: older calls are not its to report
+
+    def refusal(self) -> CheckpointError:
+        """The error this refused reply stands for, carrying its checkpoint and participant."""
+        cls = StaleCheckpointError if self.error_kind == ControlErrorKind.STALE else CheckpointFailedError
+        return cls(
+            f"{self.instance} refused {self.op} ({self.error_kind or 'unknown'}): {self.error}",
+            checkpoint_id=self.checkpoint_id,
+            participant=self.instance,
+        )

@@ -184,10 +184,7 @@ class Restorer:
         )
         bad = [r for r in replies if not r.ok]
         if bad:
-            raise CheckpointError(
-                "restore failed: " + "; ".join(f"{r.instance}: {r.error}" for r in bad),
-                checkpoint_id=checkpoint_id,
-            )
+            raise bad[0].refusal()
         return [r.instance for r in replies]
 
     async def resume(self, checkpoint_id: str) -> list[str]:

@@ -47,6 +47,7 @@ from ._protocol import (
     CallDisposition,
     Capabilities,
     CheckpointMode,
+    ControlErrorKind,
     ControlReply,
     ControlRequest,
     ExportReport,
@@ -56,6 +57,7 @@ from ._protocol import (
 __all__ = ["Participant", "ParticipantHooks", "RetireHook", "service_name"]
 
 _req_decoder = msgspec.json.Decoder(ControlRequest)
+Refusal = ControlErrorKind
 
 
 def service_name(namespace: str) -> str:
@@ -297,7 +299,7 @@ class Participant:
                 checkpoint_id="",
                 instance=self.instance,
                 error=f"bad control request: {exc}",
-                error_kind="bad_request",
+                error_kind=Refusal.BAD_REQUEST,
             )
         else:
             if self.on_control is not None:
@@ -323,7 +325,9 @@ class Participant:
         if a is not None and a.checkpoint_id == req.checkpoint_id:
             if op == "commit":
                 if a.phase not in ("prepared", "committed", "restored"):
-                    return self._reply(req, False, error=f"cannot commit in phase {a.phase}", kind="failed")
+                    return self._reply(
+                        req, False, error=f"cannot commit in phase {a.phase}", kind=Refusal.FAILED
+                    )
                 a.phase = "committed" if a.phase != "restored" else a.phase
                 return self._reply(req, True)
             if op in ("resume", "abort"):
@@ -336,7 +340,11 @@ class Participant:
             if ended in agrees.get(op, ()):
                 return self._reply(req, True, phase=ended)
             return self._reply(
-                req, False, error=f"checkpoint {req.checkpoint_id} already {ended}", kind="stale", phase=ended
+                req,
+                False,
+                error=f"checkpoint {req.checkpoint_id} already {ended}",
+                kind=Refusal.STALE,
+                phase=ended,
             )
         if op == "abort" and a is None:
             return self._reply(req, True)  # nothing active: aborting is a no-op
@@ -344,7 +352,7 @@ class Participant:
         return self._reply(
             req,
             False,
-            kind="stale",
+            kind=Refusal.STALE,
             error=f"{op} for checkpoint {req.checkpoint_id}, but the active one is {active}",
         )
 
@@ -352,18 +360,21 @@ class Participant:
         a = self._active
         if a is not None and a.checkpoint_id != req.checkpoint_id:
             return self._reply(
-                req, False, kind="busy", error=f"checkpoint {a.checkpoint_id} is active (phase {a.phase})"
+                req,
+                False,
+                kind=Refusal.BUSY,
+                error=f"checkpoint {a.checkpoint_id} is active (phase {a.phase})",
             )
         if req.checkpoint_id in self._finished:
             return self._reply(
                 req,
                 False,
-                kind="stale",
+                kind=Refusal.STALE,
                 error=f"checkpoint {req.checkpoint_id} already {self._finished[req.checkpoint_id]}",
             )
         if a is None:
             if req.deadline <= time.time():
-                return self._reply(req, False, kind="deadline", error="the deadline has already passed")
+                return self._reply(req, False, kind=Refusal.DEADLINE, error="the deadline has already passed")
             a = self._active = _Active(req.checkpoint_id, req.deadline, "preparing")
             a.prepared = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().create_task(self._do_prepare(req, a))
@@ -395,16 +406,16 @@ class Participant:
             )
         except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
             self._finish(req.checkpoint_id, "aborted")
-            kind = "deadline" if isinstance(exc, TimeoutError) else "failed"
+            kind = Refusal.DEADLINE if isinstance(exc, TimeoutError) else Refusal.FAILED
             reply = self._reply(req, False, kind=kind, error=f"prepare failed: {exc!r}")
         a.prepared.set_result(reply)
 
     async def _restore(self, req: ControlRequest) -> ControlReply:
         a = self._active
         if a is not None and a.checkpoint_id != req.checkpoint_id:
-            return self._reply(req, False, kind="busy", error=f"checkpoint {a.checkpoint_id} is active")
+            return self._reply(req, False, kind=Refusal.BUSY, error=f"checkpoint {a.checkpoint_id} is active")
         if req.cut is None:
-            return self._reply(req, False, kind="bad_request", error="restore needs the cut")
+            return self._reply(req, False, kind=Refusal.BAD_REQUEST, error="restore needs the cut")
         if a is None or a.phase != "restored":
             self._finished.pop(req.checkpoint_id, None)
             self._active = _Active(req.checkpoint_id, req.deadline, "restoring")
@@ -413,7 +424,7 @@ class Participant:
                 await self.hooks.restore(req.checkpoint_id, req.cut)
             except Exception as exc:  # a restore that cannot complete says so; it never half-activates
                 self._finish(req.checkpoint_id, "aborted")
-                return self._reply(req, False, kind="failed", error=f"restore failed: {exc!r}")
+                return self._reply(req, False, kind=Refusal.FAILED, error=f"restore failed: {exc!r}")
             self._active.phase = "restored"  # paused until an explicit resume
         return self._reply(req, True)
 
@@ -423,7 +434,7 @@ class Participant:
         ok: bool,
         *,
         error: str = "",
-        kind: str = "",
+        kind: ControlErrorKind | None = None,
         phase: str | None = None,
         last_seq: int = 0,
         unreproducible: list[str] | None = None,
@@ -440,7 +451,7 @@ class Participant:
             last_seq=last_seq,
             unreproducible=unreproducible or [],
             error=error,
-            error_kind=kind,
+            error_kind=kind or "",
             capabilities=capabilities,
             calls=calls,
             started_seq=self.started_seq,

@@ -55,6 +55,8 @@ S = TypeVar("S")
 
 
 class Fold(Protocol, Generic[S]):
+    """How one component's events become its session state: ``initial`` and ``apply``."""
+
     def initial(self) -> S: ...
 
     def apply(self, state: S, stored: StoredEvent) -> S: ...
@@ -87,6 +89,8 @@ class FoldRegistry:
 
 
 class ModelCall(msgspec.Struct, kw_only=True, gc=False):
+    """One model call as replayed: status, receipt, and where it is on the log."""
+
     call_id: str
     status: str  # admitted | continued | completed | reused | prefix_cut | failed | excluded
     request_digest: str = ""
@@ -99,6 +103,8 @@ class ModelCall(msgspec.Struct, kw_only=True, gc=False):
 
 
 class ModelSession(msgspec.Struct, kw_only=True, gc=False):
+    """An attempt's model calls."""
+
     calls: dict[str, ModelCall] = {}
     last_completed_call_id: str | None = None
 
@@ -189,6 +195,8 @@ class ModelFold:
 
 
 class ResourceSession(msgspec.Struct, kw_only=True, gc=False):
+    """One resources session as replayed: revision, latest full state, and deltas since."""
+
     env: str = ""
     revision: int = 0
     seed: Any = None
@@ -200,6 +208,8 @@ class ResourceSession(msgspec.Struct, kw_only=True, gc=False):
 
 
 class ResourcesSessions(msgspec.Struct, kw_only=True, gc=False):
+    """An attempt's resources sessions, by name."""
+
     sessions: dict[str, ResourceSession] = {}
 
 
@@ -257,12 +267,16 @@ class ResourcesFold:
 
 
 class AgentSession(msgspec.Struct, kw_only=True, gc=False):
+    """An attempt's agent state: its last boundary and where it is on the log."""
+
     boundary: AgentBoundaryRecord | None = None
     boundary_seq: int = 0
     boundaries: int = 0
 
 
 class AgentFold:
+    """Folds agent boundaries into the last boundary of an attempt."""
+
     def initial(self) -> AgentSession:
         return AgentSession()
 
@@ -275,6 +289,7 @@ class AgentFold:
 
 
 def default_registry() -> FoldRegistry:
+    """The built-in folds: model, resources and agent."""
     reg = FoldRegistry()
     reg.register("model", ModelFold())
     reg.register("resources", ResourcesFold())

@@ -36,6 +36,8 @@ __all__ = ["AttemptState", "ReplayResult", "Replayer", "RolloutState", "replay"]
 
 
 class AttemptState(msgspec.Struct, kw_only=True):
+    """One attempt of a rollout as replayed: where it opened, and each component's session."""
+
     attempt: int
     opened_seq: int = 0
     from_cut: int = 0
@@ -47,6 +49,8 @@ class AttemptState(msgspec.Struct, kw_only=True):
 
 
 class RolloutState(msgspec.Struct, kw_only=True):
+    """One rollout as replayed: its input, attempts, and whether it was accepted or retired."""
+
     rollout_id: str
     input: Any = None
     input_digest: str = ""
@@ -89,6 +93,8 @@ class RolloutState(msgspec.Struct, kw_only=True):
 
 
 class ReplayResult(msgspec.Struct, kw_only=True):
+    """Every rollout's state as of a cut, and the checkpoint markers below it."""
+
     cut: int
     rollouts: dict[str, RolloutState] = {}
     markers: list[tuple[int, CheckpointEvent]] = []

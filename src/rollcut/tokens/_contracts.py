@@ -62,6 +62,8 @@ class TokenSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 @runtime_checkable
 class TokenSink(Protocol):
+    """Where the model server puts a call's tokens."""
+
     def put(self, call_id: str, record: TokenRecord) -> TokenReceipt:
         """Store durably, then return the receipt; idempotent for the same call and content."""
         ...
@@ -69,6 +71,8 @@ class TokenSink(Protocol):
 
 @runtime_checkable
 class TokenSource(Protocol):
+    """Where continuation and training read a call's tokens back."""
+
     def get(self, receipt: TokenReceipt) -> TokenRecord:
         """The record behind a receipt; raises TokenStoreError if missing or its digest differs."""
         ...
@@ -80,6 +84,8 @@ class TokenSource(Protocol):
 
 @runtime_checkable
 class LineageStore(Protocol):
+    """Which call continues which, and snapshots a checkpoint binds."""
+
     def link(self, call_id: str, parent_call_id: str | None, receipt_id: str) -> None:
         """Record that ``call_id`` continues ``parent_call_id`` (its lineage) and holds ``receipt_id``."""
         ...

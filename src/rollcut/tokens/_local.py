@@ -52,7 +52,9 @@ class LocalTokenStore:
         try:
             self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
         except lmdb.Error as exc:
-            raise TokenStoreError(f"cannot open token store at {self.path}: {exc}") from exc
+            raise TokenStoreError(
+                f"cannot open token store at {self.path}: {exc}", store=str(self.path)
+            ) from exc
         self._records = self.env.open_db(b"records")
         self._lineage = self.env.open_db(b"lineage")
         self._snapshots = self.env.open_db(b"snapshots")
@@ -111,14 +113,26 @@ class LocalTokenStore:
     def get(self, receipt: TokenReceipt) -> TokenRecord:
         raw = self._raw(receipt.receipt_id)
         if raw is None:
-            raise TokenStoreError(f"token store {self.path}: no record for receipt {receipt.receipt_id}")
+            raise TokenStoreError(
+                f"token store {self.path}: no record for receipt {receipt.receipt_id}",
+                store=str(self.path),
+                receipt_id=receipt.receipt_id,
+            )
         _, dig, packed = raw
         try:
             body = self._zd.decompress(packed)
         except zstandard.ZstdError as exc:
-            raise TokenStoreError(f"receipt {receipt.receipt_id}: stored record is corrupt: {exc}") from exc
+            raise TokenStoreError(
+                f"receipt {receipt.receipt_id}: stored record is corrupt: {exc}",
+                store=str(self.path),
+                receipt_id=receipt.receipt_id,
+            ) from exc
         if digest(body) != receipt.digest or dig != receipt.digest[:32]:
-            raise TokenStoreError(f"receipt {receipt.receipt_id}: stored record does not match its digest")
+            raise TokenStoreError(
+                f"receipt {receipt.receipt_id}: stored record does not match its digest",
+                store=str(self.path),
+                receipt_id=receipt.receipt_id,
+            )
         return _rec_dec.decode(body)
 
     # --- lineage ------------------------------------------------------------------
@@ -136,7 +150,9 @@ class LocalTokenStore:
                 seen.add(cur)
                 raw = txn.get(cur.encode(), db=self._lineage)
                 if raw is None:
-                    raise TokenStoreError(f"lineage of {call_id}: no link for {cur}")
+                    raise TokenStoreError(
+                        f"lineage of {call_id}: no link for {cur}", store=str(self.path), call_id=cur
+                    )
                 out.append(cur)
                 cur = msgspec.msgpack.decode(raw)[0]
         return out[::-1]

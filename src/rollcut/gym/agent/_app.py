@@ -15,6 +15,7 @@ __all__ = ["create_agent_app"]
 
 
 def create_agent_app(agent: SimpleAgent) -> FastAPI:
+    """The agent's FastAPI app: POST /run, one rollout attempt per call."""
     app = gym_app("rollcut simple agent")
 
     @app.post("/run")

@@ -54,6 +54,8 @@ class _Run:
 
 
 class SimpleAgent:
+    """Gym's Simple Agent loop with boundaries, parking and continuation."""
+
     def __init__(
         self,
         log: EventLog,

@@ -99,6 +99,7 @@ def _responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_app(service: ModelService, *, require_identity: bool = True) -> FastAPI:
+    """The OpenAI-compatible FastAPI app over a model service."""
     app = gym_app("rollcut policy model")
 
     async def identified(

@@ -11,6 +11,8 @@ __all__ = ["Backend"]
 
 
 class Backend(Protocol):
+    """What the model service needs from a generation backend."""
+
     name: str
     can_cut: bool  # can freeze a running generation at a token boundary
     plans_ahead: bool  # knows its output before emitting it (so a prefix can be checked)

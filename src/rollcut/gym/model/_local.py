@@ -33,10 +33,12 @@ _WORDS = (
 
 
 def encode(text: str) -> list[int]:
+    """Text to the local backend's byte-level token ids."""
     return [b + _OFFSET for b in text.encode("utf-8")]
 
 
 def decode(ids: list[int]) -> str:
+    """Token ids of the local backend back to text."""
     return bytes(i - _OFFSET for i in ids if i >= _OFFSET).decode("utf-8", "replace")
 
 

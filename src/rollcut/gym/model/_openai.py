@@ -29,6 +29,8 @@ class UpstreamError(RollcutError):
 
 
 class OpenAIBackend:
+    """Any OpenAI-compatible upstream generates; rollcut keeps custody (no cuts)."""
+
     name = "openai"
     can_cut = False
     plans_ahead = False

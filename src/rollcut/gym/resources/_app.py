@@ -14,6 +14,7 @@ __all__ = ["create_resources_app"]
 
 
 def create_resources_app(service: ResourcesService) -> FastAPI:
+    """The resources FastAPI app: /seed_session, one route per tool, /verify, /close_session."""
     app = gym_app(f"rollcut resources: {service.env.name}")
 
     async def body_of(request: Request) -> dict[str, Any]:

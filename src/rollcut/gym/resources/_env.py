@@ -24,6 +24,7 @@ from ...participants import CheckpointMode
 __all__ = ["Environment", "ToolResult"]
 
 ToolResult = tuple[Any, Any]  # (result shown to the agent, delta to log or None)
+"""What a tool returns: the result shown to the agent, and the delta to log (or None)."""
 
 
 class Environment:

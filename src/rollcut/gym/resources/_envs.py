@@ -304,3 +304,4 @@ class Scratchpad(Environment):
 ENVIRONMENTS: dict[str, type[Environment]] = {
     cls.name: cls for cls in (Counter, Blackjack, Workplace, WorkplaceExported, MathVerifier, Scratchpad)
 }
+"""The bundled environments by name, as ``rollcut serve resources NAME`` takes them."""

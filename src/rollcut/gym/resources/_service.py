@@ -66,6 +66,8 @@ class Session:
 
 
 class ResourcesService:
+    """Stateful tool sessions with durable mutations and exact restore."""
+
     def __init__(
         self, log: EventLog, env: Environment, *, instance: str, participant: Participant | None = None
     ) -> None:

@@ -8,6 +8,7 @@ speak the records in ``_protocol``.
 
 from ._admission import AdmissionGate
 from ._coordinator import CheckpointResult, Coordinator, InstanceInfo, new_checkpoint_id
+from ._hooks import ParticipantHooks, ReleaseHook, RetireHook
 from ._protocol import (
     CallDisposition,
     Capabilities,
@@ -19,7 +20,7 @@ from ._protocol import (
     ProcessMode,
 )
 from ._restore import RecoveryMode, RecoveryPlan, RecoveryResult, Restorer, plan_recovery
-from ._runtime import Participant, ParticipantHooks, RetireHook, service_name
+from ._runtime import Participant, service_name
 
 __all__ = [
     "AdmissionGate",
@@ -39,6 +40,7 @@ __all__ = [
     "RecoveryMode",
     "RecoveryPlan",
     "RecoveryResult",
+    "ReleaseHook",
     "Restorer",
     "RetireHook",
     "new_checkpoint_id",

@@ -22,7 +22,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import msgspec
 from nats.micro import add_service
@@ -30,7 +29,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from .._bounded import remember
-from .._errors import ConfigError, RollcutError
+from .._errors import ConfigError
 from .._version import __version__
 from ..bus import (
     COORDINATOR_LANE,
@@ -38,11 +37,10 @@ from ..bus import (
     Event,
     EventLog,
     ParticipantLeaseExpired,
-    ResultAccepted,
-    RolloutRetired,
 )
 from ..bus._subjects import check_token
 from ._admission import AdmissionGate
+from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
 from ._protocol import (
     CallDisposition,
     Capabilities,
@@ -54,7 +52,7 @@ from ._protocol import (
     ProcessMode,
 )
 
-__all__ = ["Participant", "ParticipantHooks", "RetireHook", "service_name"]
+__all__ = ["Participant", "service_name"]
 
 _req_decoder = msgspec.json.Decoder(ControlRequest)
 Refusal = ControlErrorKind
@@ -63,37 +61,6 @@ Refusal = ControlErrorKind
 def service_name(namespace: str) -> str:
     """The micro service name every participant of a namespace registers under."""
     return f"rollcut-{namespace}"
-
-
-class ParticipantHooks(Protocol):
-    """What an ``exported`` participant does at prepare and restore."""
-
-    async def export(self, checkpoint_id: str) -> list[str] | ExportReport:
-        """Append snapshot events for state the log cannot reproduce; return what still cannot be
-        (a model server returns an ExportReport listing every admitted call's disposition)."""
-        ...
-
-    async def restore(self, checkpoint_id: str, cut: int) -> None:
-        """Rebuild sessions from the log up to ``cut``; stay paused until resume."""
-        ...
-
-
-class RetireHook(Protocol):
-    """Optional on hooks: drop everything held for a rollout that is over.
-
-    Called once the log confirms the rollout was retired (``reason`` is the
-    retirement's) or its result was accepted (``reason`` ``"accepted"``).
-    """
-
-    def retire(self, rollout_id: str, reason: str) -> None: ...
-
-
-class _NoHooks:
-    async def export(self, checkpoint_id: str) -> list[str]:
-        return []
-
-    async def restore(self, checkpoint_id: str, cut: int) -> None:
-        return None
 
 
 @dataclass
@@ -149,14 +116,17 @@ class Participant:
         self._remember = remember
         self._service: Service | None = None
         self._lease_task: asyncio.Task[None] | None = None
-        self._lifecycle_subs: list[Any] = []
-        self._lifecycle_tasks: set[asyncio.Future[None]] = set()
-        self.rollouts_retired = 0
+        self._watch: LifecycleWatch | None = None
         # test seam: drop this many replies on the wire (the effect still happens)
         self.drop_replies = 0
         self.on_control: Callable[[ControlRequest], Awaitable[None]] | None = None
 
     # --- lifecycle ----------------------------------------------------------------
+
+    @property
+    def rollouts_retired(self) -> int:
+        """Rollouts this participant dropped because they were retired or handed off."""
+        return self._watch.dropped if self._watch is not None else 0
 
     @property
     def control_subject(self) -> str:
@@ -180,66 +150,17 @@ class Participant:
             },
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
-        if callable(getattr(self.hooks, "retire", None)):
-            p = self.log.subjects.prefix
-            for subject in (f"{p}.fence.*", f"{p}.ev.*.*.collector"):
-                self._lifecycle_subs.append(await self.log.nc.subscribe(subject, cb=self._on_lifecycle_msg))
+        if isinstance(self.hooks, RetireHook):
+            self._watch = LifecycleWatch(self.log, self.hooks)
+            await self._watch.start()
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 
-    async def _on_lifecycle_msg(self, msg: Any) -> None:
-        # one task per message: a look-again for one must not hold up the messages behind it
-        task = asyncio.ensure_future(self._on_lifecycle(msg))
-        self._lifecycle_tasks.add(task)
-        task.add_done_callback(self._lifecycle_tasks.discard)
-
-    async def _on_lifecycle(self, msg: Any) -> None:
-        """A retirement or a hand-off seen on the wire; acted on only once the stream has it.
-
-        Core delivery is a hint (a fenced write the server then refused is delivered too), so
-        the fence, or the stored acceptance, is read back before anything is dropped.
-        """
-        try:
-            ev = self.log.codec.decode(msg.data, stream=self.log.stream, seq=0, subject=msg.subject)
-        except RollcutError:
-            return
-        if isinstance(ev, RolloutRetired):
-            reason = ev.reason or "retired"
-
-            async def stored() -> bool:
-                state = await self.log.fence_state(ev.rollout_id)
-                return state is not None and state.retired
-
-        elif isinstance(ev, ResultAccepted):
-            reason = "accepted"
-
-            async def stored() -> bool:
-                last = await self.log.last_on(msg.subject)
-                return last is not None and isinstance(last.event, ResultAccepted)
-
-        else:
-            return
-        # core delivery can overtake the stream's write: look again for a moment before giving up
-        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
-            await asyncio.sleep(delay)
-            if await stored():
-                break
-        else:
-            return  # the server refused it: nothing is over
-        self.rollouts_retired += 1
-        out = self.hooks.retire(ev.rollout_id, reason)  # type: ignore[attr-defined]
-        if asyncio.iscoroutine(out):
-            await out
-
     async def stop(self) -> None:
-        for sub in self._lifecycle_subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        self._lifecycle_subs = []
-        for task in list(self._lifecycle_tasks):
-            task.cancel()
+        if self._watch is not None:
+            await self._watch.stop()
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -283,9 +204,8 @@ class Participant:
         if self._active is not None and self._active.checkpoint_id == checkpoint_id:
             self._active = None
         self.gate.open()
-        release = getattr(self.hooks, "release", None)
-        if release is not None:  # e.g. parked agent loops go on
-            release(checkpoint_id)
+        if isinstance(self.hooks, ReleaseHook):  # e.g. parked agent loops go on
+            self.hooks.release(checkpoint_id)
 
     # --- control plane --------------------------------------------------------------
 

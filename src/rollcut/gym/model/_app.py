@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from .._http import gym_app, identity_of
 from ..wire import GymError, Identity, error_body
-from ._local import decode
-from ._service import CallResult, ModelService, response_message
+from ._local import decode, response_message
+from ._service import CallResult, ModelService
 
 __all__ = ["create_app"]
 

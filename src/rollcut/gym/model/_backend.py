@@ -18,6 +18,7 @@ class Backend(Protocol):
     plans_ahead: bool  # knows its output before emitting it (so a prefix can be checked)
     dispositions: tuple[str, ...]
     policy_version: str
+    last_policy_version: str | None  # what the upstream said it served last, if it says
 
     async def start(self, body: dict[str, Any]) -> Plan: ...
 

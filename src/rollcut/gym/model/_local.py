@@ -21,9 +21,12 @@ import json
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["LocalBackend", "Plan", "decode", "encode", "render_prompt"]
+if TYPE_CHECKING:
+    from ...tokens import TokenRecord
+
+__all__ = ["LocalBackend", "Plan", "decode", "encode", "render_prompt", "replayed_plan", "response_message"]
 
 _OFFSET = 3
 _WORDS = (
@@ -103,6 +106,7 @@ class LocalBackend:
         self.token_delay_s = token_delay_s
         self.tool_turns = tool_turns
         self.policy_version = policy_version
+        self.last_policy_version: str | None = None  # the local policy never changes mid-run
 
     def plan(self, body: dict[str, Any]) -> Plan:
         messages = body.get("messages") or []
@@ -174,3 +178,28 @@ class LocalBackend:
     def check_prefix(self, plan: Plan, prefix: list[int]) -> bool:
         """Whether a durable prefix belongs to this plan (so continuing it is sound)."""
         return plan.output_ids[: len(prefix)] == prefix
+
+
+def replayed_plan(record: TokenRecord, response: Any) -> Plan:
+    """A plan rebuilt from the log and the token store: what the reused call returned."""
+    msg = response if isinstance(response, dict) else {}
+    return Plan(
+        prompt_ids=list(record.prompt_ids),
+        output_ids=list(record.output_ids),
+        logprobs=list(record.logprobs),
+        finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
+        text=msg.get("content"),
+        tool_calls=list(msg.get("tool_calls") or []),
+    )
+
+
+def response_message(plan: Plan, output_ids: list[int]) -> dict[str, Any]:
+    """The assistant message a call returns (and the log keeps for reuse)."""
+    complete = len(output_ids) == len(plan.output_ids)
+    if plan.tool_calls and complete:
+        return {"role": "assistant", "content": None, "tool_calls": plan.tool_calls}
+    if (
+        complete and plan.text is not None
+    ):  # the backend's own text (an upstream's ids are not ours to decode)
+        return {"role": "assistant", "content": plan.text}
+    return {"role": "assistant", "content": decode(output_ids)}

@@ -42,6 +42,7 @@ class OpenAIBackend:
         self.client = client
         self.model = model
         self.policy_version = policy_version
+        self.last_policy_version: str | None = None
 
     async def start(self, body: dict[str, Any]) -> Plan:
         req = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}

@@ -50,7 +50,7 @@ from ...tokens import TokenRecord, TokenStore, call_store
 from .._http import append_or_refuse
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
-from ._local import Plan, decode
+from ._local import Plan, replayed_plan, response_message
 
 __all__ = ["CallResult", "ModelService"]
 
@@ -229,7 +229,7 @@ class ModelService:
         return await append_or_refuse(self.log, event)
 
     def _policy_version(self) -> str:
-        return getattr(self.backend, "last_policy_version", None) or self.backend.policy_version
+        return self.backend.last_policy_version or self.backend.policy_version
 
     async def _reuse(
         self,
@@ -243,7 +243,7 @@ class ModelService:
         src_attempt, src = source
         assert src.receipt is not None
         record = await call_store(self.tokens, self.tokens.get, src.receipt)  # verifies the digest
-        plan = _replayed_plan(record, src.response)
+        plan = replayed_plan(record, src.response)
         await self._append(
             ModelCallReused(
                 **self._ev(ident),
@@ -433,28 +433,3 @@ class ModelService:
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
         self._contexts.clear()  # attempt contexts are rebuilt from the log on the next call
-
-
-def _replayed_plan(record: TokenRecord, response: Any) -> Plan:
-    """A plan rebuilt from the log and the token store: what the reused call returned."""
-    msg = response if isinstance(response, dict) else {}
-    return Plan(
-        prompt_ids=list(record.prompt_ids),
-        output_ids=list(record.output_ids),
-        logprobs=list(record.logprobs),
-        finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
-        text=msg.get("content"),
-        tool_calls=list(msg.get("tool_calls") or []),
-    )
-
-
-def response_message(plan: Plan, output_ids: list[int]) -> dict[str, Any]:
-    """The assistant message a call returns (and the log keeps for reuse)."""
-    complete = len(output_ids) == len(plan.output_ids)
-    if plan.tool_calls and complete:
-        return {"role": "assistant", "content": None, "tool_calls": plan.tool_calls}
-    if (
-        complete and plan.text is not None
-    ):  # the backend's own text (an upstream's ids are not ours to decode)
-        return {"role": "assistant", "content": plan.text}
-    return {"role": "assistant", "content": decode(output_ids)}

@@ -1,57 +1,11 @@
-"""rollcut: crash-safe partial-rollout checkpointing on NATS JetStream and LMDB."""
+"""rollcut: crash-safe partial-rollout checkpointing on NATS JetStream and LMDB.
 
-from ._errors import (
-    AdmissionClosedError,
-    AttemptConflictError,
-    BusError,
-    CheckpointConflictError,
-    CheckpointError,
-    CheckpointFailedError,
-    ConfigError,
-    CorruptEventError,
-    EventTooLargeError,
-    FenceError,
-    LedgerCorruptError,
-    LedgerError,
-    LedgerSchemaError,
-    PermissionDeniedError,
-    RollcutError,
-    RolloutExistsError,
-    SchemaError,
-    SchemaVersionError,
-    ServerStartError,
-    ServerVersionError,
-    StaleAttemptError,
-    StaleCheckpointError,
-    TokenStoreError,
-    UnknownEventKindError,
-)
+The root exports the one exception tree (``_errors``, whole) and the version;
+everything else lives in the subpackages.
+"""
+
+from . import _errors
+from ._errors import *  # noqa: F403  (the exception tree, whole)
 from ._version import __version__
 
-__all__ = [
-    "AdmissionClosedError",
-    "AttemptConflictError",
-    "BusError",
-    "CheckpointConflictError",
-    "CheckpointError",
-    "CheckpointFailedError",
-    "ConfigError",
-    "CorruptEventError",
-    "EventTooLargeError",
-    "FenceError",
-    "LedgerCorruptError",
-    "LedgerError",
-    "LedgerSchemaError",
-    "PermissionDeniedError",
-    "RollcutError",
-    "RolloutExistsError",
-    "SchemaError",
-    "SchemaVersionError",
-    "ServerStartError",
-    "ServerVersionError",
-    "StaleAttemptError",
-    "StaleCheckpointError",
-    "TokenStoreError",
-    "UnknownEventKindError",
-    "__version__",
-]
+__all__ = [*_errors.__all__, "__version__"]

@@ -37,6 +37,8 @@ inside the message; a field that does not apply is None.
 
 from __future__ import annotations
 
+import inspect
+
 __all__ = [
     "AdmissionClosedError",
     "AttemptConflictError",
@@ -66,7 +68,24 @@ __all__ = [
 
 
 class RollcutError(Exception):
-    """Root of every error rollcut raises."""
+    """Root of every error rollcut raises.
+
+    An error class declares the coordinates that apply to it as annotated
+    class attributes (default None); they are set from keyword arguments, and
+    a keyword the class does not declare is a bug, refused with TypeError.
+    """
+
+    def __init__(self, message: str = "", **coordinates: object) -> None:
+        unknown = set(coordinates) - _coordinates(type(self))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no coordinates {sorted(unknown)}")
+        for name, value in coordinates.items():
+            setattr(self, name, value)
+        super().__init__(message)
+
+
+def _coordinates(cls: type[RollcutError]) -> set[str]:
+    return {name for k in cls.__mro__ for name in inspect.get_annotations(k)}
 
 
 class ConfigError(RollcutError):
@@ -80,67 +99,69 @@ class SchemaError(RollcutError):
 class UnknownEventKindError(SchemaError):
     """A record's kind is not one this rollcut knows (a newer writer, or garbage)."""
 
+    kind: str
+
     def __init__(self, kind: str, known: list[str]) -> None:
-        self.kind = kind
-        super().__init__(f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}")
+        super().__init__(
+            f"unknown event kind {kind!r}: this rollcut knows {', '.join(sorted(known))}", kind=kind
+        )
 
 
 class SchemaVersionError(SchemaError):
     """A record was written by a newer rollcut than this one."""
 
+    found: int
+    supported: int
+
     def __init__(self, what: str, found: int, supported: int) -> None:
-        self.found = found
-        self.supported = supported
         super().__init__(
             f"{what} has schema_version {found}, newer than the {supported} this rollcut "
-            "supports; upgrade rollcut to read it"
+            "supports; upgrade rollcut to read it",
+            found=found,
+            supported=supported,
         )
 
 
 class EventTooLargeError(RollcutError):
     """An event encodes past the size limit; large blobs belong in the token store."""
 
+    kind: str
+    size: int
+    limit: int
+
     def __init__(self, kind: str, size: int, limit: int) -> None:
-        self.kind = kind
-        self.size = size
-        self.limit = limit
         super().__init__(
             f"{kind} event encodes to {size} bytes, over the {limit}-byte limit; "
-            "large blobs (tokens, files) belong in the token store and are referenced by receipt"
+            "large blobs (tokens, files) belong in the token store and are referenced by receipt",
+            kind=kind,
+            size=size,
+            limit=limit,
         )
 
 
 class CorruptEventError(RollcutError):
     """Stored bytes fail their checksum or do not decode; names the stream, seq and subject."""
 
+    reason: str
+    stream: str
+    seq: int
+    subject: str
+
     def __init__(self, reason: str, *, stream: str = "", seq: int = 0, subject: str = "") -> None:
-        self.reason = reason
-        self.stream = stream
-        self.seq = seq
-        self.subject = subject
         where = f"stream {stream} seq {seq} ({subject})" if seq else "payload"
-        super().__init__(f"corrupt event at {where}: {reason}")
+        super().__init__(
+            f"corrupt event at {where}: {reason}", reason=reason, stream=stream, seq=seq, subject=subject
+        )
 
 
 class BusError(RollcutError):
     """The NATS server or the connection to it failed an operation."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        stream: str | None = None,
-        seq: int | None = None,
-        subject: str | None = None,
-        rollout_id: str | None = None,
-        attempt: int | None = None,
-    ) -> None:
-        self.stream = stream
-        self.seq = seq
-        self.subject = subject
-        self.rollout_id = rollout_id
-        self.attempt = attempt
-        super().__init__(message)
+    stream: str | None = None
+    seq: int | None = None
+    subject: str | None = None
+    rollout_id: str | None = None
+    attempt: int | None = None
 
 
 class ServerVersionError(BusError):
@@ -167,18 +188,25 @@ class ServerStartError(BusError):
 class FenceError(RollcutError):
     """An attempt-lifecycle rule was violated."""
 
+    rollout_id: str | None = None
+    attempt: int | None = None
+
 
 class StaleAttemptError(FenceError):
     """The server rejected a write from an attempt that is no longer current."""
 
+    rollout_id: str
+    attempt: int
+    current_attempt: int | None
+
     def __init__(self, rollout_id: str, attempt: int, current_attempt: int | None) -> None:
-        self.rollout_id = rollout_id
-        self.attempt = attempt
-        self.current_attempt = current_attempt
         now = f"attempt {current_attempt} is current" if current_attempt is not None else "no attempt is open"
         super().__init__(
             f"rollout {rollout_id!r}: attempt {attempt} is stale ({now}); "
-            "the write was refused by the server and changed nothing"
+            "the write was refused by the server and changed nothing",
+            rollout_id=rollout_id,
+            attempt=attempt,
+            current_attempt=current_attempt,
         )
 
 
@@ -186,89 +214,67 @@ class AttemptConflictError(FenceError):
     """Another writer moved the rollout's fence first; look at the fence again."""
 
     def __init__(self, rollout_id: str, message: str) -> None:
-        self.rollout_id = rollout_id
-        super().__init__(f"rollout {rollout_id!r}: {message}")
+        super().__init__(f"rollout {rollout_id!r}: {message}", rollout_id=rollout_id)
 
 
 class RolloutExistsError(FenceError):
     """The rollout was already dispatched; dispatch happens once."""
 
     def __init__(self, rollout_id: str) -> None:
-        self.rollout_id = rollout_id
-        super().__init__(f"rollout {rollout_id!r} was already dispatched")
+        super().__init__(f"rollout {rollout_id!r} was already dispatched", rollout_id=rollout_id)
 
 
 class LedgerError(RollcutError):
     """The LMDB ledger cannot be opened or read."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        stream: str | None = None,
-        checkpoint_id: str | None = None,
-        rollout_id: str | None = None,
-    ) -> None:
-        self.path = path
-        self.stream = stream
-        self.checkpoint_id = checkpoint_id
-        self.rollout_id = rollout_id
-        super().__init__(message)
+    path: str | None = None
+    stream: str | None = None
+    checkpoint_id: str | None = None
+    rollout_id: str | None = None
 
 
 class LedgerSchemaError(LedgerError):
     """The ledger was written by a newer rollcut; it is left untouched."""
 
-    pass
-
 
 class LedgerCorruptError(LedgerError):
     """The ledger's files cannot be read; rebuild it from the stream."""
-
-    pass
 
 
 class TokenStoreError(RollcutError):
     """The token store is missing a record, or a record fails its digest."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        store: str | None = None,
-        receipt_id: str | None = None,
-        call_id: str | None = None,
-        checkpoint_id: str | None = None,
-    ) -> None:
-        self.store = store
-        self.receipt_id = receipt_id
-        self.call_id = call_id
-        self.checkpoint_id = checkpoint_id
-        super().__init__(message)
+    store: str | None = None
+    receipt_id: str | None = None
+    call_id: str | None = None
+    checkpoint_id: str | None = None
 
 
 class AdmissionClosedError(RollcutError):
     """A request arrived while a checkpoint holds admission closed: retry later."""
 
     retryable = True
+    instance: str
+    checkpoint_id: str
+    retry_after_s: float
 
     def __init__(self, instance: str, checkpoint_id: str, retry_after_s: float) -> None:
-        self.instance = instance
-        self.checkpoint_id = checkpoint_id
-        self.retry_after_s = retry_after_s
         super().__init__(
-            f"{instance}: admission is closed for checkpoint {checkpoint_id}; retry in {retry_after_s:.1f}s"
+            f"{instance}: admission is closed for checkpoint {checkpoint_id}; retry in {retry_after_s:.1f}s",
+            instance=instance,
+            checkpoint_id=checkpoint_id,
+            retry_after_s=retry_after_s,
         )
 
 
 class CheckpointError(RollcutError):
     """A checkpoint could not be taken, committed or restored."""
 
+    checkpoint_id: str
+    participant: str | None
+
     def __init__(self, message: str, *, checkpoint_id: str = "", participant: str | None = None) -> None:
-        self.checkpoint_id = checkpoint_id
-        self.participant = participant
-        super().__init__(message)
+        super().__init__(message, checkpoint_id=checkpoint_id, participant=participant)
 
 
 class CheckpointFailedError(CheckpointError):

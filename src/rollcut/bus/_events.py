@@ -54,7 +54,6 @@ __all__ = [
     "RolloutEvent",
     "RolloutRetired",
     "TokenReceipt",
-    "new_event_id",
 ]
 
 SCHEMA_VERSION = 1

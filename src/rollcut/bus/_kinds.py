@@ -15,36 +15,8 @@ from enum import StrEnum
 
 import msgspec
 
-from ._events import (
-    AgentBoundary,
-    AnyEvent,
-    AttemptOpened,
-    AttemptTombstoned,
-    CheckpointAborted,
-    CheckpointCommitted,
-    CheckpointPrepared,
-    CheckpointResumed,
-    CheckpointSealed,
-    Event,
-    ModelCallAdmitted,
-    ModelCallCompleted,
-    ModelCallContinued,
-    ModelCallExcluded,
-    ModelCallFailed,
-    ModelCallPrefixCut,
-    ModelCallReused,
-    ParticipantLeaseExpired,
-    ParticipantReplied,
-    ResourcesMutated,
-    ResourcesRetired,
-    ResourcesSeeded,
-    ResourcesSnapshot,
-    ResultAccepted,
-    RolloutCompleted,
-    RolloutDispatched,
-    RolloutRetired,
-    TokenReceipt,
-)
+from . import _events as E
+from ._events import Event, TokenReceipt
 
 __all__ = ["KINDS", "CallStep", "KindSpec", "Lane", "kind_of", "spec_of"]
 
@@ -114,32 +86,32 @@ def _spec(
 
 
 _TABLE = (
-    _spec(RolloutDispatched, Lane.FENCE, _LIFECYCLE),
-    _spec(AttemptOpened, Lane.FENCE, _LIFECYCLE),
-    _spec(AttemptTombstoned, Lane.FENCE, _LIFECYCLE),
-    _spec(RolloutRetired, Lane.FENCE, _LIFECYCLE),
-    _spec(ModelCallAdmitted, Lane.EVENTS, _MODEL, call=CallStep.OPENS),
-    _spec(ModelCallContinued, Lane.EVENTS, _MODEL, call=CallStep.OPENS, receipt="prefix_receipt"),
-    _spec(ModelCallCompleted, Lane.EVENTS, _MODEL, call=CallStep.ENDS, receipt="receipt"),
-    _spec(ModelCallReused, Lane.EVENTS, _MODEL, call=CallStep.ENDS, receipt="receipt"),
-    _spec(ModelCallFailed, Lane.EVENTS, _MODEL, call=CallStep.ENDS),
-    _spec(ModelCallExcluded, Lane.EVENTS, _MODEL, call=CallStep.ENDS),
-    _spec(ModelCallPrefixCut, Lane.EVENTS, _MODEL, call=CallStep.CUT, receipt="receipt"),
-    _spec(ResourcesSeeded, Lane.EVENTS, _RESOURCES),
-    _spec(ResourcesMutated, Lane.EVENTS, _RESOURCES),
-    _spec(ResourcesSnapshot, Lane.EVENTS, _RESOURCES),
-    _spec(ResourcesRetired, Lane.EVENTS, _RESOURCES),
-    _spec(AgentBoundary, Lane.EVENTS, frozenset({"agent"})),
-    _spec(RolloutCompleted, Lane.EVENTS, frozenset({"environment"})),
-    _spec(ResultAccepted, Lane.EVENTS, frozenset({"collector"})),
-    _spec(CheckpointPrepared, Lane.MARKER, frozenset({"coordinator"})),
-    _spec(CheckpointSealed, Lane.MARKER, frozenset({"coordinator"})),
-    _spec(CheckpointCommitted, Lane.MARKER, frozenset({"coordinator"})),
-    _spec(CheckpointResumed, Lane.MARKER, frozenset({"coordinator"})),
-    _spec(CheckpointAborted, Lane.MARKER, frozenset({"coordinator"})),
-    _spec(ParticipantReplied, Lane.MARKER, frozenset({"model", "agent", "resources", "environment"})),
+    _spec(E.RolloutDispatched, Lane.FENCE, _LIFECYCLE),
+    _spec(E.AttemptOpened, Lane.FENCE, _LIFECYCLE),
+    _spec(E.AttemptTombstoned, Lane.FENCE, _LIFECYCLE),
+    _spec(E.RolloutRetired, Lane.FENCE, _LIFECYCLE),
+    _spec(E.ModelCallAdmitted, Lane.EVENTS, _MODEL, call=CallStep.OPENS),
+    _spec(E.ModelCallContinued, Lane.EVENTS, _MODEL, call=CallStep.OPENS, receipt="prefix_receipt"),
+    _spec(E.ModelCallCompleted, Lane.EVENTS, _MODEL, call=CallStep.ENDS, receipt="receipt"),
+    _spec(E.ModelCallReused, Lane.EVENTS, _MODEL, call=CallStep.ENDS, receipt="receipt"),
+    _spec(E.ModelCallFailed, Lane.EVENTS, _MODEL, call=CallStep.ENDS),
+    _spec(E.ModelCallExcluded, Lane.EVENTS, _MODEL, call=CallStep.ENDS),
+    _spec(E.ModelCallPrefixCut, Lane.EVENTS, _MODEL, call=CallStep.CUT, receipt="receipt"),
+    _spec(E.ResourcesSeeded, Lane.EVENTS, _RESOURCES),
+    _spec(E.ResourcesMutated, Lane.EVENTS, _RESOURCES),
+    _spec(E.ResourcesSnapshot, Lane.EVENTS, _RESOURCES),
+    _spec(E.ResourcesRetired, Lane.EVENTS, _RESOURCES),
+    _spec(E.AgentBoundary, Lane.EVENTS, frozenset({"agent"})),
+    _spec(E.RolloutCompleted, Lane.EVENTS, frozenset({"environment"})),
+    _spec(E.ResultAccepted, Lane.EVENTS, frozenset({"collector"})),
+    _spec(E.CheckpointPrepared, Lane.MARKER, frozenset({"coordinator"})),
+    _spec(E.CheckpointSealed, Lane.MARKER, frozenset({"coordinator"})),
+    _spec(E.CheckpointCommitted, Lane.MARKER, frozenset({"coordinator"})),
+    _spec(E.CheckpointResumed, Lane.MARKER, frozenset({"coordinator"})),
+    _spec(E.CheckpointAborted, Lane.MARKER, frozenset({"coordinator"})),
+    _spec(E.ParticipantReplied, Lane.MARKER, frozenset({"model", "agent", "resources", "environment"})),
     _spec(
-        ParticipantLeaseExpired,
+        E.ParticipantLeaseExpired,
         Lane.MARKER,
         frozenset({"model", "agent", "resources", "environment", "collector", "coordinator"}),
     ),
@@ -150,7 +122,7 @@ KINDS: dict[str, KindSpec] = {s.kind: s for s in _TABLE}
 
 _BY_TYPE: dict[type[Event], KindSpec] = {s.type: s for s in _TABLE}
 
-_union = set(typing.get_args(AnyEvent))
+_union = set(typing.get_args(E.AnyEvent))
 if _union != set(_BY_TYPE) or len(KINDS) != len(_TABLE):  # pragma: no cover - a developer's mistake
     raise ImportError(f"event kinds and the AnyEvent union disagree: {_union ^ set(_BY_TYPE)}")
 

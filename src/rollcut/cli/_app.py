@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .._errors import RollcutError
@@ -37,6 +38,7 @@ __all__ = [
     "console",
     "fail",
     "print_json",
+    "progress_bar",
     "report",
     "run",
     "targeted",
@@ -173,6 +175,18 @@ def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
         )
 
     return with_options({n: _TARGET_OPTIONS[n] for n in options}, build, "target")
+
+
+def progress_bar(*, disable: bool) -> Progress:
+    """The one progress bar every long command shows on stderr (off with ``--json``)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=disable,
+    )
 
 
 def print_json(obj: Any) -> None:

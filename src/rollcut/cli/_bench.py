@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import typer
@@ -18,10 +18,13 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
-def _measure(title: str, status: str, coro: Coroutine[Any, Any, dict[str, Any]], as_json: bool) -> None:
+def _measure(
+    bench: Callable[..., Coroutine[Any, Any, dict[str, Any]]], status: str, as_json: bool, **options: Any
+) -> None:
+    """Run one benchmark under a spinner; its title is its command's (``bench_log`` -> bench log)."""
     with console.status(status, spinner="dots"):
-        out = run(coro)
-    report(title, out, as_json)
+        out = run(bench(**options))
+    report("rollcut " + bench.__name__.replace("_", " "), out, as_json)
 
 
 @bench_app.command("log")
@@ -35,12 +38,8 @@ def bench_log_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Append and replay rate against plain nats-py on the same server, same run."""
-    _measure(
-        "rollcut bench log",
-        f"benchmarking {events} events at concurrency {concurrency}",
-        bench_log(events=events, concurrency=concurrency, url=url, repeat=repeat),
-        as_json,
-    )
+    status = f"benchmarking {events} events at concurrency {concurrency}"
+    _measure(bench_log, status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
 
 
 @bench_app.command("checkpoint")
@@ -50,12 +49,8 @@ def bench_checkpoint_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
-    _measure(
-        "rollcut bench checkpoint",
-        f"benchmarking a checkpoint of {rollouts} rollouts",
-        bench_checkpoint(rollouts=rollouts, url=url),
-        as_json,
-    )
+    status = f"benchmarking a checkpoint of {rollouts} rollouts"
+    _measure(bench_checkpoint, status, as_json, rollouts=rollouts, url=url)
 
 
 @bench_app.command("model")
@@ -64,7 +59,7 @@ def bench_model_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Latency that durable custody adds to a model call (p50/p99)."""
-    _measure("rollcut bench model", f"benchmarking {calls} model calls", bench_model(calls=calls), as_json)
+    _measure(bench_model, f"benchmarking {calls} model calls", as_json, calls=calls)
 
 
 @bench_app.command("e2e")
@@ -74,9 +69,4 @@ def bench_e2e_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
-    _measure(
-        "rollcut bench e2e",
-        f"three recoveries of {rollouts} rollouts",
-        bench_e2e(rollouts=rollouts, seed=seed),
-        as_json,
-    )
+    _measure(bench_e2e, f"three recoveries of {rollouts} rollouts", as_json, rollouts=rollouts, seed=seed)

@@ -8,25 +8,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .._errors import ConfigError
 from ..collect import EXIT_REQUEUE, Collector, Summary, load_config, run_demo, summary_dict
-from ._app import HomeOpt, JsonOpt, Target, app, console, print_json, run
+from ._app import HomeOpt, JsonOpt, Target, app, console, print_json, progress_bar, run
 
 __all__ = ["collect_cmd", "demo_cmd"]
-
-
-def _progress(disable: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=disable,
-    )
 
 
 @app.command("demo")
@@ -40,7 +28,7 @@ def demo_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
-    with _progress(as_json) as prog:
+    with progress_bar(disable=as_json) as prog:
         task = prog.add_task("collecting", total=rollouts)
 
         def progress(summary: Summary, total: int, running: int) -> None:
@@ -91,7 +79,7 @@ def collect_cmd(
             tokens_dir=cfg.path(cfg.tokens, base) if cfg.tokens else None,
         )
         async with target.opened() as o:
-            with _progress(as_json) as prog:
+            with progress_bar(disable=as_json) as prog:
                 bar = prog.add_task("collecting", total=len(tasks) * cfg.num_repeats)
 
                 def progress(summary: Summary, total: int, running: int) -> None:

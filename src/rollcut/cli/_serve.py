@@ -9,6 +9,7 @@ twice.
 from __future__ import annotations
 
 import socket
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +26,7 @@ from ..gym import (
     serve,
     serve_worker,
 )
+from ..gym.resources import ENVIRONMENTS
 from ._app import NsOpt, app, fail, with_options
 
 __all__ = ["serve_app"]
@@ -41,6 +43,9 @@ Host = Annotated[str, typer.Option(help="Listen address.")]
 Port = Annotated[int, typer.Option(help="Listen port; 0 picks a free one (printed as LISTENING <url>).")]
 Name = Annotated[str, typer.Option(help="Participant group name (default: the server kind, or the env).")]
 Workers = Annotated[int, typer.Option(help="Worker processes, each its own participant.")]
+AgentUrl = Annotated[str, typer.Option(help="Agent server base URL.")]
+EnvName = StrEnum("EnvName", {name: name for name in sorted(ENVIRONMENTS)})  # type: ignore[misc]
+"""The bundled environments, offered as choices (an unknown one is a usage error, exit 2)."""
 
 
 def _common(given: dict[str, Any]) -> dict[str, Any]:
@@ -104,16 +109,11 @@ def serve_model(
 @serve_app.command("resources")
 @served
 def serve_resources(
-    env: Annotated[str, typer.Argument(help="Environment: counter, blackjack, workplace, math, scratchpad.")],
+    env: Annotated[EnvName, typer.Argument(help="The environment to serve.")],
     common: dict[str, Any],
 ) -> None:
     """A stateful resources (tool) server whose sessions restore exactly."""
-    _serve(
-        ResourcesServe(
-            **common,
-            env=env,
-        )
-    )
+    _serve(ResourcesServe(**common, env=env.value))
 
 
 @serve_app.command("agent")
@@ -140,17 +140,9 @@ def serve_agent(
 
 @serve_app.command("environment")
 @served
-def serve_environment(
-    agent: Annotated[str, typer.Option(help="Agent server base URL.")],
-    common: dict[str, Any],
-) -> None:
+def serve_environment(agent: AgentUrl, common: dict[str, Any]) -> None:
     """The episode orchestrator: one /run per task, recording each episode's completion."""
-    _serve(
-        EnvironmentServe(
-            **common,
-            agent=agent,
-        )
-    )
+    _serve(EnvironmentServe(**common, agent=agent))
 
 
 @serve_app.command("worker", hidden=True)

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import msgspec
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .._errors import RollcutError
@@ -19,7 +18,7 @@ from .._runtime import credentials_for
 from ..bus import EmbeddedServer
 from ..ledger import Projector, rebuild_ledger
 from ..replay import ReplayResult, replay
-from ._app import JsonOpt, NsOpt, Target, app, console, fail, print_json, run, targeted
+from ._app import JsonOpt, NsOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["ledger_app"]
 
@@ -68,15 +67,8 @@ def ledger_rebuild(target: Target, as_json: JsonOpt = False) -> None:
     async def go() -> dict[str, Any]:
         async with target.log() as log:
             last = await log.last_seq()
-            with Progress(
-                TextColumn("rebuilding ledger"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                disable=as_json,
-            ) as prog:
-                task = prog.add_task("rebuild", total=last)
+            with progress_bar(disable=as_json) as prog:
+                task = prog.add_task("rebuilding ledger", total=last)
                 n, kept = await rebuild_ledger(
                     log, path, on_page=lambda seq, end: prog.update(task, completed=seq)
                 )

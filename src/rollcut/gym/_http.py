@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError
-from ..bus import Event, EventLog
+from ..bus import Component, Event, EventLog
 from .wire import ErrorKind, GymError, Identity, error_body, identity_from
 
-__all__ = ["append_or_refuse", "error_response", "gym_app", "identity_of"]
+__all__ = ["Envelope", "append_or_refuse", "envelope", "error_response", "gym_app", "identity_of"]
+
+
+class Envelope(TypedDict):
+    """The fields every event a Gym server writes for one call shares."""
+
+    component: Component
+    instance: str
+    rollout_id: str
+    attempt: int
+
+
+def envelope(component: Component, instance: str, ident: Identity) -> Envelope:
+    """Who writes (``component``, ``instance``) for which execution (``ident``)."""
+    return {
+        "component": component,
+        "instance": instance,
+        "rollout_id": ident.rollout_id,
+        "attempt": ident.attempt,
+    }
 
 
 def error_response(err: GymError) -> JSONResponse:

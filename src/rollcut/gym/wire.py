@@ -111,22 +111,18 @@ class GymError(RollcutError):
     status the foreign answer really had.
     """
 
+    kind: ErrorKind
+    status: int
+    retry_after_s: float | None = None
+    rollout_id: str | None = None
+    attempt: int | None = None
+
     def __init__(
-        self,
-        kind: ErrorKind,
-        message: str,
-        *,
-        retry_after_s: float | None = None,
-        rollout_id: str | None = None,
-        attempt: int | None = None,
-        status: int | None = None,
+        self, kind: ErrorKind, message: str, *, status: int | None = None, **coordinates: object
     ) -> None:
-        self.kind = kind
-        self.retry_after_s = retry_after_s
-        self.rollout_id = rollout_id
-        self.attempt = attempt
-        self.status = status if status is not None else status_of(kind)
-        super().__init__(message)
+        super().__init__(
+            message, kind=kind, status=status_of(kind) if status is None else status, **coordinates
+        )
 
     @property
     def needs_fresh_dispatch(self) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 CONTROL_SCHEMA_VERSION = 1
+"""The version of the control-plane records this rollcut speaks."""
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
 
 # event_sourced: state is a fold of its events; exported: must export a snapshot at prepare;
@@ -38,6 +39,7 @@ CheckpointMode = Literal["event_sourced", "exported", "stateless", "restart_only
 ProcessMode = Literal["single", "coordinated_workers", "unmanaged"]
 """Whether a participant is one process, one of coordinated workers, or unmanaged."""
 Op = Literal["capabilities", "prepare", "commit", "restore", "resume", "abort"]
+"""The control operations a participant answers."""
 
 
 class ControlErrorKind(StrEnum):

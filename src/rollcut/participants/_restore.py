@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 
 from .._errors import CheckpointConflictError, CheckpointError, ConfigError
@@ -112,26 +112,20 @@ async def plan_recovery(
     return plan
 
 
+@dataclass
 class Restorer:
     """Plans a recovery, opens the next attempts, restores and resumes every participant."""
 
-    def __init__(
-        self,
-        log: EventLog,
-        ledger: Ledger,
-        coordinator: Coordinator,
-        *,
-        instance: str = "coordinator",
-        deadline_s: float = 30.0,
-        checkpoint_lock: asyncio.Lock | None = None,
-    ) -> None:
-        self.log = log
-        self.ledger = ledger
-        self.coordinator = coordinator
-        self.instance = instance
-        self.deadline_s = deadline_s
-        # shared with whoever else takes checkpoints through the same coordinator (the collector)
-        self.checkpoint_lock = checkpoint_lock or asyncio.Lock()
+    log: EventLog
+    ledger: Ledger
+    coordinator: Coordinator
+    _: KW_ONLY
+    instance: str = "coordinator"
+    """Written as the writer of the fence events it appends."""
+    deadline_s: float = 30.0
+    """How long restore and resume wait for every participant."""
+    checkpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Shared with whoever else takes checkpoints through the same coordinator (the collector)."""
 
     async def plan(self, rollouts: list[str] | None = None, checkpoint_id: str | None = None) -> RecoveryPlan:
         """See :func:`plan_recovery`."""

@@ -114,8 +114,8 @@ class ModelFold:
 
     def __init__(self) -> None:
         self._handlers: dict[type[Event], Callable[[ModelSession, StoredEvent, Any], None]] = {
-            ModelCallAdmitted: self._admitted,
-            ModelCallContinued: self._continued,
+            ModelCallAdmitted: self._opened("admitted"),
+            ModelCallContinued: self._opened("continued"),
             ModelCallReused: self._reused,
             ModelCallCompleted: self._completed,
             ModelCallPrefixCut: self._prefix_cut,
@@ -134,24 +134,21 @@ class ModelFold:
         return state
 
     @staticmethod
-    def _admitted(state: ModelSession, stored: StoredEvent, ev: ModelCallAdmitted) -> None:
-        state.calls[ev.call_id] = ModelCall(
-            call_id=ev.call_id,
-            status="admitted",
-            request_digest=ev.request_digest,
-            parent_call_id=ev.parent_call_id,
-            admitted_seq=stored.seq,
-        )
+    def _opened(status: str) -> Callable[[ModelSession, StoredEvent, Any], None]:
+        """A call starts: admitted (generation ahead), or continued (from an earlier prefix)."""
 
-    @staticmethod
-    def _continued(state: ModelSession, stored: StoredEvent, ev: ModelCallContinued) -> None:
-        state.calls[ev.call_id] = ModelCall(
-            call_id=ev.call_id,
-            status="continued",
-            request_digest=ev.request_digest,
-            parent_call_id=ev.parent_call_id,
-            admitted_seq=stored.seq,
-        )
+        def opened(
+            state: ModelSession, stored: StoredEvent, ev: ModelCallAdmitted | ModelCallContinued
+        ) -> None:
+            state.calls[ev.call_id] = ModelCall(
+                call_id=ev.call_id,
+                status=status,
+                request_digest=ev.request_digest,
+                parent_call_id=ev.parent_call_id,
+                admitted_seq=stored.seq,
+            )
+
+        return opened
 
     @staticmethod
     def _reused(state: ModelSession, stored: StoredEvent, ev: ModelCallReused) -> None:

@@ -1,23 +1,7 @@
-"""Token custody: the contracts a token store satisfies, and the local default."""
+"""Token custody: the contracts a token store satisfies (``_contracts``, whole), and the local default."""
 
-from ._contracts import (
-    LineageStore,
-    TokenRecord,
-    TokenSink,
-    TokenSnapshot,
-    TokenSource,
-    TokenStore,
-    call_store,
-)
+from . import _contracts
+from ._contracts import *  # noqa: F403  (the contracts, whole)
 from ._local import LocalTokenStore
 
-__all__ = [
-    "LineageStore",
-    "LocalTokenStore",
-    "TokenRecord",
-    "TokenSink",
-    "TokenSnapshot",
-    "TokenSource",
-    "TokenStore",
-    "call_store",
-]
+__all__ = [*_contracts.__all__, "LocalTokenStore"]

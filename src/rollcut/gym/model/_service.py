@@ -47,7 +47,7 @@ from ...bus import (
 from ...participants import CallDisposition, ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import TokenRecord, TokenStore, call_store
-from .._http import append_or_refuse
+from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
 from ._local import Plan, replayed_plan, response_message
@@ -217,13 +217,8 @@ class ModelService:
             if gate is not None:
                 await gate.__aexit__(None, None, None)
 
-    def _ev(self, ident: Identity) -> dict[str, Any]:
-        return {
-            "component": "model",
-            "instance": self.instance,
-            "rollout_id": ident.rollout_id,
-            "attempt": ident.attempt,
-        }
+    def _ev(self, ident: Identity) -> Envelope:
+        return envelope("model", self.instance, ident)
 
     async def _append(self, event: Any) -> int:
         return await append_or_refuse(self.log, event)

@@ -41,7 +41,7 @@ from ...bus import (
 )
 from ...participants import ExportReport, Participant
 from ...replay import inherited
-from .._http import append_or_refuse
+from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._env import Environment
 
@@ -89,13 +89,8 @@ class ResourcesService:
             "sessions_retired": 0,
         }
 
-    def _ev(self, ident: Identity) -> dict[str, Any]:
-        return {
-            "component": "resources",
-            "instance": self.instance,
-            "rollout_id": ident.rollout_id,
-            "attempt": ident.attempt,
-        }
+    def _ev(self, ident: Identity) -> Envelope:
+        return envelope("resources", self.instance, ident)
 
     async def _append(self, event: Any) -> int:
         return await append_or_refuse(self.log, event)

@@ -30,3 +30,25 @@ def test_corrupted_record_on_disk_fails_snapshot_verification(tmp_path: Path) ->
     with pytest.raises(TokenStoreError, match=r.receipt_id):
         store.get(r)
     store.close()
+
+
+async def test_a_blocking_store_is_called_off_the_event_loop(tmp_path: Path) -> None:
+    import threading
+
+    from rollcut.tokens import call_store
+
+    seen: list[int] = []
+
+    class Remote(LocalTokenStore):
+        blocking = True  # as a store behind a network would declare
+
+        def chain(self, call_id: str) -> list[str]:
+            seen.append(threading.get_ident())
+            return super().chain(call_id)
+
+    with Remote(tmp_path / "remote") as remote, LocalTokenStore(tmp_path / "local") as local:
+        remote.link("c1", None, "r1")
+        assert await call_store(remote, remote.chain, "c1") == ["c1"]
+        assert seen and seen[0] != threading.get_ident()
+        local.link("c1", None, "r1")
+        assert await call_store(local, local.chain, "c1") == ["c1"]  # a local store answers inline

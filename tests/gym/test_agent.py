@@ -201,7 +201,7 @@ async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redon
     log: EventLog, stack: Any
 ) -> None:
     from rollcut.bus import RolloutCompleted
-    from rollcut.gym._environment import create_environment_app
+    from rollcut.gym import create_environment_app
 
     s = await stack(token_delay=0.01)
     env_app = create_environment_app(

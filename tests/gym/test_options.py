@@ -9,8 +9,16 @@ import pytest
 from typer.testing import CliRunner
 
 from rollcut.cli import app
-from rollcut.gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, decode_spec
-from rollcut.gym._options import cli_argv, encode_spec
+from rollcut.gym import (
+    AgentServe,
+    EnvironmentServe,
+    ModelServe,
+    ResourcesServe,
+    ServeSpec,
+    cli_argv,
+    decode_spec,
+    encode_spec,
+)
 
 EXAMPLES: list[ServeSpec] = [
     ModelServe(url="nats://127.0.0.1:4222", tokens="/t", seed=3, token_delay=0.004, workers=2, port=8123),
@@ -32,13 +40,13 @@ def test_the_command_line_the_harness_builds_parses_back_to_the_same_options(
     opts: ServeSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[Any] = []
-    monkeypatch.setattr("rollcut.cli._serve.serve", seen.append)  # parse only; serving is the e2e suite's
+    monkeypatch.setattr("rollcut.gym.serve", seen.append)  # parse only; serving is the e2e suite's
     result = CliRunner().invoke(app, ["serve", *cli_argv(opts)])
     assert result.exit_code == 0, result.output
     assert seen == [opts]
 
 
-def test_an_unknown_environment_is_a_usage_error_naming_the_choices() -> None:
+def test_an_unknown_environment_is_refused_naming_the_choices() -> None:
     result = CliRunner().invoke(app, ["serve", "resources", "nope", "--url", "nats://h:1"])
     assert result.exit_code == 2
     assert "counter" in result.output and "workplace" in result.output

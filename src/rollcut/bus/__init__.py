@@ -13,7 +13,7 @@ from ._kinds import *  # noqa: F403  (the kind table, whole)
 from ._log import EventLog, FenceState, StoredEvent, input_digest
 from ._server import EmbeddedServer
 from ._stream import BusConfig
-from ._subjects import COORDINATOR_LANE, Subjects
+from ._subjects import COORDINATOR_LANE, Subjects, check_token
 
 __all__ = [
     *_events.__all__,
@@ -27,6 +27,7 @@ __all__ = [
     "FenceState",
     "StoredEvent",
     "Subjects",
+    "check_token",
     "Upcaster",
     "digest",
     "input_digest",

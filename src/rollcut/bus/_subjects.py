@@ -31,6 +31,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def check_token(value: str, what: str) -> str:
+    """``value``, if it may become a subject token (1-128 of ``[A-Za-z0-9_-]``); else a ConfigError."""
     if not isinstance(value, str) or not _TOKEN.match(value):
         raise ConfigError(f"{what} {value!r} is not a valid token: use 1-128 of A-Z a-z 0-9 _ -")
     return value

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 import typer
@@ -26,10 +26,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._errors import RollcutError
-from .._runtime import default_home, open_log
-from ..bus import EventLog
-from ..ledger import Ledger
-from ..tokens import LocalTokenStore
+
+if TYPE_CHECKING:  # the heavy parts load when a command runs, not for every `rollcut --help`
+    from ..bus import EventLog
+    from ..ledger import Ledger
+    from ..tokens import LocalTokenStore
 
 __all__ = [
     "Opened",
@@ -104,17 +105,23 @@ class Target:
 
     def log(self, role: str = "admin") -> AbstractAsyncContextManager[EventLog]:
         """The event log, as ``role``."""
+        from .._runtime import open_log
+
         return open_log(
             self.url, home=self.home, namespace=self.namespace, role=role, credentials=self.credentials
         )
 
     def ledger(self, *, readonly: bool = False) -> Ledger:
         """The LMDB ledger."""
+        from ..ledger import Ledger
+
         return Ledger(self.ledger_path, readonly=readonly)
 
     @asynccontextmanager
     async def opened(self, role: str = "admin") -> AsyncIterator[Opened]:
         """The log, the ledger and the token store together, closed together."""
+        from ..tokens import LocalTokenStore
+
         async with self.log(role) as log:
             with self.ledger() as led, LocalTokenStore(self.tokens_path) as tk:
                 yield Opened(log, led, tk)
@@ -165,6 +172,8 @@ def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
         raise ValueError(f"no shared options {sorted(unknown)}")
 
     def build(given: dict[str, Any]) -> Target:
+        from .._runtime import default_home
+
         return Target(
             url=given.get("url"),
             home=given.get("home") or default_home(),

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ..bench import bench_checkpoint, bench_e2e, bench_log, bench_model
 from ._app import JsonOpt, UrlOpt, app, console, report, run
 
 __all__ = ["bench_app"]
@@ -18,13 +17,14 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
-def _measure(
-    bench: Callable[..., Coroutine[Any, Any, dict[str, Any]]], status: str, as_json: bool, **options: Any
-) -> None:
-    """Run one benchmark under a spinner; its title is its command's (``bench_log`` -> bench log)."""
+def _measure(name: str, status: str, as_json: bool, **options: Any) -> None:
+    """Run the benchmark ``rollcut.bench.<name>`` under a spinner (``bench_log``: ``rollcut bench log``)."""
+    from .. import bench
+
+    fn: Callable[..., Coroutine[Any, Any, dict[str, Any]]] = getattr(bench, name)
     with console.status(status, spinner="dots"):
-        out = run(bench(**options))
-    report("rollcut " + bench.__name__.replace("_", " "), out, as_json)
+        out = run(fn(**options))
+    report("rollcut " + name.replace("_", " "), out, as_json)
 
 
 @bench_app.command("log")
@@ -39,7 +39,7 @@ def bench_log_cmd(
 ) -> None:
     """Append and replay rate against plain nats-py on the same server, same run."""
     status = f"benchmarking {events} events at concurrency {concurrency}"
-    _measure(bench_log, status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
+    _measure("bench_log", status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
 
 
 @bench_app.command("checkpoint")
@@ -50,7 +50,7 @@ def bench_checkpoint_cmd(
 ) -> None:
     """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
     status = f"benchmarking a checkpoint of {rollouts} rollouts"
-    _measure(bench_checkpoint, status, as_json, rollouts=rollouts, url=url)
+    _measure("bench_checkpoint", status, as_json, rollouts=rollouts, url=url)
 
 
 @bench_app.command("model")
@@ -59,7 +59,7 @@ def bench_model_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Latency that durable custody adds to a model call (p50/p99)."""
-    _measure(bench_model, f"benchmarking {calls} model calls", as_json, calls=calls)
+    _measure("bench_model", f"benchmarking {calls} model calls", as_json, calls=calls)
 
 
 @bench_app.command("e2e")
@@ -69,4 +69,4 @@ def bench_e2e_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
-    _measure(bench_e2e, f"three recoveries of {rollouts} rollouts", as_json, rollouts=rollouts, seed=seed)
+    _measure("bench_e2e", f"three recoveries of {rollouts} rollouts", as_json, rollouts=rollouts, seed=seed)

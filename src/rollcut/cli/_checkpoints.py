@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..ledger import CheckpointRecord, verify_checkpoint
-from ..participants import CheckpointResult, Coordinator, Restorer
+if TYPE_CHECKING:
+    from ..ledger import CheckpointRecord
+    from ..participants import CheckpointResult, Restorer
+
 from ._app import JsonOpt, Opened, Target, app, console, fail, print_json, run, targeted
 
 __all__ = ["checkpoints_app"]
@@ -27,6 +29,8 @@ def _record_dict(rec: CheckpointRecord) -> dict[str, Any]:
 
 
 def _restorer(o: Opened) -> Restorer:
+    from ..participants import Coordinator, Restorer
+
     return Restorer(o.log, o.ledger, Coordinator(o.log, o.ledger, o.tokens), instance="cli")
 
 
@@ -40,6 +44,8 @@ def checkpoint_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Take a checkpoint of whatever is running on the bus, and print its record."""
+
+    from ..participants import Coordinator
 
     async def go() -> CheckpointResult:
         async with target.opened("coordinator") as o:
@@ -98,6 +104,7 @@ def checkpoints_show(checkpoint_id: str, target: Target, as_json: JsonOpt = Fals
 @targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
 def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = False) -> None:
     """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
+    from ..ledger import verify_checkpoint
 
     async def go() -> list[str]:
         async with target.opened() as o:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .._errors import ConfigError
-from ..collect import EXIT_REQUEUE, Collector, Summary, load_config, run_demo, summary_dict
+
+if TYPE_CHECKING:
+    from ..collect import Summary
+
 from ._app import HomeOpt, JsonOpt, Target, app, console, print_json, progress_bar, run
 
 __all__ = ["collect_cmd", "demo_cmd"]
@@ -28,6 +31,8 @@ def demo_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
+    from ..collect import run_demo
+
     with progress_bar(disable=as_json) as prog:
         task = prog.add_task("collecting", total=rollouts)
 
@@ -65,6 +70,7 @@ def collect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
+    from ..collect import EXIT_REQUEUE, Collector, load_config, summary_dict
 
     async def go() -> Summary:
         cfg, base = load_config(config)

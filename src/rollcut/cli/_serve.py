@@ -9,24 +9,12 @@ twice.
 from __future__ import annotations
 
 import socket
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from .._errors import RollcutError
-from ..gym import (
-    AgentServe,
-    EnvironmentServe,
-    ModelServe,
-    ResourcesServe,
-    ServeSpec,
-    decode_spec,
-    serve,
-    serve_worker,
-)
-from ..gym.resources import ENVIRONMENTS
 from ._app import NsOpt, app, fail, with_options
 
 __all__ = ["serve_app"]
@@ -44,8 +32,6 @@ Port = Annotated[int, typer.Option(help="Listen port; 0 picks a free one (printe
 Name = Annotated[str, typer.Option(help="Participant group name (default: the server kind, or the env).")]
 Workers = Annotated[int, typer.Option(help="Worker processes, each its own participant.")]
 AgentUrl = Annotated[str, typer.Option(help="Agent server base URL.")]
-EnvName = StrEnum("EnvName", {name: name for name in sorted(ENVIRONMENTS)})  # type: ignore[misc]
-"""The bundled environments, offered as choices (an unknown one is a usage error, exit 2)."""
 
 
 def _common(given: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +58,13 @@ served = with_options(
 )
 
 
-def _serve(opts: ServeSpec) -> None:
+def _serve(kind: str, **fields: Any) -> None:
+    """Build the options struct of server ``kind`` and serve it (the Gym package loads only here)."""
+    from .. import gym
+
+    spec = {"model": gym.ModelServe, "resources": gym.ResourcesServe, "agent": gym.AgentServe}
     try:
-        serve(opts)
+        gym.serve(spec.get(kind, gym.EnvironmentServe)(**fields))
     except RollcutError as exc:
         raise fail(str(exc)) from exc
 
@@ -94,26 +84,25 @@ def serve_model(
 ) -> None:
     """The OpenAI-compatible policy model server with durable call custody."""
     _serve(
-        ModelServe(
-            **common,
-            tokens=str(tokens),
-            backend=backend,
-            upstream=upstream,
-            seed=seed,
-            token_delay=token_delay,
-            tool_turns=tool_turns,
-        )
+        "model",
+        **common,
+        tokens=str(tokens),
+        backend=backend,
+        upstream=upstream,
+        seed=seed,
+        token_delay=token_delay,
+        tool_turns=tool_turns,
     )
 
 
 @serve_app.command("resources")
 @served
 def serve_resources(
-    env: Annotated[EnvName, typer.Argument(help="The environment to serve.")],
+    env: Annotated[str, typer.Argument(help="The environment (see `rollcut.gym.resources.ENVIRONMENTS`).")],
     common: dict[str, Any],
 ) -> None:
     """A stateful resources (tool) server whose sessions restore exactly."""
-    _serve(ResourcesServe(**common, env=env.value))
+    _serve("resources", **common, env=env)
 
 
 @serve_app.command("agent")
@@ -128,21 +117,14 @@ def serve_agent(
     bad = [r for r in resources if "=" not in r]
     if bad:
         raise fail(f"--resources takes ENV=URL, got {', '.join(bad)}")
-    _serve(
-        AgentServe(
-            **common,
-            agent=agent,
-            model=model,
-            resources=dict(r.split("=", 1) for r in resources),
-        )
-    )
+    _serve("agent", **common, agent=agent, model=model, resources=dict(r.split("=", 1) for r in resources))
 
 
 @serve_app.command("environment")
 @served
 def serve_environment(agent: AgentUrl, common: dict[str, Any]) -> None:
     """The episode orchestrator: one /run per task, recording each episode's completion."""
-    _serve(EnvironmentServe(**common, agent=agent))
+    _serve("environment", **common, agent=agent)
 
 
 @serve_app.command("worker", hidden=True)
@@ -154,5 +136,6 @@ def serve_one_worker(
     """One worker process of a server with several (started by the server itself)."""
     import asyncio
 
-    opts = decode_spec(spec)
-    asyncio.run(serve_worker(opts, socket.socket(fileno=listen_fd), worker_index))
+    from ..gym import decode_spec, serve_worker
+
+    asyncio.run(serve_worker(decode_spec(spec), socket.socket(fileno=listen_fd), worker_index))

@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
@@ -14,10 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .._errors import RollcutError
-from .._runtime import credentials_for
-from ..bus import EmbeddedServer
-from ..ledger import Projector, rebuild_ledger
-from ..replay import ReplayResult, replay
+
+if TYPE_CHECKING:
+    from ..replay import ReplayResult
 from ._app import JsonOpt, NsOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["ledger_app"]
@@ -38,6 +37,9 @@ def nats(
     ] = False,
 ) -> None:
     """Run the embedded nats-server with JetStream in the foreground, with per-role credentials."""
+    from .._runtime import credentials_for
+    from ..bus import EmbeddedServer
+
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -62,6 +64,8 @@ def nats(
 @targeted("url", "home", "namespace", "credentials", "ledger")
 def ledger_rebuild(target: Target, as_json: JsonOpt = False) -> None:
     """Rebuild the ledger from the stream alone; the old one is kept beside it."""
+    from ..ledger import rebuild_ledger
+
     path = target.ledger_path
 
     async def go() -> dict[str, Any]:
@@ -101,6 +105,7 @@ def ledger_status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the ledger's watermark and per-rollout index."""
+    from ..ledger import Projector
 
     async def go() -> dict[str, Any]:
         with target.ledger() as led:
@@ -153,6 +158,8 @@ def replay_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild session state from the log as of a checkpoint or a stream sequence."""
+    from ..replay import replay
+
     if checkpoint is not None:
         with target.ledger(readonly=True) as led:
             rec = led.checkpoint(checkpoint)

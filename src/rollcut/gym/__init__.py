@@ -4,6 +4,7 @@ The wire protocol they speak (identity, error kinds, domain errors) is
 :mod:`rollcut.gym.wire`.
 """
 
+from ._environment import create_environment_app
 from ._harness import STACK, ServerProcess, start_stack
 from ._options import (
     AgentServe,
@@ -12,7 +13,9 @@ from ._options import (
     ResourcesServe,
     ServeOptions,
     ServeSpec,
+    cli_argv,
     decode_spec,
+    encode_spec,
 )
 from ._runners import Make, serve, serve_participant, serve_worker
 from ._serving import run_servers
@@ -27,7 +30,10 @@ __all__ = [
     "ServeOptions",
     "ServeSpec",
     "ServerProcess",
+    "cli_argv",
+    "create_environment_app",
     "decode_spec",
+    "encode_spec",
     "run_servers",
     "serve",
     "serve_participant",

@@ -24,6 +24,7 @@ __all__ = ["create_environment_app"]
 def create_environment_app(
     log: EventLog, *, instance: str, agent_url: str, http: httpx.AsyncClient | None = None
 ) -> FastAPI:
+    """The environment server's FastAPI app: POST /run drives the agent and records the completion."""
     app = gym_app("rollcut environment")
     client = http or httpx.AsyncClient(timeout=600)
     stats = {"episodes": 0, "completed": 0}

@@ -37,8 +37,8 @@ from ..bus import (
     Event,
     EventLog,
     ParticipantLeaseExpired,
+    check_token,
 )
-from ..bus._subjects import check_token
 from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
 from ._protocol import (

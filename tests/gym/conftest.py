@@ -58,7 +58,7 @@ async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIter
     await participant.start()
     ledger = Ledger(tmp_path / "ledger")
     client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(service)), base_url="http://model"
+        transport=httpx.ASGITransport(app=create_app(service, return_token_ids=True)), base_url="http://model"
     )
     try:
         yield ModelRig(log, service, participant, client, tokens, Coordinator(log, ledger, tokens))

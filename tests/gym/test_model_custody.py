@@ -33,7 +33,8 @@ async def test_non_streamed_call_has_admitted_then_completed_custody(rig: ModelR
     assert admitted.seq < completed.seq and completed.event.call_id == out["id"] == ext["call_id"]
     assert completed.event.receipt.receipt_id == ext["receipt_id"]
     record = rig.tokens.get(completed.event.receipt)
-    assert record.output_ids == ext["output_token_ids"] and record.prompt_ids == ext["prompt_token_ids"]
+    msg = out["choices"][0]["message"]
+    assert record.output_ids == msg["generation_token_ids"] and record.prompt_ids == msg["prompt_token_ids"]
     assert decode(record.output_ids) == out["choices"][0]["message"]["content"]
     assert len(record.logprobs) == len(record.output_ids) == out["usage"]["completion_tokens"]
 
@@ -125,7 +126,10 @@ async def test_repeated_call_after_restore_is_served_from_the_log(rig: ModelRig)
     assert again["rollcut"]["served_from_log"] is True
     assert rig.service.stats["tokens_generated"] == generated  # zero tokens generated
     assert again["choices"][0]["message"] == first["choices"][0]["message"]
-    assert again["rollcut"]["output_token_ids"] == first["rollcut"]["output_token_ids"]
+    assert (
+        again["choices"][0]["message"]["generation_token_ids"]
+        == first["choices"][0]["message"]["generation_token_ids"]
+    )
     reused = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallReused)]
     assert [(r.attempt, r.source_call_id, r.source_attempt) for r in reused] == [(2, first["id"], 1)]
 
@@ -142,7 +146,7 @@ async def test_responses_route_speaks_the_responses_shape(rig: ModelRig) -> None
     out = (await rig.client.post("/r/r1/1/v1/responses", json={"input": "add", "tools": tools})).json()
     assert out["object"] == "response" and out["output"][0]["type"] == "function_call"
     assert out["output"][0]["name"] == "add" and json.loads(out["output"][0]["arguments"])["n"] >= 1
-    assert out["usage"]["output_tokens"] == len(out["rollcut"]["output_token_ids"])
+    assert out["usage"]["output_tokens"] == len(out["output"][0]["generation_token_ids"])
 
 
 async def test_call_for_an_undispatched_rollout_is_refused_clearly(rig: ModelRig) -> None:

@@ -81,6 +81,12 @@ def serve_model(
     seed: Annotated[int, typer.Option(help="Seed of the local backend.")] = 0,
     token_delay: Annotated[float, typer.Option("--token-delay", help="Seconds per generated token.")] = 0.0,
     tool_turns: Annotated[int, typer.Option("--tool-turns", help="Tool calls before a final answer.")] = 3,
+    return_token_ids: Annotated[
+        bool,
+        typer.Option(
+            "--return-token-ids", help="Put prompt/generation token ids and log-probs on every model output."
+        ),
+    ] = False,
 ) -> None:
     """The OpenAI-compatible policy model server with durable call custody."""
     _serve(
@@ -92,6 +98,7 @@ def serve_model(
         seed=seed,
         token_delay=token_delay,
         tool_turns=tool_turns,
+        return_token_ids=return_token_ids,
     )
 
 

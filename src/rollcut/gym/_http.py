@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+import re
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError
 from ..bus import Component, Event, EventLog
-from .wire import ErrorKind, GymError, Identity, error_body, identity_from
+from .wire import NG_ROLLOUT_PREFIX, ErrorKind, GymError, Identity, error_body, identity_from
 
-__all__ = ["Envelope", "append_or_refuse", "envelope", "error_response", "gym_app", "identity_of"]
+__all__ = [
+    "Envelope",
+    "IdentityPrefix",
+    "append_or_refuse",
+    "envelope",
+    "error_response",
+    "gym_app",
+    "identity_of",
+]
 
 
 class Envelope(TypedDict):
@@ -39,9 +49,37 @@ def error_response(err: GymError) -> JSONResponse:
     return JSONResponse(error_body(err), status_code=err.status, headers=headers)
 
 
+_PREFIXES = (
+    re.compile(r"^/r/(?P<rollout_id>[^/]+)/(?P<attempt>[^/]+)(?P<rest>/.*)$"),
+    re.compile(rf"^/{NG_ROLLOUT_PREFIX}/(?P<ng>[^/]+)(?:/training-token-capture)?(?P<rest>/.*)$"),
+)
+
+
+class IdentityPrefix:
+    """Strips an identity path prefix (``/r/<rollout>/<attempt>`` or ``/ng-rollout/<id>``) and keeps
+    what it said for :func:`identity_of`, so every route serves both the plain and prefixed paths."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            for pattern in _PREFIXES:
+                m = pattern.match(scope.get("path", ""))
+                if m is not None:
+                    found = {k: v for k, v in m.groupdict().items() if k != "rest"}
+                    state = {**scope.get("state", {}), "identity_prefix": found}
+                    rest = m["rest"]
+                    scope = {**scope, "path": rest, "raw_path": rest.encode(), "state": state}
+                    break
+        await self.app(scope, receive, send)
+
+
 def gym_app(title: str) -> FastAPI:
-    """A FastAPI app whose routes raise domain errors and never build error answers themselves."""
+    """A FastAPI app whose routes raise domain errors and never build error answers themselves;
+    identity path prefixes are understood on every route."""
     app = FastAPI(title=title, version="1")
+    app.add_middleware(IdentityPrefix)
 
     async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GymError)
@@ -56,9 +94,12 @@ def gym_app(title: str) -> FastAPI:
     return app
 
 
-def identity_of(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Identity:
-    """The identity of an incoming call (path prefix values, else headers)."""
-    return identity_from(request.headers, rollout_id, attempt)
+def identity_of(request: Request, body: Mapping[str, Any] | None = None) -> Identity:
+    """The identity of an incoming call, from its path prefix, headers and (NeMo Gym) body fields."""
+    prefix: dict[str, str] = getattr(request.state, "identity_prefix", None) or {}
+    return identity_from(
+        request.headers, prefix.get("rollout_id"), prefix.get("attempt"), body=body, ng_path=prefix.get("ng")
+    )
 
 
 async def append_or_refuse(log: EventLog, event: Event) -> int:

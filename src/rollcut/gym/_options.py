@@ -61,6 +61,7 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     seed: int = 0
     token_delay: float = 0.0
     tool_turns: int = 3
+    return_token_ids: bool = False
 
 
 class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
@@ -120,6 +121,8 @@ def cli_argv(opts: ServeSpec) -> list[str]:
             continue
         if isinstance(value, dict):
             out += [a for k, v in value.items() for a in (flag, f"{k}={v}")]
+        elif isinstance(value, bool):
+            out += [flag] if value else []
         else:
             out += [flag, str(value)]
     return out

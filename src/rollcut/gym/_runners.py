@@ -94,7 +94,7 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int) -> No
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         service = ModelService(log, tokens, backend, instance=instance, participant=participant)
-        return create_app(service), service
+        return create_app(service, return_token_ids=opts.return_token_ids), service
 
     try:
         await serve_participant(opts, sock, worker, "exported", make)

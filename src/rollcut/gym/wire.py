@@ -5,9 +5,14 @@ of them (the agent, the environment server, the collector) speaks the same
 three things, and this module is the only place they are spelled:
 
 - **Identity**: which physical execution ``(rollout_id, attempt)`` a call
-  belongs to. Encodings: the ``X-Rollout-Id`` / ``X-Rollout-Attempt``
-  headers, or the path prefix ``/r/{rollout_id}/{attempt}``. Encode with
-  :func:`identity_headers`, decode with :func:`identity_from`.
+  belongs to. rollcut's encodings: the ``X-Rollout-Id`` /
+  ``X-Rollout-Attempt`` headers, or the path prefix
+  ``/r/{rollout_id}/{attempt}``. NeMo Gym's: the body fields
+  ``_ng_rollout_id`` / ``_ng_attempt_index``, or the path prefix
+  ``/ng-rollout/<id>[-a<n>]``. NeMo Gym counts attempts from 0 and rollcut
+  from 1: ``attempt = _ng_attempt_index + 1``, here and nowhere else. Encode
+  with :func:`identity_headers` / :func:`ng_path_id`, decode with
+  :func:`identity_from`; two encodings that disagree are refused.
 - **Error kinds**: :class:`ErrorKind`, the ``type`` of an OpenAI-style
   ``{"error": {"type", "message"}}`` answer, each with one HTTP status
   (:func:`status_of`).
@@ -19,6 +24,7 @@ three things, and this module is the only place they are spelled:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +36,11 @@ from .._errors import AdmissionClosedError, RollcutError
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "NG_ATTEMPT_INDEX",
+    "NG_ROLLOUT_ID",
+    "NG_ROLLOUT_INDEX",
+    "NG_ROLLOUT_PREFIX",
+    "NG_TASK_INDEX",
     "PATH_PREFIX",
     "ROLLOUT_HEADER",
     "ErrorKind",
@@ -39,6 +50,8 @@ __all__ = [
     "error_from_response",
     "identity_from",
     "identity_headers",
+    "ng_path_id",
+    "split_ng_path_id",
     "status_of",
 ]
 
@@ -48,11 +61,24 @@ ATTEMPT_HEADER = "x-rollout-attempt"
 """The header carrying a call's attempt number."""
 PATH_PREFIX = "/r/{rollout_id}/{attempt}"
 """The path prefix that carries identity where headers cannot."""
+NG_ROLLOUT_PREFIX = "ng-rollout"
+"""NeMo Gym's path prefix segment: ``/ng-rollout/<id>[-a<n>]/...``."""
+NG_ROLLOUT_ID = "_ng_rollout_id"
+"""NeMo Gym's body field naming a rollout."""
+NG_ATTEMPT_INDEX = "_ng_attempt_index"
+"""NeMo Gym's body field naming an attempt, counted from 0 (rollcut's attempt minus one)."""
+NG_TASK_INDEX = "_ng_task_index"
+"""NeMo Gym's row field: which input row (task) a rollout came from."""
+NG_ROLLOUT_INDEX = "_ng_rollout_index"
+"""NeMo Gym's row field: which repeat of its task a rollout is."""
+_NG_ATTEMPT = re.compile(r"^(?P<rid>.+)-a(?P<n>[0-9]+)$")
 
 
 class ErrorKind(StrEnum):
     """The ``type`` of every error answer a Gym server here gives."""
 
+    BAD_REQUEST = "bad_request"
+    """The body is not what the route takes (not JSON, wrong shape, invalid fields)."""
     MISSING_IDENTITY = "missing_identity"
     BAD_IDENTITY = "bad_identity"
     STALE_ATTEMPT = "stale_attempt"
@@ -70,6 +96,7 @@ class ErrorKind(StrEnum):
 
 
 _STATUS: dict[ErrorKind, int] = {
+    ErrorKind.BAD_REQUEST: 400,
     ErrorKind.MISSING_IDENTITY: 400,
     ErrorKind.BAD_IDENTITY: 400,
     ErrorKind.STALE_ATTEMPT: 409,
@@ -140,29 +167,80 @@ def identity_headers(ident: Identity) -> dict[str, str]:
     return {ROLLOUT_HEADER: ident.rollout_id, ATTEMPT_HEADER: str(ident.attempt)}
 
 
+def ng_path_id(ident: Identity) -> str:
+    """The id NeMo Gym puts in ``/ng-rollout/<id>``: the rollout, ``-a<n>`` for attempts after the first."""
+    return ident.rollout_id if ident.attempt == 1 else f"{ident.rollout_id}-a{ident.attempt - 1}"
+
+
+def split_ng_path_id(path_id: str) -> Identity:
+    """The reverse of :func:`ng_path_id` (rollcut's rollout ids never end in ``-a<digits>``)."""
+    m = _NG_ATTEMPT.match(path_id)
+    if m is None:
+        return Identity(path_id, 1)
+    return Identity(m["rid"], int(m["n"]) + 1)
+
+
+def _attempt(value: object, what: str, *, base: int) -> int:
+    try:
+        n = int(str(value))
+    except ValueError as exc:
+        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be an integer, got {value!r}") from exc
+    if n < base:
+        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be >= {base}, got {n}")
+    return n - base + 1
+
+
 def identity_from(
-    headers: Mapping[str, str], rollout_id: str | None = None, attempt: str | None = None
+    headers: Mapping[str, str],
+    rollout_id: str | None = None,
+    attempt: str | None = None,
+    *,
+    body: Mapping[str, Any] | None = None,
+    ng_path: str | None = None,
 ) -> Identity:
-    """The identity of a call: the path prefix's values if given, else the headers."""
-    rid = rollout_id or headers.get(ROLLOUT_HEADER)
-    att = attempt or headers.get(ATTEMPT_HEADER)
-    if not rid or not att:
+    """The identity of a call, from every encoding it carries; they must agree.
+
+    Sources: rollcut's path prefix values (``rollout_id``, ``attempt``), NeMo
+    Gym's path id (``ng_path``), the ``X-Rollout-*`` headers, and NeMo Gym's
+    body fields.
+    """
+    found: list[tuple[str, Identity]] = []
+    if rollout_id and attempt:
+        found.append(("path /r/...", Identity(rollout_id, _attempt(attempt, "the path's attempt", base=1))))
+    if ng_path:
+        found.append((f"path /{NG_ROLLOUT_PREFIX}/...", split_ng_path_id(ng_path)))
+    rid, att = headers.get(ROLLOUT_HEADER), headers.get(ATTEMPT_HEADER)
+    if rid or att:
+        if not rid or not att:
+            raise GymError(ErrorKind.BAD_IDENTITY, "send both X-Rollout-Id and X-Rollout-Attempt, or neither")
+        found.append(("headers", Identity(rid, _attempt(att, "X-Rollout-Attempt", base=1))))
+    if body is not None and body.get(NG_ROLLOUT_ID) is not None:
+        ng_rid = body[NG_ROLLOUT_ID]
+        if not isinstance(ng_rid, str):
+            raise GymError(ErrorKind.BAD_IDENTITY, f"{NG_ROLLOUT_ID} must be a string, got {ng_rid!r}")
+        index = body.get(NG_ATTEMPT_INDEX, 0)
+        found.append(("body", Identity(ng_rid, _attempt(index, NG_ATTEMPT_INDEX, base=0))))
+    if not found:
         raise GymError(
             ErrorKind.MISSING_IDENTITY,
-            "this server checkpoints its calls: send X-Rollout-Id and X-Rollout-Attempt headers "
-            "(or call /r/{rollout_id}/{attempt}/...)",
+            "this server checkpoints its calls: send X-Rollout-Id and X-Rollout-Attempt headers, "
+            f"call /r/{{rollout_id}}/{{attempt}}/... or /{NG_ROLLOUT_PREFIX}/<id>/..., "
+            f"or put {NG_ROLLOUT_ID} (and {NG_ATTEMPT_INDEX}) in the body",
         )
-    try:
-        return Identity(rid, int(att))
-    except ValueError as exc:
-        raise GymError(
-            ErrorKind.BAD_IDENTITY, f"X-Rollout-Attempt must be an integer, got {att!r}", rollout_id=rid
-        ) from exc
+    first = found[0][1]
+    for where, other in found[1:]:
+        if other != first:
+            raise GymError(
+                ErrorKind.BAD_IDENTITY,
+                f"conflicting identity: {found[0][0]} says {first.rollout_id}/{first.attempt}, "
+                f"{where} says {other.rollout_id}/{other.attempt}",
+            )
+    return first
 
 
 def error_body(err: GymError) -> dict[str, Any]:
-    """The OpenAI-style body of an error answer."""
-    return {"error": {"type": str(err.kind), "message": str(err)}}
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``, type and code the kind."""
+    return {"error": {"message": str(err), "type": str(err.kind), "param": None, "code": str(err.kind)}}
 
 
 def error_from_response(resp: httpx.Response, *, where: str = "") -> GymError:

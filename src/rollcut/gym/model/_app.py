@@ -1,10 +1,19 @@
-"""The OpenAI-compatible HTTP surface Gym agents call.
+"""The OpenAI-compatible HTTP surface: ``/v1/chat/completions``, ``/v1/responses``, ``/v1/models``.
 
-Identity: ``X-Rollout-Id`` and ``X-Rollout-Attempt`` headers, or the path
-prefix ``/r/{rollout_id}/{attempt}``. With checkpointing on, a request without
-it is refused (400): a call that cannot be attributed cannot be recovered.
-rollcut's own fields ride in a ``rollcut`` object (call id, receipt, whether
-it was served from the log, the token ids) that OpenAI clients ignore.
+Bodies, stream chunks and stream events are OpenAI's own types (see
+``_shapes``); errors are OpenAI's error shape with statuses the SDK maps
+(409 for a stale attempt, 503 with ``Retry-After`` while a checkpoint holds
+admission, which the SDK retries by itself).
+
+Identity: rollcut's ``X-Rollout-*`` headers or ``/r/<rollout>/<attempt>``
+prefix, or NeMo Gym's ``/ng-rollout/<id>[-a<n>]`` prefix (``gym/wire.py``).
+With checkpointing on, a request without identity is refused (400): a call
+that cannot be attributed cannot be recovered.
+
+``return_token_ids``: every assistant message / output item carries
+``prompt_token_ids``, ``generation_token_ids`` and ``generation_log_probs``,
+read from the token store's record of the call, as NeMo Gym's vLLM model
+server does with ``return_token_id_information``.
 """
 
 from __future__ import annotations
@@ -16,147 +25,86 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from ...tokens import call_store
 from .._http import gym_app, identity_of
-from ..wire import GymError, Identity, error_body
+from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import decode, response_message
 from ._service import CallResult, ModelService
+from ._shapes import (
+    DEFAULT_MODEL,
+    Training,
+    chat_chunk,
+    chat_completion,
+    extension,
+    models_list,
+    response_items,
+    response_object,
+    responses_input_to_chat,
+)
 
 __all__ = ["create_app"]
 
 
-def _extension(result: CallResult) -> dict[str, Any]:
-    return {
-        "call_id": result.call_id,
-        "receipt_id": result.receipt.receipt_id,
-        "receipt_digest": result.receipt.digest,
-        "served_from_log": result.served_from_log,
-        "continued_from": result.continued_from,
-        "prompt_token_ids": result.plan.prompt_ids,
-        "output_token_ids": result.output_ids,
-    }
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
 
 
-def _chat_body(result: CallResult, body: dict[str, Any]) -> dict[str, Any]:
-    msg = response_message(result.plan, result.output_ids)
-    choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": result.plan.finish_reason}
-    if body.get("logprobs"):
-        choice["logprobs"] = {
-            "content": [
-                {"token": decode([t]), "logprob": lp}
-                for t, lp in zip(result.output_ids, result.plan.logprobs, strict=False)
-            ]
-        }
-    n_in, n_out = len(result.plan.prompt_ids), len(result.output_ids)
-    return {
-        "id": result.call_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": body.get("model") or "rollcut-local",
-        "choices": [choice],
-        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
-        "rollcut": _extension(result),
-    }
-
-
-def _responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """Map a /v1/responses request onto the chat shape the backend plans from."""
-    items = body.get("input")
-    messages: list[dict[str, Any]] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": body["instructions"]})
-    if isinstance(items, str):
-        messages.append({"role": "user", "content": items})
-    for it in items if isinstance(items, list) else []:
-        if it.get("type") == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": it.get("call_id"), "content": it.get("output")})
-        elif it.get("type") == "function_call":
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": it.get("call_id"),
-                            "type": "function",
-                            "function": {"name": it.get("name"), "arguments": it.get("arguments")},
-                        }
-                    ],
-                }
-            )
-        else:
-            messages.append({"role": it.get("role", "user"), "content": it.get("content")})
-    tools = [
-        {"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}}
-        for t in body.get("tools") or []
-        if t.get("type") == "function"
-    ]
-    out: dict[str, Any] = {"messages": messages, "tools": tools, "model": body.get("model")}
-    if body.get("max_output_tokens") is not None:
-        out["max_tokens"] = body["max_output_tokens"]
-    return out
-
-
-def create_app(service: ModelService, *, require_identity: bool = True) -> FastAPI:
+def create_app(
+    service: ModelService,
+    *,
+    require_identity: bool = True,
+    return_token_ids: bool = False,
+    model_name: str = DEFAULT_MODEL,
+) -> FastAPI:
     """The OpenAI-compatible FastAPI app over a model service."""
     app = gym_app("rollcut policy model")
 
-    async def identified(
-        request: Request, rollout_id: str | None, attempt: str | None
-    ) -> tuple[Identity, dict[str, Any]]:
-        body = await request.json()
+    async def identified(request: Request) -> tuple[Identity, dict[str, Any]]:
         try:
-            return identity_of(request, rollout_id, attempt), body
-        except GymError:
-            if require_identity:
+            body = await request.json()
+        except ValueError as exc:
+            raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
+        try:
+            return identity_of(request), body
+        except GymError as exc:
+            if require_identity or exc.kind is not ErrorKind.MISSING_IDENTITY:
                 raise
             return Identity("anonymous", 1), body
 
+    async def training(result: CallResult) -> Training | None:
+        if not return_token_ids:
+            return None
+        record = await call_store(service.tokens, service.tokens.get, result.receipt)
+        return Training.of(record)
+
     @app.post("/v1/chat/completions")
-    @app.post("/r/{rollout_id}/{attempt}/v1/chat/completions")
-    async def chat(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Any:
-        ident, body = await identified(request, rollout_id, attempt)
+    async def chat(request: Request) -> Any:
+        ident, body = await identified(request)
         if body.get("stream"):
-            return await _stream(service, ident, body)
-        return JSONResponse(_chat_body(await service.call(ident, body), body))
+            return await _chat_stream(service, ident, body, training)
+        result = await service.call(ident, body)
+        return JSONResponse(chat_completion(result, body, await training(result)))
 
     @app.post("/v1/responses")
-    @app.post("/r/{rollout_id}/{attempt}/v1/responses")
-    async def responses(request: Request, rollout_id: str | None = None, attempt: str | None = None) -> Any:
-        ident, body = await identified(request, rollout_id, attempt)
-        result = await service.call(ident, _responses_to_chat(body))
-        msg = response_message(result.plan, result.output_ids)
-        if msg.get("tool_calls"):
-            output = [
-                {
-                    "type": "function_call",
-                    "call_id": c["id"],
-                    "name": c["function"]["name"],
-                    "arguments": c["function"]["arguments"],
-                }
-                for c in msg["tool_calls"]
-            ]
-        else:
-            output = [
-                {
-                    "type": "message",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": msg["content"]}],
-                }
-            ]
-        n_in, n_out = len(result.plan.prompt_ids), len(result.output_ids)
+    async def responses(request: Request) -> Any:
+        ident, body = await identified(request)
+        chat_body = responses_input_to_chat(body)
+        if body.get("stream"):
+            return await _responses_stream(service, ident, body, chat_body, training)
+        result = await service.call(ident, chat_body)
+        items = response_items(result, await training(result))
+        usage = (len(result.plan.prompt_ids), len(result.output_ids))
         return JSONResponse(
-            {
-                "id": result.call_id,
-                "object": "response",
-                "status": "completed",
-                "model": body.get("model") or "rollcut-local",
-                "output": output,
-                "usage": {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out},
-                "rollcut": _extension(result),
-            }
+            {**response_object(result.call_id, body, items=items, usage=usage), "rollcut": extension(result)}
         )
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return models_list(model_name)
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:
@@ -167,9 +115,7 @@ def create_app(service: ModelService, *, require_identity: bool = True) -> FastA
         return {"status": "ok"}
 
     @app.get("/metrics")
-    async def metrics() -> Any:
-        from fastapi.responses import PlainTextResponse
-
+    async def metrics() -> PlainTextResponse:
         lines = [
             f'rollcut_model_{k}_total{{instance="{service.instance}"}} {v}' for k, v in service.stats.items()
         ]
@@ -178,63 +124,175 @@ def create_app(service: ModelService, *, require_identity: bool = True) -> FastA
     return app
 
 
-async def _stream(service: ModelService, ident: Identity, body: dict[str, Any]) -> Any:
-    queue: asyncio.Queue[int | None] = asyncio.Queue()
-    # content streams token by token when the plan is known to be text; otherwise it is held to the end
+class _Tokens:
+    """A call running in the background, its tokens as they come; custody runs to the end."""
+
+    def __init__(self, service: ModelService, ident: Identity, body: dict[str, Any]) -> None:
+        self.queue: asyncio.Queue[int | None] = asyncio.Queue()
+        self.task = asyncio.ensure_future(service.call(ident, body, on_token=self._on_token))
+        self.task.add_done_callback(lambda _: self.queue.put_nowait(None))
+
+    async def _on_token(self, tok: int) -> None:
+        await self.queue.put(tok)
+
+    async def started(self) -> None:
+        """Wait for the first token or the end; a call refused before it ran raises here, so the
+        refusal is an HTTP error answer, not an event inside a stream."""
+        first = asyncio.ensure_future(self.queue.get())
+        await asyncio.wait([first, self.task], return_when=asyncio.FIRST_COMPLETED)
+        if self.task.done() and self.task.exception() is not None and not first.done():
+            first.cancel()
+            exc = self.task.exception()
+            assert exc is not None
+            raise exc
+        self._first = first
+
+    async def __aiter__(self) -> AsyncIterator[int]:
+        tok = await self._first
+        while tok is not None:
+            yield tok
+            tok = await self.queue.get()
+
+
+async def _chat_stream(
+    service: ModelService, ident: Identity, body: dict[str, Any], training: Any
+) -> StreamingResponse:
+    tokens = _Tokens(service, ident, body)
+    await tokens.started()
+    _, call_id = service.call_identity(ident, body)
+    created, model = int(time.time()), body.get("model") or DEFAULT_MODEL
+    # content streams token by token when the plan is known to be text; tool calls come whole at the end
     hold = not service.backend.plans_ahead or bool((await service.backend.start(body)).tool_calls)
-
-    async def on_token(tok: int) -> None:
-        await queue.put(tok)
-
-    task = asyncio.ensure_future(service.call(ident, body, on_token=on_token))  # custody runs to the end
-    task.add_done_callback(lambda _: queue.put_nowait(None))
-    first = asyncio.ensure_future(queue.get())
-    await asyncio.wait([first, task], return_when=asyncio.FIRST_COMPLETED)
-    if task.done() and task.exception() is not None and not first.done():
-        first.cancel()
-        exc = task.exception()
-        assert exc is not None
-        raise exc  # a GymError becomes its answer in the app's handler
-    created, model = int(time.time()), body.get("model") or "rollcut-local"
-
-    def chunk(call_id: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-        payload = {
-            "id": call_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            **extra,
-        }
-        return f"data: {json.dumps(payload)}\n\n"
+    with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
     async def events() -> AsyncIterator[str]:
-        yield chunk("pending", {"role": "assistant"})
-        tok = await first
-        while tok is not None:
+        yield _sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
+        async for tok in tokens:
             if not hold:
-                yield chunk("pending", {"content": decode([tok])})
-            tok = await queue.get()
+                yield _sse(chat_chunk(call_id, created, model, {"content": decode([tok])}))
         try:
-            result = await task  # the completed event is durable before the last chunk leaves
+            result = await tokens.task  # the completed event is durable before the last chunk leaves
         except GymError as exc:
-            yield f"data: {json.dumps(error_body(exc))}\n\n"
+            yield _sse(error_body(exc))
             return
         msg = response_message(result.plan, result.output_ids)
-        if msg.get("tool_calls"):
-            delta: dict[str, Any] = {
-                "tool_calls": [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
-            }
-        else:
-            delta = {"content": msg["content"]} if hold else {}
-        n_in, n_out = len(result.plan.prompt_ids), len(result.output_ids)
-        yield chunk(
-            result.call_id,
-            delta,
-            result.plan.finish_reason,
-            usage={"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
-            rollcut=_extension(result),
+        delta: dict[str, Any] = (
+            {"tool_calls": msg["tool_calls"]}
+            if msg.get("tool_calls")
+            else ({"content": msg["content"]} if hold else {})
         )
+        final = chat_chunk(
+            call_id, created, model, delta, result.plan.finish_reason, extra={"rollcut": extension(result)}
+        )
+        fields = await training(result)
+        if fields is not None:  # on the last delta, as they sit on the message of a plain completion
+            final["choices"][0]["delta"].update(fields.fields())
+        yield _sse(final)
+        if with_usage:
+            usage = (len(result.plan.prompt_ids), len(result.output_ids))
+            yield _sse(chat_chunk(call_id, created, model, {}, usage=usage))
         yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def _responses_stream(
+    service: ModelService, ident: Identity, body: dict[str, Any], chat_body: dict[str, Any], training: Any
+) -> StreamingResponse:
+    tokens = _Tokens(service, ident, chat_body)
+    await tokens.started()
+    _, call_id = service.call_identity(ident, chat_body)
+    created_at = time.time()
+    hold = not service.backend.plans_ahead or bool((await service.backend.start(chat_body)).tool_calls)
+    seq = iter(range(1 << 30))
+    msg_id = f"msg_{call_id}"
+
+    def event(kind: str, **fields: Any) -> str:
+        return f"event: {kind}\n" + _sse({"type": kind, "sequence_number": next(seq), **fields})
+
+    def shell(
+        status: str, items: list[dict[str, Any]], usage: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
+        return response_object(call_id, body, items=items, status=status, usage=usage, created_at=created_at)
+
+    async def events() -> AsyncIterator[str]:
+        yield event("response.created", response=shell("in_progress", []))
+        yield event("response.in_progress", response=shell("in_progress", []))
+        if not hold:
+            item = {
+                "type": "message",
+                "id": msg_id,
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            part = {"type": "output_text", "text": "", "annotations": []}
+            yield event("response.output_item.added", output_index=0, item=item)
+            yield event(
+                "response.content_part.added", item_id=msg_id, output_index=0, content_index=0, part=part
+            )
+            async for tok in tokens:
+                yield event(
+                    "response.output_text.delta",
+                    item_id=msg_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=decode([tok]),
+                    logprobs=[],
+                )
+        else:
+            async for _ in tokens:
+                pass
+        try:
+            result = await tokens.task
+        except GymError as exc:
+            yield event("error", message=str(exc), code=str(exc.kind), param=None)
+            return
+        items = response_items(result, await training(result))
+        for index, done in enumerate(items):
+            if done["type"] == "message":
+                full = done["content"][0]
+                if hold:
+                    yield event(
+                        "response.output_item.added",
+                        output_index=index,
+                        item={**done, "status": "in_progress"},
+                    )
+                yield event(
+                    "response.output_text.done",
+                    item_id=done["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=full["text"],
+                    logprobs=[],
+                )
+                yield event(
+                    "response.content_part.done",
+                    item_id=done["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=full,
+                )
+            else:
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**done, "arguments": "", "status": "in_progress"},
+                )
+                yield event(
+                    "response.function_call_arguments.delta",
+                    item_id=done["id"],
+                    output_index=index,
+                    delta=done["arguments"],
+                )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=done["id"],
+                    output_index=index,
+                    arguments=done["arguments"],
+                )
+            yield event("response.output_item.done", output_index=index, item=done)
+        usage = (len(result.plan.prompt_ids), len(result.output_ids))
+        yield event("response.completed", response=shell("completed", items, usage))
 
     return StreamingResponse(events(), media_type="text/event-stream")

@@ -183,18 +183,19 @@ class ModelService:
 
     # --- a call --------------------------------------------------------------------------
 
+    @staticmethod
+    def call_identity(ident: Identity, body: dict[str, Any]) -> tuple[str, str]:
+        """The request digest and call id of a request: the same request in the same attempt is the
+        same logical call (a retry), known before it runs (a stream names it in its first chunk)."""
+        digest = input_digest({k: v for k, v in body.items() if k not in _DIGEST_SKIP})
+        key = f"{ident.rollout_id}|{ident.attempt}|{digest}".encode()
+        return digest, "c" + hashlib.blake2b(key, digest_size=10).hexdigest()
+
     async def call(
         self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
     ) -> CallResult:
-        digest = input_digest({k: v for k, v in body.items() if k not in _DIGEST_SKIP})
+        digest, call_id = self.call_identity(ident, body)
         ctx = await self._context(ident)
-        # the same request in the same attempt is the same logical call (a retry)
-        call_id = (
-            "c"
-            + hashlib.blake2b(
-                f"{ident.rollout_id}|{ident.attempt}|{digest}".encode(), digest_size=10
-            ).hexdigest()
-        )
         # lineage is looked up while the call runs: only the completed event needs it
         parent = asyncio.ensure_future(self._parent(ident))
         gate = self.participant.gate.admit() if self.participant else None

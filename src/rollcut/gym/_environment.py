@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import error_response, gym_app, identity_of
+from ._http import error_response, gym_app, gym_client, identity_of
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
@@ -26,7 +26,7 @@ def create_environment_app(
 ) -> FastAPI:
     """The environment server's FastAPI app: POST /run drives the agent and records the completion."""
     app = gym_app("rollcut environment")
-    client = http or httpx.AsyncClient(timeout=600)
+    client = http or gym_client(600)
     stats = {"episodes": 0, "completed": 0}
 
     @app.post("/run")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import re
+import socket
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError
 from ..bus import Component, Event, EventLog
-from .wire import NG_ROLLOUT_PREFIX, ErrorKind, GymError, Identity, error_body, identity_from
+from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
 
 __all__ = [
     "Envelope",
@@ -20,6 +23,7 @@ __all__ = [
     "envelope",
     "error_response",
     "gym_app",
+    "gym_client",
     "identity_of",
 ]
 
@@ -41,6 +45,25 @@ def envelope(component: Component, instance: str, ident: Identity) -> Envelope:
         "rollout_id": ident.rollout_id,
         "attempt": ident.attempt,
     }
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """Keeps nothing: one run's session cookie must never ride on another run's call."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
+def gym_client(timeout: float, *, max_connections: int = 1000) -> httpx.AsyncClient:
+    """The client Gym servers call each other with: TCP_NODELAY, and no cookie jar (a session cookie
+    is passed along explicitly, per run, as NeMo Gym's agents do)."""
+    transport = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    return httpx.AsyncClient(
+        timeout=timeout,
+        transport=transport,
+        limits=httpx.Limits(max_connections=max_connections),
+        cookies=httpx.Cookies(_NoCookies()),
+    )
 
 
 def error_response(err: GymError) -> JSONResponse:
@@ -98,7 +121,12 @@ def identity_of(request: Request, body: Mapping[str, Any] | None = None) -> Iden
     """The identity of an incoming call, from its path prefix, headers and (NeMo Gym) body fields."""
     prefix: dict[str, str] = getattr(request.state, "identity_prefix", None) or {}
     return identity_from(
-        request.headers, prefix.get("rollout_id"), prefix.get("attempt"), body=body, ng_path=prefix.get("ng")
+        request.headers,
+        prefix.get("rollout_id"),
+        prefix.get("attempt"),
+        body=body,
+        ng_path=prefix.get("ng"),
+        cookie=request.cookies.get(SESSION_COOKIE),
     )
 
 

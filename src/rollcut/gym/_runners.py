@@ -25,6 +25,7 @@ from ..bus import BusConfig, EventLog, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
 from ._environment import create_environment_app
+from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._serving import run_servers, serve_on
 from .agent import SimpleAgent, create_agent_app
@@ -43,11 +44,6 @@ async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
     if opts.credentials:
         config = config.as_role(load_credentials(Path(opts.credentials)), role)
     return await EventLog.connect(config, name=instance)
-
-
-def _nodelay_client(timeout: float) -> httpx.AsyncClient:
-    transport = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-    return httpx.AsyncClient(timeout=timeout, transport=transport, limits=httpx.Limits(max_connections=1000))
 
 
 async def serve_participant(
@@ -121,7 +117,7 @@ async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> No
             model_url=opts.model,
             resources=opts.resources,
             participant=participant,
-            http=_nodelay_client(600),
+            http=gym_client(600),
         )
         return create_agent_app(agent), agent
 
@@ -130,7 +126,7 @@ async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> No
 
 async def _serve_environment(opts: EnvironmentServe, sock: socket.socket, worker: int) -> None:
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        app = create_environment_app(log, instance=instance, agent_url=opts.agent, http=_nodelay_client(3600))
+        app = create_environment_app(log, instance=instance, agent_url=opts.agent, http=gym_client(3600))
         return app, None
 
     await serve_participant(opts, sock, worker, "event_sourced", make)

@@ -40,9 +40,11 @@ __all__ = [
     "NG_ROLLOUT_ID",
     "NG_ROLLOUT_INDEX",
     "NG_ROLLOUT_PREFIX",
+    "NG_RUN_KEYS",
     "NG_TASK_INDEX",
     "PATH_PREFIX",
     "ROLLOUT_HEADER",
+    "SESSION_COOKIE",
     "ErrorKind",
     "GymError",
     "Identity",
@@ -51,6 +53,7 @@ __all__ = [
     "identity_from",
     "identity_headers",
     "ng_path_id",
+    "session_cookie",
     "split_ng_path_id",
     "status_of",
 ]
@@ -71,6 +74,11 @@ NG_TASK_INDEX = "_ng_task_index"
 """NeMo Gym's row field: which input row (task) a rollout came from."""
 NG_ROLLOUT_INDEX = "_ng_rollout_index"
 """NeMo Gym's row field: which repeat of its task a rollout is."""
+SESSION_COOKIE = "rollcut_session"
+"""The cookie a resources server sets at ``/seed_session`` (NeMo Gym's session contract):
+``<rollout_id>/<attempt>``; tool calls, ``/verify`` and ``/close_session`` find their session by it."""
+NG_RUN_KEYS = frozenset({"responses_create_params", "response", "agent_ref", "reward"})
+"""NeMo Gym's own fields of a run row; everything else in a row is the environment's."""
 _NG_ATTEMPT = re.compile(r"^(?P<rid>.+)-a(?P<n>[0-9]+)$")
 
 
@@ -167,6 +175,11 @@ def identity_headers(ident: Identity) -> dict[str, str]:
     return {ROLLOUT_HEADER: ident.rollout_id, ATTEMPT_HEADER: str(ident.attempt)}
 
 
+def session_cookie(ident: Identity) -> str:
+    """The value of :data:`SESSION_COOKIE` for a session."""
+    return f"{ident.rollout_id}/{ident.attempt}"
+
+
 def ng_path_id(ident: Identity) -> str:
     """The id NeMo Gym puts in ``/ng-rollout/<id>``: the rollout, ``-a<n>`` for attempts after the first."""
     return ident.rollout_id if ident.attempt == 1 else f"{ident.rollout_id}-a{ident.attempt - 1}"
@@ -197,12 +210,15 @@ def identity_from(
     *,
     body: Mapping[str, Any] | None = None,
     ng_path: str | None = None,
+    cookie: str | None = None,
 ) -> Identity:
     """The identity of a call, from every encoding it carries; they must agree.
 
     Sources: rollcut's path prefix values (``rollout_id``, ``attempt``), NeMo
-    Gym's path id (``ng_path``), the ``X-Rollout-*`` headers, and NeMo Gym's
-    body fields.
+    Gym's path id (``ng_path``), the ``X-Rollout-*`` headers, NeMo Gym's
+    body fields; and, only when none of those is given, a resources session's
+    cookie (a client that keeps cookies would otherwise send one run's session
+    along with the next run's explicit identity).
     """
     found: list[tuple[str, Identity]] = []
     if rollout_id and attempt:
@@ -220,6 +236,11 @@ def identity_from(
             raise GymError(ErrorKind.BAD_IDENTITY, f"{NG_ROLLOUT_ID} must be a string, got {ng_rid!r}")
         index = body.get(NG_ATTEMPT_INDEX, 0)
         found.append(("body", Identity(ng_rid, _attempt(index, NG_ATTEMPT_INDEX, base=0))))
+    if cookie and not found:  # ambient state: it identifies a call only when nothing explicit does
+        crid, _, catt = cookie.partition("/")
+        if not crid or not catt:
+            raise GymError(ErrorKind.BAD_IDENTITY, f"the {SESSION_COOKIE} cookie is not <rollout>/<attempt>")
+        found.append(("cookie", Identity(crid, _attempt(catt, "the session cookie's attempt", base=1))))
     if not found:
         raise GymError(
             ErrorKind.MISSING_IDENTITY,

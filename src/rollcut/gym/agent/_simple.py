@@ -31,6 +31,7 @@ from ..._errors import StaleAttemptError
 from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import inherited
+from .._http import gym_client
 from ..wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 
 __all__ = ["FreshDispatchNeeded", "SimpleAgent"]
@@ -73,7 +74,7 @@ class SimpleAgent:
         self.model_url = model_url
         self.resources = resources
         self.participant = participant
-        self.http = http or httpx.AsyncClient(timeout=120)
+        self.http = http or gym_client(120)
         self.system_prompt = system_prompt
         self.admission_wait_s = admission_wait_s
         self._runs: dict[Identity, _Run] = {}

@@ -1,37 +1,129 @@
-"""Gym resources routes: /seed_session, one route per tool, /verify, /close_session."""
+"""Gym resources routes: ``/seed_session``, one route per tool, ``/verify``, ``/aggregate_metrics``.
+
+Two contracts on the same routes, both always on:
+
+- **rollcut's**: identity in the ``X-Rollout-*`` headers (or a path prefix) on
+  every call; ``/seed_session`` takes the environment's seed arguments,
+  ``/verify`` the task's expectation plus ``answer``, and ``/close_session``
+  retires the session.
+- **NeMo Gym's**: ``/seed_session`` takes the run row (``responses_create_params``
+  plus the environment's own fields, identity in ``_ng_*`` fields or the
+  ``/ng-rollout/<id>`` prefix) and sets the session cookie; tool routes and
+  ``/verify`` find the session by that cookie; ``/verify`` takes
+  ``{responses_create_params, response, ...}`` and returns it with ``reward``;
+  ``/aggregate_metrics`` takes ``{verify_responses}``.
+
+The environment's fields of a NeMo Gym row: its ``seed`` object if it has
+one, else every field that is not NeMo Gym's own (``NG_RUN_KEYS``, ``_ng_*``).
+"""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._http import gym_app, identity_of
+from ..wire import NG_RUN_KEYS, NG_TASK_INDEX, SESSION_COOKIE, ErrorKind, GymError, session_cookie
 from ._service import ResourcesService
 
-__all__ = ["create_resources_app"]
+__all__ = ["aggregate_metrics", "create_resources_app", "final_text", "task_fields"]
+
+
+def task_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The environment's own fields of a NeMo Gym run or verify row."""
+    return {k: v for k, v in body.items() if k not in NG_RUN_KEYS and not k.startswith("_ng_")}
+
+
+def final_text(response: Any) -> str:
+    """The last assistant text of a Responses ``response`` (what a verifier grades)."""
+    text = ""
+    for item in response.get("output") or [] if isinstance(response, dict) else []:
+        if isinstance(item, dict) and item.get("type") == "message" and item.get("role") == "assistant":
+            parts = item.get("content") or []
+            text = (
+                "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+                if isinstance(parts, list)
+                else ""
+            )
+    return text
+
+
+def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+    """NeMo Gym's ``AggregateMetrics``: reward statistics per task and over every rollout."""
+
+    def stats(rewards: list[float]) -> dict[str, float]:
+        return {
+            "mean/reward": statistics.fmean(rewards),
+            "max/reward": max(rewards),
+            "min/reward": min(rewards),
+            "median/reward": statistics.median(rewards),
+            "std/reward": statistics.pstdev(rewards),
+        }
+
+    rewards = [float(v.get("reward") or 0.0) for v in verify_responses]
+    if not rewards:
+        return {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+    by_task: dict[int, list[float]] = {}
+    for v, r in zip(verify_responses, rewards, strict=True):
+        by_task.setdefault(int(v.get(NG_TASK_INDEX, 0)), []).append(r)
+    overall = stats(rewards)
+    return {
+        "group_level_metrics": [{NG_TASK_INDEX: t, **stats(rs)} for t, rs in sorted(by_task.items())],
+        "agent_metrics": overall,
+        "key_metrics": {k: v for k, v in overall.items() if k.startswith("mean/")},
+    }
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
+    return body
 
 
 def create_resources_app(service: ResourcesService) -> FastAPI:
     """The resources FastAPI app: /seed_session, one route per tool, /verify, /close_session."""
     app = gym_app(f"rollcut resources: {service.env.name}")
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return (await request.json()) if raw else {}
-
-    async def answer(request: Request, fn: Any, *args: Any) -> Any:
-        ident = identity_of(request)
-        return JSONResponse(await fn(ident, *args, await body_of(request)))
-
     @app.post("/seed_session")
     async def seed_session(request: Request) -> Any:
-        return await answer(request, service.seed)
+        body = await _body(request)
+        ident = identity_of(request, body)
+        args = body
+        if "responses_create_params" in body:  # a NeMo Gym run row: the environment's fields seed it
+            fields = task_fields(body)
+            args = fields["seed"] if isinstance(fields.get("seed"), dict) else fields
+        resp = JSONResponse(await service.seed(ident, args))
+        resp.set_cookie(SESSION_COOKIE, session_cookie(ident), httponly=True, samesite="lax")
+        return resp
 
     @app.post("/verify")
     async def verify(request: Request) -> Any:
-        return await answer(request, service.verify)
+        body = await _body(request)
+        ident = identity_of(request)
+        if "response" not in body or "responses_create_params" not in body:
+            return JSONResponse(await service.verify(ident, body))
+        fields = task_fields(body)
+        args = {**fields, **(fields.get("verify") or {}), "answer": final_text(body["response"])}
+        verdict = await service.verify(ident, args)
+        return JSONResponse({**body, **verdict, "reward": float(verdict.get("reward") or 0.0)})
+
+    @app.post("/aggregate_metrics")
+    async def aggregate(request: Request) -> Any:
+        body = await _body(request)
+        responses = body.get("verify_responses")
+        if not isinstance(responses, list) or not all(isinstance(v, dict) for v in responses):
+            raise GymError(ErrorKind.BAD_REQUEST, "aggregate_metrics takes {verify_responses: [objects]}")
+        return aggregate_metrics(responses)
 
     @app.post("/close_session")
     async def close_session(request: Request) -> Any:
@@ -56,6 +148,7 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
 
     @app.post("/{tool}")
     async def tool(tool: str, request: Request) -> Any:
-        return await answer(request, service.tool, tool)
+        body = await _body(request)
+        return JSONResponse(await service.tool(identity_of(request), tool, body))
 
     return app

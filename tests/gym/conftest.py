@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from rollcut.bus import BusConfig, EventLog
+from rollcut.gym.agent import SimpleAgent, create_agent_app
 from rollcut.gym.model import LocalBackend, ModelService, create_app
+from rollcut.gym.resources import Counter, ResourcesService, create_resources_app
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
 from rollcut.tokens import LocalTokenStore
@@ -66,5 +69,89 @@ async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIter
         await client.aclose()
         await participant.stop()
         await mlog.close()
+        ledger.close()
+        tokens.close()
+
+
+# --- the agent with a model and a counter resources server, all in process on the real bus ---
+
+TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps": 8}
+
+
+@dataclass
+class Stack:
+    log: EventLog
+    model: ModelService
+    resources: ResourcesService
+    agent: SimpleAgent
+    client: httpx.AsyncClient
+    coordinator: Coordinator
+
+    async def run(self, rollout: str, attempt: int, task: dict[str, Any] = TASK) -> httpx.Response:
+        return await self.client.post(
+            "/run", json=task, headers={"x-rollout-id": rollout, "x-rollout-attempt": str(attempt)}
+        )
+
+
+@pytest.fixture
+async def stack(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[Any] = []
+
+    async def make(*, token_delay: float = 0.0, system_prompt: str | None = None) -> Stack:
+        logs = [await EventLog.connect(bus_config) for _ in range(3)]
+        tokens = LocalTokenStore(tmp_path / f"tokens{len(made)}")
+        mp = Participant(
+            logs[0], component="model", instance=f"model-{len(made)}", mode="exported", drain=False
+        )
+        model = ModelService(
+            logs[0],
+            tokens,
+            LocalBackend(seed=1, token_delay_s=token_delay),
+            instance=mp.instance,
+            participant=mp,
+        )
+        mp.hooks = model
+        rp = Participant(
+            logs[1], component="resources", instance=f"counter-{len(made)}", mode="event_sourced"
+        )
+        resources = ResourcesService(logs[1], Counter(), instance=rp.instance, participant=rp)
+        rp.hooks = resources
+        transport = httpx.AsyncClient(
+            mounts={
+                "http://model": httpx.ASGITransport(app=create_app(model, return_token_ids=True)),
+                "http://res": httpx.ASGITransport(app=create_resources_app(resources)),
+            }
+        )
+        ap = Participant(
+            logs[2], component="agent", instance=f"agent-{len(made)}", mode="exported", drain=False
+        )
+        kw = {"system_prompt": system_prompt} if system_prompt else {}
+        agent = SimpleAgent(
+            logs[2],
+            instance=ap.instance,
+            model_url="http://model",
+            resources={"counter": "http://res"},
+            participant=ap,
+            http=transport,
+            **kw,
+        )
+        ap.hooks = agent
+        for p in (mp, rp, ap):
+            await p.start()
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_agent_app(agent)), base_url="http://a"
+        )
+        ledger = Ledger(tmp_path / f"ledger{len(made)}")
+        made.append((logs, tokens, transport, client, ledger, (mp, rp, ap)))
+        return Stack(log, model, resources, agent, client, Coordinator(log, ledger, tokens))
+
+    yield make
+    for logs, tokens, transport, client, ledger, parts in made:
+        await client.aclose()
+        await transport.aclose()
+        for p in parts:
+            await p.stop()
+        for lg in logs:
+            await lg.close()
         ledger.close()
         tokens.close()

@@ -76,7 +76,8 @@ NG_ROLLOUT_INDEX = "_ng_rollout_index"
 """NeMo Gym's row field: which repeat of its task a rollout is."""
 SESSION_COOKIE = "rollcut_session"
 """The cookie a resources server sets at ``/seed_session`` (NeMo Gym's session contract):
-``<rollout_id>/<attempt>``; tool calls, ``/verify`` and ``/close_session`` find their session by it."""
+``<rollout_id>:<attempt>`` (characters a cookie carries unquoted); tool calls, ``/verify`` and
+``/close_session`` find their session by it."""
 NG_RUN_KEYS = frozenset({"responses_create_params", "response", "agent_ref", "reward"})
 """NeMo Gym's own fields of a run row; everything else in a row is the environment's."""
 _NG_ATTEMPT = re.compile(r"^(?P<rid>.+)-a(?P<n>[0-9]+)$")
@@ -177,7 +178,7 @@ def identity_headers(ident: Identity) -> dict[str, str]:
 
 def session_cookie(ident: Identity) -> str:
     """The value of :data:`SESSION_COOKIE` for a session."""
-    return f"{ident.rollout_id}/{ident.attempt}"
+    return f"{ident.rollout_id}:{ident.attempt}"
 
 
 def ng_path_id(ident: Identity) -> str:
@@ -237,9 +238,9 @@ def identity_from(
         index = body.get(NG_ATTEMPT_INDEX, 0)
         found.append(("body", Identity(ng_rid, _attempt(index, NG_ATTEMPT_INDEX, base=0))))
     if cookie and not found:  # ambient state: it identifies a call only when nothing explicit does
-        crid, _, catt = cookie.partition("/")
+        crid, _, catt = cookie.partition(":")
         if not crid or not catt:
-            raise GymError(ErrorKind.BAD_IDENTITY, f"the {SESSION_COOKIE} cookie is not <rollout>/<attempt>")
+            raise GymError(ErrorKind.BAD_IDENTITY, f"the {SESSION_COOKIE} cookie is not <rollout>:<attempt>")
         found.append(("cookie", Identity(crid, _attempt(catt, "the session cookie's attempt", base=1))))
     if not found:
         raise GymError(

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._http import gym_app, identity_of
+from ..wire import ErrorKind, GymError
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
@@ -20,8 +21,10 @@ def create_agent_app(agent: SimpleAgent) -> FastAPI:
 
     @app.post("/run")
     async def run(request: Request) -> Any:
-        ident = identity_of(request)
         task = await request.json()
+        if not isinstance(task, dict):
+            raise GymError(ErrorKind.BAD_REQUEST, "/run takes a JSON object")
+        ident = identity_of(request, task)
         if agent.participant is not None:
             async with agent.participant.gate.admit():
                 return JSONResponse(await agent.run(ident, task))

@@ -33,8 +33,9 @@ from ...participants import ExportReport, Participant
 from ...replay import inherited
 from .._http import gym_client
 from ..wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
+from ._responses import run_responses
 
-__all__ = ["FreshDispatchNeeded", "SimpleAgent"]
+__all__ = ["FreshDispatchNeeded", "Run", "SimpleAgent"]
 
 SYSTEM = "You are a careful agent. Use the tools, then answer."
 
@@ -47,7 +48,7 @@ class FreshDispatchNeeded(GymError):
 
 
 @dataclass
-class _Run:
+class Run:
     ident: Identity
     parked: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -77,7 +78,7 @@ class SimpleAgent:
         self.http = http or gym_client(120)
         self.system_prompt = system_prompt
         self.admission_wait_s = admission_wait_s
-        self._runs: dict[Identity, _Run] = {}
+        self._runs: dict[Identity, Run] = {}
         self._park_for: str | None = None
         self._all_parked = asyncio.Event()
         self.stats = {
@@ -123,12 +124,12 @@ class SimpleAgent:
                 run.retired = reason
                 run.release.set()
 
-    def _check_retired(self, run: _Run) -> None:
+    def _check_retired(self, run: Run) -> None:
         if run.retired is not None:
             self.stats["runs_retired"] += 1
             raise GymError(ErrorKind.RETIRED, f"{run.ident.rollout_id} was retired: {run.retired}")
 
-    async def _maybe_park(self, run: _Run) -> None:
+    async def _maybe_park(self, run: Run) -> None:
         if self._park_for is None:
             return
         run.parked, run.release = True, asyncio.Event()
@@ -140,14 +141,24 @@ class SimpleAgent:
     # --- the loop ------------------------------------------------------------------------
 
     async def _post(
-        self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool
+        self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool = False
     ) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._send(url, ident, body)).json()
+        return answer
+
+    async def _send(
+        self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None = None
+    ) -> httpx.Response:
+        """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
+        a refusal the rollout cannot continue past becomes FreshDispatchNeeded."""
         give_up = time.monotonic() + self.admission_wait_s
         while True:
-            resp = await self.http.post(url, json=body, headers=identity_headers(ident))
+            headers = identity_headers(ident)
+            if cookies:  # this run's session, sent as a header: the client keeps no cookie jar
+                headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+            resp = await self.http.post(url, json=body, headers=headers)
             if resp.status_code == 200:
-                answer: dict[str, Any] = resp.json()
-                return answer
+                return resp
             err = error_from_response(resp, where=url)
             if err.kind is not ErrorKind.ADMISSION_CLOSED or time.monotonic() > give_up:
                 break
@@ -159,6 +170,21 @@ class SimpleAgent:
         if err.needs_fresh_dispatch:
             raise FreshDispatchNeeded(str(err))
         raise err
+
+    async def boundary(self, run: Run, record: AgentBoundaryRecord) -> None:
+        """A completed nonterminal turn: its boundary on the log, then park here if a checkpoint asks."""
+        ident = run.ident
+        await self.log.append(
+            AgentBoundary(
+                component="agent",
+                instance=self.instance,
+                rollout_id=ident.rollout_id,
+                attempt=ident.attempt,
+                record=record,
+            )
+        )
+        self.stats["boundaries"] += 1
+        await self._maybe_park(run)
 
     async def _restart_point(self, ident: Identity) -> AgentBoundaryRecord | None:
         if ident.attempt < 2:
@@ -197,7 +223,7 @@ class SimpleAgent:
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         await self._refuse_a_rerun(ident)
-        run = _Run(ident)
+        run = Run(ident)
         self._runs[ident] = run
         self.stats["runs_started"] += 1
         try:
@@ -209,7 +235,9 @@ class SimpleAgent:
             self._runs.pop(ident, None)
             self._check_all_parked()
 
-    async def _run(self, run: _Run, task: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, run: Run, task: dict[str, Any]) -> dict[str, Any]:
+        if "responses_create_params" in task:  # a NeMo Gym run row: the Responses API loop
+            return await run_responses(self, run, task)
         ident = run.ident
         env = task["env"]
         res_url = self.resources[env].rstrip("/")
@@ -258,24 +286,17 @@ class SimpleAgent:
                     {"role": "tool", "tool_call_id": tc["id"], "content": json.dumps(r["result"])}
                 )
             turn += 1
-            await self.log.append(
-                AgentBoundary(
-                    component="agent",
-                    instance=self.instance,
-                    rollout_id=ident.rollout_id,
-                    attempt=ident.attempt,
-                    record=AgentBoundaryRecord(
-                        turn=turn,
-                        output_items=messages,
-                        usage=usage,
-                        last_model_call_id=last_call,
-                        resources_revisions=revisions,
-                        agent_state={"env": env},
-                    ),
-                )
+            await self.boundary(
+                run,
+                AgentBoundaryRecord(
+                    turn=turn,
+                    output_items=messages,
+                    usage=usage,
+                    last_model_call_id=last_call,
+                    resources_revisions=revisions,
+                    agent_state={"env": env},
+                ),
             )
-            self.stats["boundaries"] += 1
-            await self._maybe_park(run)
         verdict = await self._post(
             f"{res_url}/verify", ident, {**task.get("verify", {}), "answer": answer}, replaying=replaying
         )

@@ -93,6 +93,7 @@ def extension(result: CallResult) -> dict[str, Any]:
         "call_id": result.call_id,
         "receipt_id": result.receipt.receipt_id,
         "receipt_digest": result.receipt.digest,
+        "receipt_count": result.receipt.count,
         "served_from_log": result.served_from_log,
         "continued_from": result.continued_from,
     }

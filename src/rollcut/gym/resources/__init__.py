@@ -1,6 +1,6 @@
 """Stateful tool environments as checkpoint participants."""
 
-from ._app import create_resources_app
+from ._app import aggregate_metrics, create_resources_app, final_text, task_fields
 from ._env import Environment, ToolResult
 from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace, WorkplaceExported
 from ._service import NotContinuable, ResourcesService, Session
@@ -18,5 +18,8 @@ __all__ = [
     "ToolResult",
     "Workplace",
     "WorkplaceExported",
+    "aggregate_metrics",
     "create_resources_app",
+    "final_text",
+    "task_fields",
 ]

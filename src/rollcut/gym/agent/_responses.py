@@ -1,0 +1,143 @@
+"""The Simple Agent on NeMo Gym's contract: a run row in, the verify response out, over the Responses API.
+
+``/run`` takes ``{responses_create_params, ...the environment's fields}``.
+The loop is NeMo Gym's Simple Agent's: seed the session (its cookie rides on
+every later resources call), call the model's ``/v1/responses`` with the
+input plus every output so far, run each ``function_call`` against the
+resources server and append its ``function_call_output``, until the model
+answers without a call or ``max_steps``; then ``/verify`` with the final
+``response`` (the last model response, its output replaced by every output
+of the episode and its usage summed) and return what ``/verify`` returns.
+
+rollcut's part is the same as in the chat loop: a boundary after every
+completed turn (the outputs so far, the model calls' receipts, the
+resources revisions), parking at boundaries, and continuation from the
+last boundary below a cut, where re-issued operations are answered from the
+log. The receipts ride out on the result as ``rollcut.model_calls`` so a
+trainer can check every token array against the token store.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ...bus import AgentBoundaryRecord
+from ..resources import task_fields
+from ..wire import ErrorKind, GymError
+
+if TYPE_CHECKING:
+    from ._simple import Run, SimpleAgent
+
+__all__ = ["run_responses"]
+
+_MODE = "responses"
+
+
+def _tool_output(resp: Any) -> tuple[str, int | None]:
+    """What the model sees of a tool's answer, and the session revision if the server reports one.
+
+    A rollcut resources server answers ``{result, revision, served_from_log}``: the model sees the
+    result only, so a call answered from the log reads exactly as the original did."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text, None
+    if isinstance(body, dict) and {"result", "revision"} <= body.keys():
+        return json.dumps(body["result"]), int(body["revision"])
+    return resp.text, None
+
+
+def _environment(agent: SimpleAgent, fields: dict[str, Any]) -> str:
+    env = fields.get("env")
+    if env is None and len(agent.resources) == 1:
+        return next(iter(agent.resources))
+    if env not in agent.resources:
+        raise GymError(
+            ErrorKind.BAD_REQUEST,
+            f"name the environment (`env`) among {sorted(agent.resources)}, got {env!r}",
+        )
+    return str(env)
+
+
+def _sum_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return total
+    if total is None:
+        return dict(usage)
+    out = dict(total)
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        out[key] = int(out.get(key) or 0) + int(usage.get(key) or 0)
+    return out
+
+
+async def run_responses(agent: SimpleAgent, run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of a NeMo Gym run row; returns the verify response."""
+    ident = run.ident
+    fields = task_fields(body)
+    env = _environment(agent, fields)
+    res_url, model = agent.resources[env].rstrip("/"), agent.model_url.rstrip("/")
+    params = dict(body["responses_create_params"])
+    start = await agent._restart_point(ident)
+    seeded = await agent._send(f"{res_url}/seed_session", ident, body)
+    cookies = dict(seeded.cookies)
+    if not params.get("tools"):
+        schemas = (await agent.http.get(f"{res_url}/tools")).json()
+        params["tools"] = [{"type": "function", **t["function"]} for t in schemas]
+    given = params.get("input") or []
+    inputs: list[Any] = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    state = start.agent_state if start is not None and isinstance(start.agent_state, dict) else {}
+    resumed = start is not None and state.get("mode") == _MODE and bool(start.output_items)
+    if start is not None:
+        agent.stats["runs_continued"] += 1
+    outputs: list[Any] = list(start.output_items) if resumed and start else []
+    turn = start.turn if resumed and start else 0
+    calls: list[dict[str, Any]] = list(state.get("model_calls") or []) if resumed else []
+    revisions = dict(start.resources_revisions) if resumed and start else {}
+    usage: dict[str, Any] | None = dict(state["usage"]) if resumed and state.get("usage") else None
+    last: dict[str, Any] = {}
+    max_steps = int(fields.get("max_steps", 8))
+    while turn < max_steps:
+        agent._check_retired(run)
+        last = await agent._post(f"{model}/v1/responses", ident, {**params, "input": inputs + outputs})
+        items = list(last.get("output") or [])
+        outputs.extend(items)
+        usage = _sum_usage(usage, last.get("usage"))
+        ext = last.get("rollcut") or {}
+        if ext:
+            calls.append(
+                {k: ext[k] for k in ("call_id", "receipt_id", "receipt_digest", "receipt_count") if k in ext}
+            )
+        function_calls = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call"]
+        if not function_calls:
+            break
+        for call in function_calls:
+            try:
+                args = json.loads(call.get("arguments") or "{}")
+            except json.JSONDecodeError as exc:
+                output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
+            else:
+                answer = await agent._send(f"{res_url}/{call['name']}", ident, args, cookies=cookies)
+                output, revision = _tool_output(answer)
+                if revision is not None:
+                    revisions[env] = revision
+            outputs.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})
+        turn += 1
+        await agent.boundary(
+            run,
+            AgentBoundaryRecord(
+                turn=turn,
+                output_items=outputs,
+                usage={k: int(v) for k, v in (usage or {}).items() if isinstance(v, int)},
+                last_model_call_id=calls[-1]["call_id"] if calls else None,
+                resources_revisions=revisions,
+                agent_state={"env": env, "mode": _MODE, "model_calls": calls, "usage": usage},
+            ),
+        )
+    response = {**last, "output": outputs, "usage": usage}
+    response.pop("rollcut", None)
+    verdict = await agent._send(f"{res_url}/verify", ident, {**body, "response": response}, cookies=cookies)
+    agent.stats["runs_finished"] += 1
+    out: dict[str, Any] = verdict.json()
+    out["rollcut"] = {"model_calls": calls, "turns": turn, "continued": start is not None}
+    return out

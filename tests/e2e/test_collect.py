@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -19,12 +20,13 @@ def _exactly_once(dep: Deployment) -> None:
     assert len(ids) == dep.rollouts and max(ids.values()) == 1
 
 
-def test_demo_saves_everything_once_and_regenerates_nothing() -> None:
+def test_demo_saves_everything_once_and_regenerates_nothing(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "rollcut", "demo", "--rollouts", "24", "--json"],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -35,6 +37,19 @@ def test_demo_saves_everything_once_and_regenerates_nothing() -> None:
     assert sum(report["recovery"].values()) == 24 and report["recovery"]["continue"] >= 1
     # every rollout the crash caught after it started continues; only the queued ones start fresh
     assert report["recovery"]["fresh_dispatch"] == report["fresh_dispatch_never_started"]
+    # its rows stay where the user can read them, in NeMo Gym's format, one per rollout
+    rows = [json.loads(line) for line in Path(report["rows"]).read_text().splitlines()]
+    assert Path(report["rows"]).parent.parent == tmp_path and len(rows) == 24
+    assert len({r["rollout_id"] for r in rows}) == 24
+    for r in rows:
+        assert {
+            "responses_create_params",
+            "response",
+            "reward",
+            "_ng_task_index",
+            "_ng_rollout_index",
+        } <= r.keys()
+        assert r["_ng_attempt_index"] == r["attempt"] - 1 and r["response"]["output"]
 
 
 def test_sigterm_checkpoints_exits_75_and_resume_finishes(deployment: Deployment) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,7 +16,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from ..collect import Summary
 
-from ._app import HomeOpt, JsonOpt, Target, app, console, print_json, progress_bar, run
+from ._app import JsonOpt, Target, app, console, print_json, progress_bar, run
 
 __all__ = ["collect_cmd", "demo_cmd"]
 
@@ -27,11 +28,20 @@ def demo_cmd(
     no_crash: Annotated[
         bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
     ] = False,
-    home: HomeOpt = None,
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            "--home",
+            help="Where the demo keeps its rows, logs, ledger and stream (default: a new "
+            "rollcut-demo-<time> directory here).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
     from ..collect import run_demo
+
+    home = home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")
 
     with progress_bar(disable=as_json) as prog:
         task = prog.add_task("collecting", total=rollouts)
@@ -51,6 +61,7 @@ def demo_cmd(
     for k, v in out.items():
         table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
     Console().print(table)
+    Console().print(f"rows (NeMo Gym's format, one per rollout): {out['rows']}")
 
 
 def _tasks(path: Path) -> list[dict[str, Any]]:

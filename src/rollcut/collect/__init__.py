@@ -2,7 +2,8 @@
 
 from ._collector import EXIT_REQUEUE, Collector, Summary, summary_dict
 from ._config import CheckpointPolicy, CollectConfig, load_config
-from ._demo import DEMO_NAMESPACE, demo_tasks, run_demo
+from ._demo import DEMO_NAMESPACE, demo_rows, demo_tasks, run_demo
+from ._rows import RolloutInput, Rows, failures_path, is_nemo_row
 
 __all__ = [
     "DEMO_NAMESPACE",
@@ -10,8 +11,13 @@ __all__ = [
     "CheckpointPolicy",
     "CollectConfig",
     "Collector",
+    "RolloutInput",
+    "Rows",
     "Summary",
+    "demo_rows",
     "demo_tasks",
+    "failures_path",
+    "is_nemo_row",
     "load_config",
     "run_demo",
     "summary_dict",

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from ..gym.wire import ErrorKind, Identity, error_from_response, identity_header
 from ..ledger import Ledger, Projector
 from ..participants import Coordinator, RecoveryMode, Restorer
 from ..tokens import TokenStore
+from ._rows import Rows
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
@@ -68,10 +68,6 @@ class Summary:
     failed: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
     wall_s: float = 0.0
-
-
-def _token(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", s)[:100] or "task"
 
 
 class Collector:
@@ -120,7 +116,7 @@ class Collector:
         self.recovery = RecoveryMode(recovery)
         self.on_progress = on_progress
         self.summary = Summary()
-        self._inputs: dict[str, dict[str, Any]] = {}
+        self.rows = Rows(tasks, num_repeats, output)
         self._written: dict[str, dict[str, Any]] = {}  # rollout id -> its row in the output
         self._stop = asyncio.Event()
         self._running = 0
@@ -132,30 +128,20 @@ class Collector:
     # --- identity and hand-off ---------------------------------------------------------
 
     def rollout_ids(self) -> list[str]:
-        out = []
-        for task in self.tasks:
-            tid = _token(str(task.get("id", input_digest(task)[:12])))
-            for k in range(self.num_repeats):
-                rid = f"{tid}-{k}"
-                self._inputs[rid] = task
-                out.append(rid)
-        return out
+        """Every rollout of this collection, in input order."""
+        return list(self.rows.inputs)
 
     def _load_written(self) -> None:
-        if not self.output.exists():
-            return
         counts: dict[str, int] = {}
-        with self.output.open() as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    rid = row["rollout_id"]
-                    counts[rid] = counts.get(rid, 0) + 1
-                    self._written.setdefault(rid, row)
+        for row in self.rows.written():
+            rid = row["rollout_id"]
+            counts[rid] = counts.get(rid, 0) + 1
+            self._written.setdefault(rid, row)
         self.summary.duplicate_results = sum(c - 1 for c in counts.values())
 
-    def _write_row(self, row: dict[str, Any]) -> None:
-        with self.output.open("a") as f:
+    @staticmethod
+    def _write_row(path: Path, row: dict[str, Any]) -> None:
+        with path.open("a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -163,17 +149,8 @@ class Collector:
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
         row = self._written.get(rid)
         if row is None:  # the row first, durable; then the acknowledgement
-            row = {
-                "rollout_id": rid,
-                "attempt": attempt,
-                "task_id": self._inputs[rid].get("id"),
-                "reward": result.get("reward"),
-                "turns": result.get("turns"),
-                "answer": result.get("answer"),
-                "continued": result.get("continued", False),
-                "status": "completed",
-            }
-            self._write_row(row)
+            row = self.rows.result_row(rid, attempt, result)
+            self._write_row(self.output, row)
             self._written[rid] = row
             self.summary.results_written += 1
         await self._accept(rid, attempt, row)
@@ -190,14 +167,8 @@ class Collector:
     def _hand_off_retired(self, rid: str, attempt: int, reason: str) -> None:
         if rid in self._written:
             return
-        row = {
-            "rollout_id": rid,
-            "attempt": attempt,
-            "task_id": self._inputs[rid].get("id"),
-            "status": "retired",
-            "reason": reason,
-        }
-        self._write_row(row)
+        path, row = self.rows.failure_row(rid, attempt, reason)
+        self._write_row(path, row)
         self._written[rid] = row
         self.summary.results_written += 1
         self.summary.retired += 1
@@ -290,12 +261,14 @@ class Collector:
             if state is None or not state.open:
                 return
             if state.attempt > self.max_attempts:
-                self.summary.failed[rid] = f"gave up after {self.max_attempts} attempts"
+                why = f"gave up after {self.max_attempts} attempts"
+                self.summary.failed[rid] = why
+                await self.retire(rid, reason=why)  # for good: fenced off, and its one row written
                 return
             try:
                 resp = await client.post(
                     f"{self.env_url}/run",
-                    json=self._inputs[rid],
+                    json=self.rows.run_body(rid, state.attempt),
                     headers=identity_headers(Identity(rid, state.attempt)),
                 )
             except httpx.HTTPError as exc:
@@ -333,7 +306,7 @@ class Collector:
         self.summary.results_written = len(self._written)  # progress counts rows already in the output
         for rid in rollouts:
             with contextlib.suppress(RolloutExistsError):
-                await self.log.dispatch(rid, self._inputs[rid], instance=self.instance)
+                await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
         await Projector(self.ledger, self.log).catch_up()
         accepted = {r.rollout_id for r in self.ledger.rollouts() if r.accepted_seq is not None}
         for rid in set(self._written) - accepted:  # a row written, its acknowledgement lost: acknowledge only
@@ -344,7 +317,7 @@ class Collector:
         retired = {
             r.rollout_id: r.current_attempt
             for r in self.ledger.rollouts()
-            if r.retired_seq is not None and r.rollout_id in self._inputs
+            if r.retired_seq is not None and r.rollout_id in self.rows.inputs
         }
         for rid, attempt in retired.items():  # retired, its row lost in a crash: write the row only
             if rid not in accepted:

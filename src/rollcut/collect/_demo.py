@@ -36,8 +36,9 @@ from ..ledger import Ledger
 from ..participants import RecoveryMode
 from ..tokens import LocalTokenStore
 from ._collector import Collector, Summary
+from ._rows import failures_path
 
-__all__ = ["DEMO_NAMESPACE", "demo_tasks", "run_demo"]
+__all__ = ["DEMO_NAMESPACE", "demo_rows", "demo_tasks", "run_demo"]
 
 DEMO_NAMESPACE = "demo"
 """The namespace the demo (and the end-to-end tests' deployment) runs in."""
@@ -77,6 +78,19 @@ def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
+def demo_rows(n: int, seed: int) -> list[dict[str, Any]]:
+    """The demo's task set as NeMo Gym input rows: ``responses_create_params``, ``agent_ref``, and the
+    environment's own fields (``env``, ``seed``, ``verify``, ``max_steps``)."""
+    return [
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": t["prompt"]}], "tools": []},
+            "agent_ref": {"type": "responses_api_agents", "name": "simple_agent"},
+            **{k: t[k] for k in ("env", "seed", "verify", "max_steps")},
+        }
+        for t in demo_tasks(n, seed)
+    ]
+
+
 def _dead(stack: list[ServerProcess]) -> str | None:
     for p in stack:
         if not p.alive():
@@ -100,9 +114,10 @@ async def run_demo(
         root.mkdir(parents=True, exist_ok=True)
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
-        tasks = demo_tasks(rollouts, seed)
-        output = root / "results.jsonl"
+        tasks = demo_rows(rollouts, seed)
+        output = root / "rollouts.jsonl"
         output.unlink(missing_ok=True)
+        failures_path(output).unlink(missing_ok=True)
         with EmbeddedServer(root / "nats", credentials=creds) as nats:
             log = await EventLog.connect(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"
@@ -200,6 +215,7 @@ async def run_demo(
         "tool_calls": {"executed": counts["mutations"], "served_from_log": served_tools},
         "failed": summary.failed,
         "wall_s": round(time.perf_counter() - t0, 2),
+        "rows": str(output) if home is not None else None,  # NeMo Gym's row format, one per rollout
     }
 
 

@@ -1,0 +1,149 @@
+"""Input rows, rollout identity, and the rows a collection writes: rollcut's format and NeMo Gym's.
+
+A row is **NeMo Gym-shaped** when it has ``responses_create_params``; then:
+
+- its task index is its ``_ng_task_index``, else the order in which distinct
+  rows first appear (NeMo Gym's own rule), and each of its ``num_repeats``
+  rollouts is ``<task index>-<repeat>`` (NeMo Gym's ``"{task}-{rollout}"``);
+- ``/run`` gets the row plus ``_ng_task_index``, ``_ng_rollout_index``,
+  ``_ng_rollout_id`` and ``_ng_attempt_index`` (the attempt, counted from 0);
+- its output row is what ``/run`` returned (the verify response: the row, the
+  whole ``response``, ``reward``) with those ``_ng_*`` fields set for the
+  attempt that finished, and rollcut's ``rollout_id`` and ``attempt`` beside them;
+- a rollout that failed for good (retired, or out of attempts) gets one row in
+  the sidecar ``<output stem>_failures.jsonl`` instead, with
+  ``_ng_failure_class`` and ``_ng_failure_terminal`` as NeMo Gym writes them.
+
+Otherwise the row is **rollcut's** (``{"id", "env", "prompt", "seed", ...}``): the
+rollout is ``<id>-<repeat>``, ``/run`` gets the row as it is, and the output row
+is rollcut's summary (retired rollouts included, marked ``retired``).
+
+Every rollout has exactly one row across the output and its sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..bus import input_digest
+from ..gym.wire import NG_ATTEMPT_INDEX, NG_ROLLOUT_ID, NG_ROLLOUT_INDEX, NG_TASK_INDEX
+
+__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row"]
+
+
+def is_nemo_row(row: dict[str, Any]) -> bool:
+    """Whether a row is in NeMo Gym's shape."""
+    return "responses_create_params" in row
+
+
+def failures_path(output: Path) -> Path:
+    """The sidecar for rollouts that failed for good, next to ``output`` (NeMo Gym's naming)."""
+    return output.with_name(output.stem + "_failures.jsonl")
+
+
+def _token(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", s)[:100] or "task"
+
+
+@dataclass(frozen=True)
+class RolloutInput:
+    """One rollout to collect: its row, and where it came from."""
+
+    rollout_id: str
+    row: dict[str, Any]
+    task_index: int
+    repeat: int
+
+    @property
+    def nemo(self) -> bool:
+        """Whether the row is NeMo Gym-shaped."""
+        return is_nemo_row(self.row)
+
+    def ng_fields(self, attempt: int) -> dict[str, Any]:
+        """NeMo Gym's identity fields for ``attempt`` (rollcut's attempt 1 is NeMo Gym's index 0)."""
+        return {
+            NG_TASK_INDEX: self.task_index,
+            NG_ROLLOUT_INDEX: self.repeat,
+            NG_ROLLOUT_ID: self.rollout_id,
+            NG_ATTEMPT_INDEX: attempt - 1,
+        }
+
+
+class Rows:
+    """The rollouts of a collection's input rows, and the rows it writes for them."""
+
+    def __init__(self, tasks: list[dict[str, Any]], num_repeats: int, output: Path) -> None:
+        self.output = output
+        self.failures = failures_path(output)
+        self.inputs: dict[str, RolloutInput] = {}
+        distinct: dict[str, int] = {}
+        repeats: dict[str, int] = {}  # NeMo Gym numbers a task's rollouts on, across identical rows
+        for position, row in enumerate(tasks):
+            if is_nemo_row(row):
+                key = json.dumps(row, sort_keys=True)
+                task = int(row.get(NG_TASK_INDEX, distinct.setdefault(key, len(distinct))))
+                base = str(task)
+            else:
+                task, base = position, _token(str(row.get("id", input_digest(row)[:12])))
+            for _ in range(num_repeats):
+                k = repeats.get(base, 0)
+                repeats[base] = k + 1
+                rid = f"{base}-{k}"
+                self.inputs[rid] = RolloutInput(rid, row, task, k)
+
+    def run_body(self, rid: str, attempt: int) -> dict[str, Any]:
+        """What the environment server's ``/run`` gets for this attempt."""
+        inp = self.inputs[rid]
+        return {**inp.row, **inp.ng_fields(attempt)} if inp.nemo else inp.row
+
+    def result_row(self, rid: str, attempt: int, result: dict[str, Any]) -> dict[str, Any]:
+        """The output row of a finished rollout."""
+        inp = self.inputs[rid]
+        if inp.nemo:
+            return {**result, **inp.ng_fields(attempt), "rollout_id": rid, "attempt": attempt}
+        return {
+            "rollout_id": rid,
+            "attempt": attempt,
+            "task_id": inp.row.get("id"),
+            "reward": result.get("reward"),
+            "turns": result.get("turns"),
+            "answer": result.get("answer"),
+            "continued": result.get("continued", False),
+            "status": "completed",
+        }
+
+    def failure_row(self, rid: str, attempt: int, reason: str) -> tuple[Path, dict[str, Any]]:
+        """Where a rollout that failed for good is written, and its row."""
+        inp = self.inputs[rid]
+        if inp.nemo:
+            row = {
+                **inp.row,
+                **inp.ng_fields(attempt),
+                "rollout_id": rid,
+                "attempt": attempt,
+                "_ng_failure_class": "retired",
+                "_ng_failure_terminal": True,
+                "reason": reason,
+            }
+            return self.failures, row
+        row = {
+            "rollout_id": rid,
+            "attempt": attempt,
+            "task_id": inp.row.get("id"),
+            "status": "retired",
+            "reason": reason,
+        }
+        return self.output, row
+
+    def written(self) -> list[dict[str, Any]]:
+        """Every row already written, output and sidecar."""
+        out = []
+        for path in (self.output, self.failures):
+            if path.exists():
+                with path.open() as f:
+                    out += [json.loads(line) for line in f if line.strip()]
+        return out

@@ -91,12 +91,15 @@ class Deployment:
 
 
 @contextlib.contextmanager
-def deploy(root: Path, **stack_options: Any) -> Iterator[Deployment]:
-    """JetStream with role credentials, its stream, 16 demo tasks and every Gym server as a process."""
+def deploy(
+    root: Path, tasks: list[dict[str, Any]] | None = None, **stack_options: Any
+) -> Iterator[Deployment]:
+    """JetStream with role credentials, its stream, 16 demo tasks (or ``tasks``) and every Gym server
+    as a process."""
     creds = credentials_for(root / "nats", NS)
     with EmbeddedServer(root / "nats", credentials=creds) as nats:
         asyncio.run(_create_stream(nats.url, creds))  # as an operator would, before any server starts
-        tasks = demo_tasks(16, seed=0)
+        tasks = tasks if tasks is not None else demo_tasks(16, seed=0)
         (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
         stack = start_stack(
             nats.url, root / "nats" / "credentials.json", root / "tokens", namespace=NS, **stack_options

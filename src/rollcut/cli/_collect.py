@@ -16,7 +16,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from ..collect import Summary
 
-from ._app import JsonOpt, Target, app, console, print_json, progress_bar, run
+from ._app import JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["collect_cmd", "demo_cmd"]
 
@@ -138,3 +138,47 @@ def collect_cmd(
         )
     if summary.interrupted:
         raise typer.Exit(EXIT_REQUEUE)
+
+
+@app.command("export")
+@targeted("home", "tokens")
+def export_cmd(
+    rows: Annotated[Path, typer.Argument(help="A collection's rows (NeMo Gym format).")],
+    target: Target,
+    out: Annotated[Path, typer.Option("--out", help="Where to write the training data.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="jsonl (one turn a line) or npz (padded arrays).")
+    ] = "jsonl",
+    as_json: JsonOpt = False,
+) -> None:
+    """Turn a collection's rows into per-turn token ids, masks and log-probs for a trainer, checking every
+    array against its receipt in the token store; exit 1 naming the first row that does not match."""
+    from ..collect import ExportError, padded, read_turns
+    from ..tokens import LocalTokenStore
+
+    if fmt not in ("jsonl", "npz"):
+        raise fail(f"--format {fmt!r}: use jsonl or npz")
+    with LocalTokenStore(target.tokens_path) as store:
+        try:
+            turns = list(read_turns(rows, store))
+        except ExportError as exc:
+            raise fail(str(exc), 1) from exc
+    if fmt == "jsonl":
+        out.write_text("".join(json.dumps(t.as_dict()) + "\n" for t in turns))
+    else:
+        import numpy as np
+
+        arrays: dict[str, Any] = padded(turns)
+        np.savez(out, **arrays)
+    summary = {
+        "rows": str(rows),
+        "out": str(out),
+        "format": fmt,
+        "turns": len(turns),
+        "rollouts": len({t.rollout_id for t in turns}),
+        "tokens": sum(len(t.input_ids) for t in turns),
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        console.print(f"exported {summary['turns']} turns of {summary['rollouts']} rollouts to {out}")

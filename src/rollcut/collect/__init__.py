@@ -3,6 +3,7 @@
 from ._collector import EXIT_REQUEUE, Collector, Summary, summary_dict
 from ._config import CheckpointPolicy, CollectConfig, load_config
 from ._demo import DEMO_NAMESPACE, demo_rows, demo_tasks, run_demo
+from ._export import ExportError, Turn, padded, read_turns
 from ._rows import RolloutInput, Rows, failures_path, is_nemo_row
 
 __all__ = [
@@ -11,14 +12,18 @@ __all__ = [
     "CheckpointPolicy",
     "CollectConfig",
     "Collector",
+    "ExportError",
     "RolloutInput",
     "Rows",
     "Summary",
+    "Turn",
     "demo_rows",
     "demo_tasks",
     "failures_path",
     "is_nemo_row",
     "load_config",
+    "padded",
+    "read_turns",
     "run_demo",
     "summary_dict",
 ]

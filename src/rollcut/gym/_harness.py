@@ -115,6 +115,7 @@ def start_stack(
     token_delay: float = 0.002,
     tool_turns: int = 3,
     agent_workers: int = 2,
+    return_token_ids: bool = True,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, the counter, blackjack
     and workplace environments, the Simple Agent and the environment server (in :data:`STACK` order).
@@ -133,6 +134,7 @@ def start_stack(
             seed=seed,
             token_delay=token_delay,
             tool_turns=tool_turns,
+            return_token_ids=return_token_ids,  # the rows a collection writes are training data
         )
     )
     envs = {

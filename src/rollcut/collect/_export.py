@@ -1,0 +1,164 @@
+"""The trainer-side reader: a collection's rows as per-turn token arrays, checked against custody.
+
+Each model call of a rollout is one **turn**: the prompt the model saw and the
+tokens it generated, with a log-prob per generated token. A turn's sequence
+is ``prompt_token_ids + generation_token_ids``; its mask is 0 over the
+prompt (user, system and tool tokens: not the policy's) and 1 over the
+generation; its log-probs are 0.0 over the prompt.
+
+The arrays come from the row (NeMo Gym's training fields on the output
+items), and every turn is checked against the token store: the row names
+each call's receipt (``rollcut.model_calls``), the store's record behind it
+must pass its digest, and must hold exactly the row's arrays. A row whose
+arrays the store does not vouch for is an error naming the rollout and
+turn, never a silently trained-on sample.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._errors import RollcutError, TokenStoreError
+from ..bus import TokenReceipt
+from ..tokens import TokenSource
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["ExportError", "Turn", "padded", "read_turns"]
+
+_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+class ExportError(RollcutError):
+    """A row's token arrays are missing, or do not match the token store's record."""
+
+    rollout_id: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One model call of one rollout, ready for a trainer."""
+
+    rollout_id: str
+    attempt: int
+    turn: int
+    reward: float
+    prompt_ids: list[int]
+    generation_ids: list[int]
+    generation_log_probs: list[float]
+
+    @property
+    def input_ids(self) -> list[int]:
+        """The whole sequence: prompt, then generation."""
+        return self.prompt_ids + self.generation_ids
+
+    @property
+    def mask(self) -> list[int]:
+        """1 where the policy generated the token, 0 where it was given (prompt, tools, user)."""
+        return [0] * len(self.prompt_ids) + [1] * len(self.generation_ids)
+
+    @property
+    def log_probs(self) -> list[float]:
+        """The policy's log-prob per token, 0.0 where it did not generate it."""
+        return [0.0] * len(self.prompt_ids) + list(self.generation_log_probs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One JSON line of ``rollcut export --format jsonl``."""
+        return {
+            "rollout_id": self.rollout_id,
+            "attempt": self.attempt,
+            "turn": self.turn,
+            "reward": self.reward,
+            "input_ids": self.input_ids,
+            "mask": self.mask,
+            "log_probs": self.log_probs,
+        }
+
+
+def _row_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model calls' arrays in the row's output, in order: items of one call carry the same arrays."""
+    turns: list[dict[str, Any]] = []
+    for item in (row.get("response") or {}).get("output") or []:
+        if not isinstance(item, dict) or not all(f in item for f in _FIELDS):
+            continue
+        arrays = {f: item[f] for f in _FIELDS}
+        if not turns or turns[-1] != arrays:
+            turns.append(arrays)
+    return turns
+
+
+def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
+    """Every turn of every completed rollout in ``rows`` (NeMo Gym-format), checked against ``tokens``."""
+    with rows.open() as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            rid = str(row.get("rollout_id", f"line {line_no}"))
+            calls = (row.get("rollcut") or {}).get("model_calls") or []
+            turns = _row_turns(row)
+            if not turns:
+                raise ExportError(
+                    f"{rows}:{line_no} ({rid}): no token arrays on the output items; collect with the model "
+                    "server's --return-token-ids",
+                    rollout_id=rid,
+                )
+            if len(calls) != len(turns):
+                raise ExportError(
+                    f"{rows}:{line_no} ({rid}): {len(turns)} turns but {len(calls)} model-call receipts",
+                    rollout_id=rid,
+                )
+            for i, (call, arrays) in enumerate(zip(calls, turns, strict=True), start=1):
+                receipt = TokenReceipt(
+                    receipt_id=call["receipt_id"],
+                    count=int(call.get("receipt_count", len(arrays["generation_token_ids"]))),
+                    digest=call["receipt_digest"],
+                )
+                try:
+                    record = tokens.get(receipt)  # checks the record against the receipt's digest
+                except TokenStoreError as exc:
+                    raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
+                stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
+                if stored != tuple(arrays[f] for f in _FIELDS):
+                    raise ExportError(
+                        f"{rid} turn {i}: the row's token arrays differ from the token store's record "
+                        f"{receipt.receipt_id}",
+                        rollout_id=rid,
+                        turn=i,
+                    )
+                yield Turn(
+                    rollout_id=rid,
+                    attempt=int(row.get("attempt", 1)),
+                    turn=i,
+                    reward=float(row.get("reward") or 0.0),
+                    prompt_ids=stored[0],
+                    generation_ids=stored[1],
+                    generation_log_probs=stored[2],
+                )
+
+
+def padded(turns: list[Turn], *, pad_id: int = 0) -> dict[str, np.ndarray]:
+    """Turns as right-padded arrays: ``input_ids``, ``mask``, ``log_probs`` ``[n, longest]``, ``lengths``
+    and ``rewards`` ``[n]`` (numpy, imported only here)."""
+    import numpy as np
+
+    width = max((len(t.input_ids) for t in turns), default=0)
+    ids = np.full((len(turns), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(turns), width), dtype=np.int8)
+    log_probs = np.zeros((len(turns), width), dtype=np.float32)
+    for i, t in enumerate(turns):
+        n = len(t.input_ids)
+        ids[i, :n], mask[i, :n], log_probs[i, :n] = t.input_ids, t.mask, t.log_probs
+    return {
+        "input_ids": ids,
+        "mask": mask,
+        "log_probs": log_probs,
+        "lengths": np.array([len(t.input_ids) for t in turns], dtype=np.int64),
+        "rewards": np.array([t.reward for t in turns], dtype=np.float32),
+    }

@@ -1,0 +1,100 @@
+"""A collection of NeMo Gym rows across a crash: every rollout written once, in NeMo Gym's format, with
+transcripts and token arrays the token store vouches for, and the same rows as a run without the crash
+for the rollouts that were done before it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcut.collect import demo_rows, read_turns
+from rollcut.tokens import LocalTokenStore
+
+from .conftest import SIGTERM, Deployment, deploy, finish
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "padded_batch.py"
+
+
+def _comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """What must not depend on the crash: the episode and its verdict (ids name attempts, times differ)."""
+    items = [{k: v for k, v in i.items() if k != "id"} for i in row["response"]["output"]]
+    return {
+        "output": items,
+        "reward": row["reward"],
+        "task": row["_ng_task_index"],
+        "repeat": row["_ng_rollout_index"],
+    }
+
+
+def _collect(dep: Deployment, crash: bool) -> dict[str, dict[str, Any]]:
+    proc = dep.collect()
+    if crash:
+        dep.wait_rows(4, proc)
+        dep.crash()  # SIGKILL every Gym process mid-run
+        proc.send_signal(SIGTERM)
+        finish(proc)
+        dep.restart()
+        proc = dep.collect("--resume")
+    code, summary = finish(proc)
+    assert code == 0, summary
+    rows = dep.rows()
+    assert len(rows) == dep.rollouts == len({r["rollout_id"] for r in rows}), "every rollout exactly once"
+    assert not (dep.output.parent / "results_failures.jsonl").exists()
+    return {r["rollout_id"]: r for r in rows}
+
+
+def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path) -> None:
+    rows = demo_rows(12, seed=3)
+    with deploy(tmp_path / "reference", tasks=rows) as ref_dep:
+        reference = _collect(ref_dep, crash=False)
+    with deploy(tmp_path / "crashed", tasks=rows) as dep:
+        crashed = _collect(dep, crash=True)
+        done_before = {
+            json.loads(line)["rollout_id"]
+            for line in dep.output.read_text().splitlines()[:4]  # written before the crash
+        }
+        for rid, row in crashed.items():
+            assert {"responses_create_params", "agent_ref", "response", "reward"} <= row.keys()
+            assert row["_ng_attempt_index"] == row["attempt"] - 1 and row["_ng_rollout_id"] == rid
+        assert set(crashed) == set(reference)
+        for rid in done_before:
+            assert _comparable(crashed[rid]) == _comparable(reference[rid]), rid
+        with LocalTokenStore(dep.root / "tokens") as tokens:
+            turns = list(read_turns(dep.output, tokens))
+        assert {t.rollout_id for t in turns} == set(crashed)
+        assert len(turns) == sum(len(r["rollcut"]["model_calls"]) for r in crashed.values())
+        shown = subprocess.run(
+            [sys.executable, str(EXAMPLE), str(dep.root), str(dep.output)], capture_output=True, text=True
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert f"{len(turns)} turns of {len(crashed)} rollouts" in shown.stdout
+        # a row whose arrays the store does not vouch for is refused, naming it
+        lines = dep.output.read_text().splitlines()
+        first = json.loads(lines[0])
+        item = next(i for i in first["response"]["output"] if "generation_token_ids" in i)
+        item["generation_token_ids"][0] += 1
+        tampered = dep.root / "tampered.jsonl"
+        tampered.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rollcut",
+                "export",
+                str(tampered),
+                "--home",
+                str(dep.root),
+                "--out",
+                str(dep.root / "x.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 1 and first["rollout_id"] in out.stderr

@@ -21,7 +21,7 @@ from rollcut._runtime import credentials_for
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 from rollcut.collect import DEMO_NAMESPACE as NS
 from rollcut.collect import demo_tasks
-from rollcut.gym import STACK, start_stack
+from rollcut.gym import start_stack
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Deployment:
 
     def restart(self, *, same_ports: bool = False) -> None:
         """Start every Gym server again; on the ports they had, as a supervisor would, if asked."""
-        ports = {n: p.port for n, p in zip(STACK, self.stack, strict=True)} if same_ports else {}
+        ports = {p.name: p.port for p in self.stack} if same_ports else {}
         self.stack = start_stack(
             self.url, self.creds, self.root / "tokens", namespace=NS, ports=ports, **self.stack_options
         )

@@ -15,6 +15,7 @@ import pytest
 from rollcut.collect import demo_rows, read_turns
 from rollcut.tokens import LocalTokenStore
 
+from ..gym.nemo_bodies import stateful_counter_rows
 from .conftest import SIGTERM, Deployment, deploy, finish
 
 pytestmark = pytest.mark.slow
@@ -50,18 +51,26 @@ def _collect(dep: Deployment, crash: bool) -> dict[str, dict[str, Any]]:
     return {r["rollout_id"]: r for r in rows}
 
 
-def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path) -> None:
-    rows = demo_rows(12, seed=3)
-    with deploy(tmp_path / "reference", tasks=rows) as ref_dep:
+ROW_SETS = {
+    "demo": (demo_rows(12, seed=3), {}),
+    # the NeMo Gym server ported by docs/porting-a-gym-server.md, on rows shaped like its example data
+    "stateful_counter": (stateful_counter_rows(10), {"envs": ("stateful_counter",)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_SETS))
+def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path, name: str) -> None:
+    rows, stack = ROW_SETS[name]
+    with deploy(tmp_path / "reference", tasks=rows, **stack) as ref_dep:
         reference = _collect(ref_dep, crash=False)
-    with deploy(tmp_path / "crashed", tasks=rows) as dep:
+    with deploy(tmp_path / "crashed", tasks=rows, **stack) as dep:
         crashed = _collect(dep, crash=True)
         done_before = {
             json.loads(line)["rollout_id"]
             for line in dep.output.read_text().splitlines()[:4]  # written before the crash
         }
         for rid, row in crashed.items():
-            assert {"responses_create_params", "agent_ref", "response", "reward"} <= row.keys()
+            assert {"responses_create_params", "response", "reward", "_ng_task_index"} <= row.keys()
             assert row["_ng_attempt_index"] == row["attempt"] - 1 and row["_ng_rollout_id"] == rid
         assert set(crashed) == set(reference)
         for rid in done_before:

@@ -41,3 +41,45 @@ def with_identity(row: dict[str, Any], rollout_id: str, *, attempt_index: int) -
         "_ng_rollout_id": rollout_id,
         "_ng_attempt_index": attempt_index,
     }
+
+
+STATEFUL_COUNTER_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "name": "increment_counter",
+        "description": "",
+        "parameters": {
+            "type": "object",
+            "properties": {"count": {"type": "integer", "description": ""}},
+            "required": ["count"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
+    {
+        "type": "function",
+        "name": "get_counter_value",
+        "description": "",
+        "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+        "strict": True,
+    },
+]
+
+
+def stateful_counter_rows(n: int) -> list[dict[str, Any]]:
+    """Rows for the ported stateful counter, in the shape of its NeMo Gym example data."""
+    rows = []
+    for i in range(n):
+        a, b, start = i % 5 + 1, i % 3 + 2, i % 7
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [{"role": "user", "content": f"add {a} then add {b} then get the count"}],
+                    "tools": STATEFUL_COUNTER_TOOLS,
+                },
+                "expected_count": start + a + b,
+                "initial_count": start,
+                "env": "stateful_counter",
+            }
+        )
+    return rows

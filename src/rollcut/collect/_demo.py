@@ -31,7 +31,7 @@ from ..bus import (
     ModelCallReused,
     ResourcesMutated,
 )
-from ..gym import STACK, ServerProcess, start_stack
+from ..gym import ServerProcess, start_stack
 from ..ledger import Ledger
 from ..participants import RecoveryMode
 from ..tokens import LocalTokenStore
@@ -126,7 +126,7 @@ async def run_demo(
             stack = start_stack(
                 nats.url, creds_path, root / "tokens", namespace=DEMO_NAMESPACE, seed=seed, logs=logs
             )
-            ports = {name: p.port for name, p in zip(STACK, stack, strict=True)}
+            ports = {p.name: p.port for p in stack}
             crashes = 0
             try:
                 with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:

@@ -5,7 +5,7 @@ The wire protocol they speak (identity, error kinds, domain errors) is
 """
 
 from ._environment import create_environment_app
-from ._harness import STACK, ServerProcess, start_stack
+from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ._options import (
     AgentServe,
     EnvironmentServe,
@@ -21,7 +21,7 @@ from ._runners import Make, serve, serve_participant, serve_worker
 from ._serving import run_servers
 
 __all__ = [
-    "STACK",
+    "DEMO_ENVIRONMENTS",
     "AgentServe",
     "EnvironmentServe",
     "Make",

@@ -19,10 +19,10 @@ from typing import IO, Any
 from .._errors import ServerStartError
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
-__all__ = ["STACK", "ServerProcess", "start_stack"]
+__all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
 
-STACK = ("model", "counter", "blackjack", "workplace", "agent", "environment")
-"""The servers of :func:`start_stack`, in the order it returns them."""
+DEMO_ENVIRONMENTS = ("counter", "blackjack", "workplace")
+"""The resources servers :func:`start_stack` runs unless told otherwise."""
 
 
 class ServerProcess:
@@ -37,6 +37,7 @@ class ServerProcess:
         self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
     ) -> None:
         self.argv, self.workers, self.logs = argv, workers, logs
+        self.name = argv[1] if argv[:1] == ["resources"] and len(argv) > 1 else (argv[0] if argv else "")
         self.command = command or [sys.executable, "-m", "rollcut", "serve"]
         self.p: subprocess.Popen[str] | None = None
         self.url = ""
@@ -116,10 +117,12 @@ def start_stack(
     tool_turns: int = 3,
     agent_workers: int = 2,
     return_token_ids: bool = True,
+    envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
 ) -> list[ServerProcess]:
-    """The demo deployment, each server its own process: the local model, the counter, blackjack
-    and workplace environments, the Simple Agent and the environment server (in :data:`STACK` order).
-    ``ports`` pins a server's port by name (a supervisor restarting on the same ports)."""
+    """The demo deployment, each server its own process: the local model, one resources server per
+    environment in ``envs``, the Simple Agent and the environment server, in that order (each
+    process's ``name`` is its kind, or its environment). ``ports`` pins a server's port by name (a
+    supervisor restarting on the same ports)."""
     ports = ports or {}
     common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
 
@@ -137,18 +140,15 @@ def start_stack(
             return_token_ids=return_token_ids,  # the rows a collection writes are training data
         )
     )
-    envs = {
-        name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0)))
-        for name in ("counter", "blackjack", "workplace")
-    }
+    servers = {name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0))) for name in envs}
     agent = start(
         AgentServe(
             **common,
             model=model.url,
-            resources={n: p.url for n, p in envs.items()},
+            resources={n: p.url for n, p in servers.items()},
             workers=agent_workers,
             port=ports.get("agent", 0),
         )
     )
     env = start(EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0)))
-    return [model, *envs.values(), agent, env]
+    return [model, *servers.values(), agent, env]

@@ -43,6 +43,7 @@ __all__ = [
     "NG_RUN_KEYS",
     "NG_TASK_INDEX",
     "PATH_PREFIX",
+    "REVISION_HEADER",
     "ROLLOUT_HEADER",
     "SESSION_COOKIE",
     "ErrorKind",
@@ -78,6 +79,8 @@ SESSION_COOKIE = "rollcut_session"
 """The cookie a resources server sets at ``/seed_session`` (NeMo Gym's session contract):
 ``<rollout_id>:<attempt>`` (characters a cookie carries unquoted); tool calls, ``/verify`` and
 ``/close_session`` find their session by it."""
+REVISION_HEADER = "x-rollcut-revision"
+"""The session revision a tool call reached, where the body is the tool's own answer (Gym-shaped servers)."""
 NG_RUN_KEYS = frozenset({"responses_create_params", "response", "agent_ref", "reward"})
 """NeMo Gym's own fields of a run row; everything else in a row is the environment's."""
 _NG_ATTEMPT = re.compile(r"^(?P<rid>.+)-a(?P<n>[0-9]+)$")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...bus import AgentBoundaryRecord
 from ..resources import task_fields
-from ..wire import ErrorKind, GymError
+from ..wire import REVISION_HEADER, ErrorKind, GymError
 
 if TYPE_CHECKING:
     from ._simple import Run, SimpleAgent
@@ -42,10 +42,11 @@ def _tool_output(resp: Any) -> tuple[str, int | None]:
     try:
         body = resp.json()
     except ValueError:
-        return resp.text, None
+        body = None
     if isinstance(body, dict) and {"result", "revision"} <= body.keys():
         return json.dumps(body["result"]), int(body["revision"])
-    return resp.text, None
+    revision = resp.headers.get(REVISION_HEADER)  # a Gym-shaped server: its own answer, as it is
+    return resp.text, int(revision) if revision and revision.isdigit() else None
 
 
 def _environment(agent: SimpleAgent, fields: dict[str, Any]) -> str:

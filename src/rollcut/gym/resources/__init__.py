@@ -3,18 +3,22 @@
 from ._app import aggregate_metrics, create_resources_app, final_text, task_fields
 from ._env import Environment, ToolResult
 from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace, WorkplaceExported
+from ._gym_env import GymEnvironment, tool
 from ._service import NotContinuable, ResourcesService, Session
+from ._stateful_counter import StatefulCounter
 
 __all__ = [
     "ENVIRONMENTS",
     "Blackjack",
     "Counter",
     "Environment",
+    "GymEnvironment",
     "MathVerifier",
     "NotContinuable",
     "ResourcesService",
     "Scratchpad",
     "Session",
+    "StatefulCounter",
     "ToolResult",
     "Workplace",
     "WorkplaceExported",
@@ -22,4 +26,5 @@ __all__ = [
     "create_resources_app",
     "final_text",
     "task_fields",
+    "tool",
 ]

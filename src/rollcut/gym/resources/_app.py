@@ -26,7 +26,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .._http import gym_app, identity_of
-from ..wire import NG_RUN_KEYS, NG_TASK_INDEX, SESSION_COOKIE, ErrorKind, GymError, session_cookie
+from ..wire import (
+    NG_RUN_KEYS,
+    NG_TASK_INDEX,
+    REVISION_HEADER,
+    SESSION_COOKIE,
+    ErrorKind,
+    GymError,
+    session_cookie,
+)
 from ._service import ResourcesService
 
 __all__ = ["aggregate_metrics", "create_resources_app", "final_text", "task_fields"]
@@ -149,6 +157,14 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
     @app.post("/{tool}")
     async def tool(tool: str, request: Request) -> Any:
         body = await _body(request)
-        return JSONResponse(await service.tool(identity_of(request), tool, body))
+        out = await service.tool(identity_of(request), tool, body)
+        if not service.env.bare_answers:
+            return JSONResponse(out)
+        # a Gym-shaped server answers the tool's response model itself, as it did before the port
+        headers = {
+            REVISION_HEADER: str(out["revision"]),
+            "x-rollcut-served-from-log": str(out["served_from_log"]),
+        }
+        return JSONResponse(out["result"], headers=headers)
 
     return app

@@ -35,6 +35,7 @@ class Environment:
     codec_version: ClassVar[int] = 1
     state_in_events: ClassVar[bool] = False  # log the full state with every mutation
     verification: ClassVar[str] = "replayable"  # replayable | wait
+    bare_answers: ClassVar[bool] = False  # a tool route answers the tool's result alone (Gym-shaped servers)
 
     def tools(self) -> dict[str, Callable[[Any, dict[str, Any]], ToolResult]]:
         """Tool name -> fn(state, arguments) -> (result, delta). May mutate state in place."""

@@ -12,6 +12,7 @@ import msgspec
 
 from ...participants import CheckpointMode
 from ._env import Environment, ToolResult
+from ._stateful_counter import StatefulCounter
 
 __all__ = [
     "ENVIRONMENTS",
@@ -302,6 +303,7 @@ class Scratchpad(Environment):
 
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
-    cls.name: cls for cls in (Counter, Blackjack, Workplace, WorkplaceExported, MathVerifier, Scratchpad)
+    cls.name: cls
+    for cls in (Counter, Blackjack, Workplace, WorkplaceExported, MathVerifier, Scratchpad, StatefulCounter)
 }
 """The bundled environments by name, as ``rollcut serve resources NAME`` takes them."""

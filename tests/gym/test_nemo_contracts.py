@@ -119,3 +119,14 @@ async def test_aggregate_metrics_has_nemo_gyms_shape(stack: Any) -> None:
     assert out["group_level_metrics"][1]["mean/reward"] == 0.0
     bad = await s.agent.http.post("http://res/aggregate_metrics", json={"verify_responses": "nope"})
     assert bad.status_code == 400
+
+
+async def test_an_id_that_is_not_a_subject_token_is_refused_before_anything_is_read(stack: Any) -> None:
+    s: Stack = await stack()
+    for bad in ("a.b", "*", ">", "a b", "../../etc", "x" * 129):
+        resp = await s.client.post(
+            "/run", json=with_identity(COUNTER_ROW, "0-0", attempt_index=0) | {"_ng_rollout_id": bad}
+        )
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_identity", bad
+    negative = await s.client.post("/run", json=with_identity(COUNTER_ROW, "0-0", attempt_index=-1))
+    assert negative.status_code == 400

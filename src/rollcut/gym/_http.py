@@ -25,6 +25,7 @@ __all__ = [
     "gym_app",
     "gym_client",
     "identity_of",
+    "json_body",
 ]
 
 
@@ -115,6 +116,20 @@ def gym_app(title: str) -> FastAPI:
     app.add_exception_handler(GymError, on_gym_error)
     app.add_exception_handler(AdmissionClosedError, on_admission_closed)
     return app
+
+
+async def json_body(request: Request, *, empty_ok: bool = False) -> dict[str, Any]:
+    """The request's JSON object; anything else is a 400 ``bad_request`` in the API's shape."""
+    raw = await request.body()
+    if not raw and empty_ok:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
+    return body
 
 
 def identity_of(request: Request, body: Mapping[str, Any] | None = None) -> Identity:

@@ -84,6 +84,7 @@ REVISION_HEADER = "x-rollcut-revision"
 NG_RUN_KEYS = frozenset({"responses_create_params", "response", "agent_ref", "reward"})
 """NeMo Gym's own fields of a run row; everything else in a row is the environment's."""
 _NG_ATTEMPT = re.compile(r"^(?P<rid>.+)-a(?P<n>[0-9]+)$")
+_ROLLOUT_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class ErrorKind(StrEnum):
@@ -252,6 +253,13 @@ def identity_from(
             f"call /r/{{rollout_id}}/{{attempt}}/... or /{NG_ROLLOUT_PREFIX}/<id>/..., "
             f"or put {NG_ROLLOUT_ID} (and {NG_ATTEMPT_INDEX}) in the body",
         )
+    for where, ident in found:
+        if not _ROLLOUT_ID.match(ident.rollout_id):
+            raise GymError(
+                ErrorKind.BAD_IDENTITY,
+                f"rollout id {ident.rollout_id!r} ({where}) must be 1-128 of A-Z a-z 0-9 _ - "
+                "(it names subjects on the bus)",
+            )
     first = found[0][1]
     for where, other in found[1:]:
         if other != first:

@@ -8,8 +8,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import gym_app, identity_of
-from ..wire import ErrorKind, GymError
+from .._http import gym_app, identity_of, json_body
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
@@ -21,9 +20,7 @@ def create_agent_app(agent: SimpleAgent) -> FastAPI:
 
     @app.post("/run")
     async def run(request: Request) -> Any:
-        task = await request.json()
-        if not isinstance(task, dict):
-            raise GymError(ErrorKind.BAD_REQUEST, "/run takes a JSON object")
+        task = await json_body(request)
         ident = identity_of(request, task)
         if agent.participant is not None:
             async with agent.participant.gate.admit():

@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from ...tokens import call_store
-from .._http import gym_app, identity_of
+from .._http import gym_app, identity_of, json_body
 from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import decode, response_message
 from ._service import CallResult, ModelService
@@ -62,12 +62,7 @@ def create_app(
     app = gym_app("rollcut policy model")
 
     async def identified(request: Request) -> tuple[Identity, dict[str, Any]]:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
+        body = await json_body(request)
         try:
             return identity_of(request), body
         except GymError as exc:

@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import gym_app, identity_of
+from .._http import gym_app, identity_of, json_body
 from ..wire import (
     NG_RUN_KEYS,
     NG_TASK_INDEX,
@@ -85,26 +85,13 @@ def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
-    return body
-
-
 def create_resources_app(service: ResourcesService) -> FastAPI:
     """The resources FastAPI app: /seed_session, one route per tool, /verify, /close_session."""
     app = gym_app(f"rollcut resources: {service.env.name}")
 
     @app.post("/seed_session")
     async def seed_session(request: Request) -> Any:
-        body = await _body(request)
+        body = await json_body(request, empty_ok=True)
         ident = identity_of(request, body)
         args = body
         if "responses_create_params" in body:  # a NeMo Gym run row: the environment's fields seed it
@@ -116,7 +103,7 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
 
     @app.post("/verify")
     async def verify(request: Request) -> Any:
-        body = await _body(request)
+        body = await json_body(request, empty_ok=True)
         ident = identity_of(request)
         if "response" not in body or "responses_create_params" not in body:
             return JSONResponse(await service.verify(ident, body))
@@ -127,7 +114,7 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
 
     @app.post("/aggregate_metrics")
     async def aggregate(request: Request) -> Any:
-        body = await _body(request)
+        body = await json_body(request, empty_ok=True)
         responses = body.get("verify_responses")
         if not isinstance(responses, list) or not all(isinstance(v, dict) for v in responses):
             raise GymError(ErrorKind.BAD_REQUEST, "aggregate_metrics takes {verify_responses: [objects]}")
@@ -156,7 +143,7 @@ def create_resources_app(service: ResourcesService) -> FastAPI:
 
     @app.post("/{tool}")
     async def tool(tool: str, request: Request) -> Any:
-        body = await _body(request)
+        body = await json_body(request, empty_ok=True)
         out = await service.tool(identity_of(request), tool, body)
         if not service.env.bare_answers:
             return JSONResponse(out)

@@ -19,9 +19,11 @@ from .._errors import (
     AttemptConflictError,
     CorruptEventError,
     FenceError,
+    RollcutError,
     RolloutExistsError,
     StaleAttemptError,
 )
+from ._authority import authority_error
 from ._codec import Codec, digest
 from ._commit import GroupCommit, Outcome
 from ._events import (
@@ -75,23 +77,49 @@ class FenceOps:
         raise NotImplementedError
 
     async def fence_state(self, rollout_id: str) -> FenceState | None:
-        """Read the fence subject's last message; None if never dispatched."""
-        msg = await self._direct_last(self.subjects.fence(rollout_id))
+        """Where the rollout's attempt lifecycle stands; None if never dispatched.
+
+        From the fence's last record; if that one is bad (garbage, a kind this
+        rollcut does not know, a body that disagrees with the subject), from the
+        last good one before it, while ``seq`` stays the fence's real last
+        sequence, so the next compare-and-set still lands: one bad record never
+        makes a rollout impossible to continue, supersede or retire.
+        """
+        fence = self.subjects.fence(rollout_id)
+        msg = await self._direct_last(fence)
         if msg is None:
             return None
-        ev = self.codec.decode(msg.data, stream=self.subjects.stream, seq=msg.seq, subject=msg.subject)
+        state = self._fence_record(rollout_id, msg)
+        if state is not None:
+            return state
+        for earlier in reversed(await self._fence_history(fence, msg.seq)):
+            state = self._fence_record(rollout_id, earlier)
+            if state is not None:
+                return FenceState(rollout_id, state.attempt, msg.seq, state.open, state.retired)
+        raise CorruptEventError(
+            "no readable lifecycle record on the fence",
+            stream=self.subjects.stream,
+            seq=msg.seq,
+            subject=fence,
+        )
+
+    def _fence_record(self, rollout_id: str, msg: RawMessage) -> FenceState | None:
+        try:
+            ev = self.codec.decode(msg.data, stream=self.subjects.stream, seq=msg.seq, subject=msg.subject)
+        except RollcutError:
+            return None
+        if authority_error(self.subjects, msg.subject, ev) is not None:
+            return None
         if isinstance(ev, RolloutDispatched | AttemptOpened):
             return FenceState(rollout_id, ev.attempt, msg.seq, True)
         if isinstance(ev, AttemptTombstoned):
             return FenceState(rollout_id, ev.attempt, msg.seq, False)
         if isinstance(ev, RolloutRetired):
             return FenceState(rollout_id, ev.attempt, msg.seq, False, True)
-        raise CorruptEventError(
-            f"{type(ev).__name__} on a fence subject",
-            stream=self.subjects.stream,
-            seq=msg.seq,
-            subject=msg.subject,
-        )
+        return None
+
+    async def _fence_history(self, fence: str, up_to: int) -> list[RawMessage]:
+        raise NotImplementedError
 
     async def dispatch(
         self,

@@ -27,8 +27,10 @@ from .._errors import (
     BusError,
     CorruptEventError,
     FenceError,
+    SchemaError,
     StaleAttemptError,
 )
+from ._authority import authority_error
 from ._codec import Codec
 from ._commit import GroupCommit, Outcome
 from ._events import (
@@ -159,7 +161,7 @@ class EventLog(FenceOps):
         """
         if is_fence_kind(event):
             raise FenceError(f"{type(event).__name__} is written by dispatch/tombstone/open_attempt")
-        frame = self.codec.encode(event)
+        frame = self._encode(event)
         eid = event.event_id
         if isinstance(event, RolloutEvent):
             known = self._open.get(event.rollout_id)
@@ -192,7 +194,7 @@ class EventLog(FenceOps):
         """
         if isinstance(event, RolloutEvent):
             raise FenceError("rollout events are fenced by their attempt, not by append_expecting")
-        frame = self.codec.encode(event)
+        frame = self._encode(event)
         headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: str(expect_last_seq)}
         out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
@@ -201,10 +203,12 @@ class EventLog(FenceOps):
         self.last_appended = max(self.last_appended, out.seq)
         return out.seq
 
-    async def last_on(self, subject: str) -> StoredEvent | None:
-        """The last event stored on one subject, or None."""
+    async def last_on(self, subject: str, *, strict: bool = False) -> StoredEvent | None:
+        """The last record stored on one subject, or None. A bad record comes back quarantined
+        (``event`` None, ``error`` set) unless ``strict``: a caller asking "what is last here" gets
+        an answer, and a compare-and-set on the subject still has its sequence."""
         msg = await self._direct_last(subject)
-        return None if msg is None else self._decode(msg, strict=True)
+        return None if msg is None else self._decode(msg, strict=strict)
 
     def _raise_other(self, out: Outcome, event: Event) -> None:
         if out.err_code:
@@ -258,14 +262,7 @@ class EventLog(FenceOps):
             raise FenceError("reading one attempt needs its rollout_id too")
         if rollout_id is None:
             async for pg in scan(self.nc, self.stream, start=start, up_to=up_to):
-                out = [self._decode(m, strict=False) for m in pg]
-                for i, stored in enumerate(out):
-                    if stored.error is not None:
-                        if not stored.subject:  # body-only page: fetch the name
-                            out[i] = stored = await self._named(stored)
-                        if strict:
-                            raise stored.error  # type: ignore[misc]
-                yield out
+                yield [self._decode(m, strict) for m in pg]
             return
         if attempt is not None:
             filters = [self.subjects.attempt_filter(rollout_id, attempt)]
@@ -274,23 +271,35 @@ class EventLog(FenceOps):
         msgs = await scan_merged(self.nc, self.stream, filters, start=start, up_to=up_to)
         yield [self._decode(m, strict) for m in msgs]
 
+    def _encode(self, event: Event) -> bytes:
+        """The frame of an event this log may store where it goes: a body that disagrees with its
+        subject is refused here, before anything is sent (readers would quarantine it)."""
+        why = authority_error(self.subjects, self.subjects.for_event(event), event)
+        if why is not None:
+            raise SchemaError(f"{type(event).__name__}: {why}")
+        return self.codec.encode(event)
+
     def _decode(self, m: RawMessage, strict: bool) -> StoredEvent:
+        """A stored record, or its quarantine: a bad frame, a kind or version this rollcut does not
+        know, an invalid field, or a body that disagrees with the subject it is stored on."""
         try:
             ev = self.codec.decode(m.data, stream=self.stream, seq=m.seq, subject=m.subject)
+            why = authority_error(self.subjects, m.subject, ev)
+            if why is not None:
+                raise CorruptEventError(f"authority: {why}", stream=self.stream, seq=m.seq, subject=m.subject)
+        except SchemaError as exc:
+            if strict:
+                raise
+            err = CorruptEventError(str(exc), stream=self.stream, seq=m.seq, subject=m.subject)
+            return StoredEvent(m.seq, m.subject, None, err)
         except CorruptEventError as exc:
             if strict:
                 raise
             return StoredEvent(m.seq, m.subject, None, exc)
         return StoredEvent(m.seq, m.subject, ev, None, self.subjects)
 
-    async def _named(self, stored: StoredEvent) -> StoredEvent:
-        """A corrupt record from a body-only page: ask the server for its subject."""
-        msg = await self._direct_get({"seq": stored.seq}, f"seq {stored.seq}")
-        subject = msg.subject if msg is not None else ""
-        err = stored.error
-        if err is not None:
-            err = CorruptEventError(err.reason, stream=self.stream, seq=stored.seq, subject=subject)
-        return StoredEvent(stored.seq, subject, None, err)
+    async def _fence_history(self, fence: str, up_to: int) -> list[RawMessage]:
+        return await scan_merged(self.nc, self.stream, [fence], up_to=up_to)
 
     async def _direct_last(self, subject: str) -> RawMessage | None:
         return await self._direct_get({"last_by_subj": subject}, subject)

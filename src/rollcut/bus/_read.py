@@ -34,11 +34,10 @@ class RawMessage(msgspec.Struct, frozen=True, gc=False):
 class _Page:
     """Collects one batched direct-get reply stream."""
 
-    __slots__ = ("done", "error", "last", "messages", "pending", "raw")
+    __slots__ = ("done", "error", "last", "messages", "pending")
 
     def __init__(self) -> None:
         self.messages: list[RawMessage] = []
-        self.raw: list[bytes] = []  # bodies of a no_hdr page, seqs assigned afterwards
         self.done = asyncio.Event()
         self.pending = 0
         self.last = 0
@@ -46,8 +45,9 @@ class _Page:
 
     async def on_msg(self, msg: Msg) -> None:
         hdrs = msg.headers
-        if hdrs is None:  # a no_hdr page: body only
-            self.raw.append(msg.data)
+        if hdrs is None:
+            self.error = "a direct-get reply without headers"
+            self.done.set()
             return
         if "Status" in hdrs:
             status = hdrs["Status"]
@@ -100,12 +100,9 @@ async def scan(
 ) -> AsyncIterator[list[RawMessage]]:
     """Yield pages of messages with ``start <= seq <= up_to``, in stream order.
 
-    An unfiltered scan asks for bodies only (``no_hdr``): parsing a dozen
-    headers per message is most of a read's cost in nats-py. Sequences are
-    then known from the page's end-of-batch status when the page is
-    contiguous (rollcut never deletes from its stream); a page with a gap is
-    fetched again with headers. Subjects of such messages are left empty: the
-    decoded event names its own subject.
+    Every message comes with its headers, because the subject it is stored on
+    is where its authority comes from (``_authority.py``); the connection's
+    header parser is made for this (``_stream._Client``).
     """
     api = f"$JS.API.DIRECT.GET.{stream}"
 
@@ -114,8 +111,6 @@ async def scan(
         req: dict[str, object] = {"seq": seq, "batch": want}
         if subject:
             req["next_by_subj"] = subject
-        else:
-            req["no_hdr"] = True
         return req, want
 
     def start_fetch(seq: int) -> asyncio.Task[_Page]:
@@ -130,13 +125,6 @@ async def scan(
         while pending is not None:
             pg = await pending
             pending = None
-            if pg.raw:
-                if pg.last - seq + 1 == len(pg.raw):
-                    pg.messages = [RawMessage(seq + i, "", d) for i, d in enumerate(pg.raw)]
-                else:  # a gap: ask again with headers to learn the real sequences
-                    req, want = request(seq)
-                    del req["no_hdr"]
-                    pg = await _fetch(nc, api, req, want, timeout, stream)
             if pg.messages and pg.pending > 0:
                 seq = pg.messages[-1].seq + 1
                 if up_to is None or seq <= up_to:

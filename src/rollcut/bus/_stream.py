@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -120,6 +120,39 @@ class Denials:
                     del self._waiters[s]
 
 
+class _Client(NATS):
+    """nats-py's client with a header parser made for reading a stream back.
+
+    nats-py parses every header with per-character checks; a direct-get reply
+    carries a dozen headers, and reading the stored subject of every record
+    (where a record's authority comes from) would cost more than decoding it.
+    This parser splits lines and ``name: value`` pairs with bytes operations,
+    and reads inline status lines (``NATS/1.0 404 No Messages``) as nats-py does.
+    """
+
+    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
+        if not headers:
+            return None
+        end = headers.find(b"\r\n")
+        first, rest = (headers, b"") if end < 0 else (headers[:end], headers[end + 2 :])
+        out: dict[str, str] = {}
+        if len(first) > _HDR_LINE_SIZE:  # inline status: NATS/1.0 404 No Messages
+            status, _, desc = first[_HDR_LINE_SIZE + 1 :].partition(b" ")
+            code = status.strip().decode()
+            if code.isdigit():
+                out["Status"] = code
+            if desc.strip():
+                out["Description"] = desc.strip().decode()
+        for line in rest.split(b"\r\n"):
+            key, sep, value = line.partition(b":")
+            if sep and key:
+                out[key.decode()] = value.strip().decode()
+        return out or None
+
+
+_HDR_LINE_SIZE = len(b"NATS/1.0")
+
+
 async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials | None = None) -> NATS:
     """Connect and refuse servers too old for fencing and group commit."""
     if not config.url:
@@ -129,20 +162,22 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         if denials is not None:
             await denials.on_error(exc)
 
+    # seconds as floats: nats-py annotates them int but sleeps and waits on them as given
+    options: dict[str, Any] = {
+        "error_cb": on_error,
+        "name": name,
+        "user": config.user,
+        "password": config.password,
+        "connect_timeout": config.connect_timeout_s,
+        # bounded for the first connect: a wrong password or a dead URL must fail, not loop
+        "max_reconnect_attempts": 2,
+        "allow_reconnect": True,
+        "reconnect_time_wait": 0.2,
+        "pending_size": 64 * 1024 * 1024,
+    }
+    nc = _Client()
     try:
-        nc = await nats.connect(
-            config.url,
-            error_cb=on_error,
-            name=name,
-            user=config.user,
-            password=config.password,
-            connect_timeout=config.connect_timeout_s,
-            # bounded for the first connect: a wrong password or a dead URL must fail, not loop
-            max_reconnect_attempts=2,
-            allow_reconnect=True,
-            reconnect_time_wait=0.2,
-            pending_size=64 * 1024 * 1024,
-        )
+        await nc.connect(config.url, **options)
     except (NatsError, OSError) as exc:
         raise BusError(f"cannot connect to {config.url} as {config.user or 'anonymous'}: {exc!r}") from exc
     nc.options["max_reconnect_attempts"] = -1  # once in, ride out server restarts indefinitely

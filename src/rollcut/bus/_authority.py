@@ -1,0 +1,65 @@
+"""Authority comes from where a record is stored, not from what it says.
+
+The NATS server decides who may publish on which subject (per-role
+permissions, docs/security.md), so the subject a record was stored on is the
+one fact about its writer a reader can trust. A record's body must agree with
+it, by the kind table (``_kinds.KINDS``):
+
+- the kind's lane is the subject's family (``ev``, ``fence``, ``mark``);
+- on ``ev.<rollout>.<attempt>.<component>``: the component is one of the
+  kind's writers, and the body names the same rollout, attempt and component;
+- on ``fence.<rollout>``: a lifecycle kind of that rollout (only the
+  collector and coordinator roles may publish there);
+- on ``mark.checkpoint``: a coordinator marker written as the coordinator;
+  on ``mark.<instance>``: that instance's own participant marker.
+
+A record that disagrees is quarantined like a corrupt frame: its rollout (if
+the subject names one) is marked corrupt, nothing else trusts it. Writers are
+checked by the same rule before anything is sent.
+"""
+
+from __future__ import annotations
+
+from .._errors import ConfigError
+from ._events import CheckpointEvent, Event, RolloutEvent
+from ._kinds import Lane, spec_of
+from ._subjects import COORDINATOR_LANE, Subjects
+
+__all__ = ["authority_error"]
+
+_FAMILY = {"ev": Lane.EVENTS, "fence": Lane.FENCE, "mark": Lane.MARKER}
+
+
+def authority_error(subjects: Subjects, subject: str, event: Event) -> str | None:
+    """Why ``event`` may not be stored on ``subject`` (None when it may)."""
+    try:
+        parsed = subjects.parse(subject)
+    except ConfigError as exc:
+        return str(exc)
+    spec = spec_of(event)
+    if _FAMILY.get(parsed.family) is not spec.lane:
+        return f"a {spec.kind} record does not belong on a {parsed.family} subject"
+    if isinstance(event, RolloutEvent):
+        if event.rollout_id != parsed.rollout_id:
+            return f"the body names rollout {event.rollout_id!r}, the subject {parsed.rollout_id!r}"
+        if spec.lane is Lane.EVENTS:
+            if parsed.component not in spec.writers:
+                return (
+                    f"{parsed.component} may not write {spec.kind} (only {', '.join(sorted(spec.writers))})"
+                )
+            if (event.attempt, event.component) != (parsed.attempt, parsed.component):
+                return (
+                    f"the body says {event.component} of attempt {event.attempt}, "
+                    f"the subject {parsed.component} of attempt {parsed.attempt}"
+                )
+        elif event.component not in spec.writers:
+            return f"{event.component} may not write {spec.kind}"
+        return None
+    if isinstance(event, CheckpointEvent):
+        if parsed.lane == COORDINATOR_LANE:
+            if event.component != "coordinator" or "coordinator" not in spec.writers:
+                return f"only the coordinator writes {spec.kind} on its lane"
+        elif event.instance != parsed.lane or event.component == "coordinator":
+            return f"{event.instance} wrote {spec.kind} on the lane of {parsed.lane}"
+        return None
+    return f"{spec.kind} has no lane"  # pragma: no cover - every kind is a rollout or checkpoint event

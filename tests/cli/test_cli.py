@@ -87,7 +87,7 @@ async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
         assert creds.namespace == "demo" and (tmp_path / "credentials.json").stat().st_mode & 0o077 == 0
         with pytest.raises(Exception, match="Authorization Violation"):
             await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
-        nc = await nats.connect(url, user="admin", password=creds.passwords["admin"])
+        nc = await nats.connect(url, nkeys_seed_str=creds.seeds["admin"])
         info = await nc.jetstream().account_info()
         assert info.limits is not None
         await nc.close()

@@ -8,7 +8,13 @@ Roles and what each may publish (namespace ``ns``, prefix ``rc.ns``):
 - collector: fences (dispatch) and ``ev.*.*.collector`` (result hand-off).
 - model, agent, resources, environment: only ``ev.*.*.<its component>`` and a
   marker lane of its own (never ``mark.checkpoint``), plus direct gets; they
-  subscribe to ``ctl.*`` and ``$SRV.>`` and may answer requests.
+  subscribe to their component's control subjects ``ctl.<component>.*`` (never
+  another component's) and ``$SRV.>``, and may answer requests.
+
+Authentication is NATS's own nkeys: each role has an ed25519 key pair; its seed
+is in ``credentials.json`` (0600, in a 0700 directory) and the server's
+config holds only public keys, so the config file gives nobody a secret.
+(Credentials files of schema 1, with passwords, still load.)
 
 A participant therefore cannot write another component's events, forge a
 coordinator marker, or send control requests (so capabilities are answered
@@ -20,12 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 
 import msgspec
+import nkeys
 
 from .._errors import ConfigError
+from .._files import private_dir, write_private
 from ._subjects import COORDINATOR_LANE, Subjects
 
 __all__ = ["PARTICIPANT_ROLES", "ROLES", "Credentials", "load_credentials", "server_authorization"]
@@ -35,29 +42,36 @@ ROLES = ("admin", "coordinator", "collector", *PARTICIPANT_ROLES)
 
 
 class Credentials(msgspec.Struct, frozen=True, kw_only=True):
-    """One password per role for one namespace; stored 0600 beside the server's data."""
+    """One nkey seed per role for one namespace (schema 1: passwords); stored 0600."""
 
-    schema_version: int = 1
+    schema_version: int = 2
     namespace: str
-    passwords: dict[str, str]
+    seeds: dict[str, str] = {}
+    passwords: dict[str, str] = {}
 
     @classmethod
     def generate(cls, namespace: str) -> Credentials:
+        """Fresh key pairs for every role."""
         Subjects(namespace)  # validates the namespace
-        return cls(namespace=namespace, passwords={r: secrets.token_urlsafe(24) for r in ROLES})
+        seeds = {r: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode() for r in ROLES}
+        return cls(namespace=namespace, seeds=seeds)
+
+    def public_key(self, role: str) -> str:
+        """The role's public nkey (what the server's config holds)."""
+        return str(nkeys.from_seed(self.seeds[role].encode()).public_key.decode())
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(msgspec.json.encode(self))
-        tmp.replace(path)
+        """Write the seeds, readable by their owner only (0600 in a 0700 directory)."""
+        private_dir(path.parent)
+        write_private(path, msgspec.json.encode(self))
 
-    def login(self, role: str) -> tuple[str, str]:
-        if role not in self.passwords:
-            raise ConfigError(f"no credentials for role {role!r}; roles: {', '.join(ROLES)}")
-        return role, self.passwords[role]
+    def login(self, role: str) -> dict[str, str]:
+        """How ``role`` authenticates: ``{"nkey_seed"}``, or ``{"user", "password"}`` (schema 1)."""
+        if role in self.seeds:
+            return {"nkey_seed": self.seeds[role]}
+        if role in self.passwords:
+            return {"user": role, "password": self.passwords[role]}
+        raise ConfigError(f"no credentials for role {role!r}; roles: {', '.join(ROLES)}")
 
 
 def load_credentials(path: Path) -> Credentials:
@@ -103,7 +117,9 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
                 "deny": [s.mark(COORDINATOR_LANE)],
             },
             # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds
-            "subscribe": {"allow": [*inbox, f"{p}.ctl.*", "$SRV.>", f"{p}.fence.*", f"{p}.ev.*.*.collector"]},
+            "subscribe": {
+                "allow": [*inbox, f"{p}.ctl.{role}.*", "$SRV.>", f"{p}.fence.*", f"{p}.ev.*.*.collector"]
+            },
             "allow_responses": True,
         }
     raise ConfigError(f"unknown role {role!r}")
@@ -113,7 +129,9 @@ def server_authorization(creds: Credentials) -> str:
     """The ``authorization {}`` block for nats-server's config file."""
     s = Subjects(creds.namespace)
     users = [
-        {"user": role, "password": creds.passwords[role], "permissions": _permissions(role, s)}
+        {"nkey": creds.public_key(role), "permissions": _permissions(role, s)}
+        if role in creds.seeds
+        else {"user": role, "password": creds.passwords[role], "permissions": _permissions(role, s)}
         for role in ROLES
     ]
     # nats-server's config format accepts JSON values

@@ -98,6 +98,8 @@ class Codec:
         naming the field and the rule.
         """
         body = self._enc.encode(event)
+        if len(body) > self.max_event_bytes:  # the decoded size: what every reader will hold
+            raise EventTooLargeError(kind_of(type(event)), len(body), self.max_event_bytes)
         try:
             self._strict.decode(body)
         except msgspec.ValidationError as exc:
@@ -129,10 +131,9 @@ class Codec:
         if zlib.crc32(body).to_bytes(4, "big") != frame[4:_HEADER]:
             raise corrupt("payload checksum mismatch")
         if flags & _FLAG_ZSTD:
-            try:
-                body = self._zd.decompress(body, max_output_size=self.max_event_bytes * 64)
-            except zstandard.ZstdError as exc:
-                raise corrupt(f"zstd: {exc}") from exc
+            body = self._inflate(body, corrupt)
+        elif len(body) > self.max_event_bytes:
+            raise corrupt(f"{len(body)} bytes, over the {self.max_event_bytes}-byte limit")
         try:
             event = self._dec.decode(body)
         except msgspec.DecodeError as exc:
@@ -140,6 +141,22 @@ class Codec:
         if event.schema_version != SCHEMA_VERSION:
             return self._slow_decode(body, None, corrupt)
         return event
+
+    def _inflate(self, packed: bytes, corrupt: Callable[[str], CorruptEventError]) -> bytes:
+        """Decompress at most ``max_event_bytes``, whatever the frame's header declares: a small
+        frame that inflates to gigabytes is refused after the limit, never allocated."""
+        limit = self.max_event_bytes
+        try:
+            declared = zstandard.frame_content_size(packed)
+            if declared > limit:  # -1: not declared, read and count
+                raise corrupt(f"zstd frame declares {declared} bytes, over the {limit}-byte limit")
+            with self._zd.stream_reader(packed) as reader:
+                body = reader.read(limit + 1)
+        except zstandard.ZstdError as exc:
+            raise corrupt(f"zstd: {exc}") from exc
+        if len(body) > limit:
+            raise corrupt(f"zstd frame inflates past the {limit}-byte limit")
+        return body
 
     def _slow_decode(
         self,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Self
 
 from .._errors import ConfigError, ServerStartError, ServerVersionError
+from .._files import private_dir, write_private
 from ._auth import Credentials, server_authorization
 
 __all__ = ["MIN_SERVER_VERSION", "EmbeddedServer", "find_nats_server", "parse_version", "server_version"]
@@ -147,7 +148,7 @@ class EmbeddedServer:
             ]
         )
         path = self.data_dir / "nats-server.conf"
-        path.write_text(conf)
+        write_private(path, conf.encode())  # it names every role's permissions: owner only
         return path
 
     def start(self) -> Self:
@@ -155,7 +156,7 @@ class EmbeddedServer:
             return self
         self.version = server_version(self.binary)
         check_version(self.version, f"{self.binary}")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)  # the stream's files hold every prompt and output
         conf = self._write_config()
         self._proc = subprocess.Popen(
             [self.binary, "-c", str(conf)],

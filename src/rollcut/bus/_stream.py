@@ -44,13 +44,14 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight: int = 8
     user: str | None = None
     password: str | None = None
+    nkey_seed: str | None = None
+    role: str | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
 
     def as_role(self, creds: Credentials, role: str) -> BusConfig:
         """The same bus, logged in as ``role``."""
-        user, password = creds.login(role)
-        return msgspec.structs.replace(self, user=user, password=password, namespace=creds.namespace)
+        return msgspec.structs.replace(self, namespace=creds.namespace, role=role, **creds.login(role))
 
 
 class ApiError(msgspec.Struct, frozen=True):
@@ -168,6 +169,7 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         "name": name,
         "user": config.user,
         "password": config.password,
+        "nkeys_seed_str": config.nkey_seed,
         "connect_timeout": config.connect_timeout_s,
         # bounded for the first connect: a wrong password or a dead URL must fail, not loop
         "max_reconnect_attempts": 2,
@@ -179,7 +181,9 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
     try:
         await nc.connect(config.url, **options)
     except (NatsError, OSError) as exc:
-        raise BusError(f"cannot connect to {config.url} as {config.user or 'anonymous'}: {exc!r}") from exc
+        raise BusError(
+            f"cannot connect to {config.url} as {config.role or config.user or 'anonymous'}: {exc!r}"
+        ) from exc
     nc.options["max_reconnect_attempts"] = -1  # once in, ride out server restarts indefinitely
     try:
         check_version(parse_version(nc.connected_server_version.__str__()), config.url)
@@ -213,7 +217,8 @@ async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> None
         except NatsTimeoutError as exc:  # a role without the create permission is simply not answered
             raise BusError(
                 f"stream {subjects.stream} does not exist and this connection cannot create it "
-                f"(role {config.user or 'anonymous'}): start the coordinator or an admin connection first"
+                f"(role {config.role or config.user or 'anonymous'}): "
+                "start the coordinator or an admin connection first"
             ) from exc
         return
     have = info.config

@@ -31,6 +31,7 @@ Host = Annotated[str, typer.Option(help="Listen address.")]
 Port = Annotated[int, typer.Option(help="Listen port; 0 picks a free one (printed as LISTENING <url>).")]
 Name = Annotated[str, typer.Option(help="Participant group name (default: the server kind, or the env).")]
 Workers = Annotated[int, typer.Option(help="Worker processes, each its own participant.")]
+MaxBody = Annotated[int, typer.Option("--max-body-bytes", help="Largest request body read; larger: 413.")]
 AgentUrl = Annotated[str, typer.Option(help="Agent server base URL.")]
 
 
@@ -52,6 +53,7 @@ served = with_options(
         "port": (Port, 0),
         "name": (Name, ""),
         "workers": (Workers, 1),
+        "max_body_bytes": (MaxBody, 16 * 1024 * 1024),
     },
     _common,
     "common",

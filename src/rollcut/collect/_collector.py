@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import httpx
 import msgspec
 
 from .._errors import CheckpointError, RolloutExistsError, StaleAttemptError
+from .._files import append_private
 from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector
@@ -141,10 +141,7 @@ class Collector:
 
     @staticmethod
     def _write_row(path: Path, row: dict[str, Any]) -> None:
-        with path.open("a") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_private(path, (json.dumps(row, sort_keys=True) + "\n").encode())
 
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
         row = self._written.get(rid)

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from .._files import private_dir
 from .._runtime import credentials_for
 from ..bus import (
     AttemptOpened,
@@ -110,8 +111,7 @@ async def run_demo(
     """The main job end to end, with a crash and recovery; returns what was saved."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
-        root = home or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
+        root = private_dir(home or Path(tmp))
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
         tasks = demo_rows(rollouts, seed)

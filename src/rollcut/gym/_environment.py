@@ -15,17 +15,22 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import error_response, gym_app, gym_client, identity_of
+from ._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, gym_client, identity_of
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
 
 
 def create_environment_app(
-    log: EventLog, *, instance: str, agent_url: str, http: httpx.AsyncClient | None = None
+    log: EventLog,
+    *,
+    instance: str,
+    agent_url: str,
+    http: httpx.AsyncClient | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The environment server's FastAPI app: POST /run drives the agent and records the completion."""
-    app = gym_app("rollcut environment")
+    app = gym_app("rollcut environment", max_body_bytes=max_body_bytes)
     client = http or gym_client(600)
     stats = {"episodes": 0, "completed": 0}
 

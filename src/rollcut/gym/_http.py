@@ -17,6 +17,8 @@ from ..bus import Component, Event, EventLog
 from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
 
 __all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "BodyLimit",
     "Envelope",
     "IdentityPrefix",
     "append_or_refuse",
@@ -99,11 +101,62 @@ class IdentityPrefix:
         await self.app(scope, receive, send)
 
 
-def gym_app(title: str) -> FastAPI:
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body a Gym server reads, unless told otherwise (``--max-body-bytes``)."""
+
+
+class BodyLimit:
+    """Refuses a request body over ``limit`` bytes with 413 in the API's error shape: by its
+    Content-Length before reading anything, else as soon as the bytes received pass the limit.
+    Nothing oversized reaches a handler, the log, or the event loop's memory."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body"))
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return dict(await receive())
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        err = GymError(ErrorKind.PAYLOAD_TOO_LARGE, f"the body is over the {self.limit}-byte limit")
+        await error_response(err)(scope, receive, send)
+
+
+def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """A FastAPI app whose routes raise domain errors and never build error answers themselves;
-    identity path prefixes are understood on every route."""
+    identity path prefixes are understood on every route, and bodies are bounded."""
     app = FastAPI(title=title, version="1")
     app.add_middleware(IdentityPrefix)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
 
     async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GymError)

@@ -38,6 +38,7 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     port: int = 0
     name: str = ""
     workers: int = 1
+    max_body_bytes: int = 16 * 1024 * 1024
 
     @property
     def kind(self) -> Component:

@@ -90,7 +90,9 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int) -> No
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         service = ModelService(log, tokens, backend, instance=instance, participant=participant)
-        return create_app(service, return_token_ids=opts.return_token_ids), service
+        return create_app(
+            service, return_token_ids=opts.return_token_ids, max_body_bytes=opts.max_body_bytes
+        ), service
 
     try:
         await serve_participant(opts, sock, worker, "exported", make)
@@ -104,7 +106,7 @@ async def _serve_resources(opts: ResourcesServe, sock: socket.socket, worker: in
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         service = ResourcesService(log, env, instance=instance, participant=participant)
-        return create_resources_app(service), service
+        return create_resources_app(service, max_body_bytes=opts.max_body_bytes), service
 
     await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make)
 
@@ -119,14 +121,20 @@ async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> No
             participant=participant,
             http=gym_client(600),
         )
-        return create_agent_app(agent), agent
+        return create_agent_app(agent, max_body_bytes=opts.max_body_bytes), agent
 
     await serve_participant(opts, sock, worker, "exported", make)
 
 
 async def _serve_environment(opts: EnvironmentServe, sock: socket.socket, worker: int) -> None:
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        app = create_environment_app(log, instance=instance, agent_url=opts.agent, http=gym_client(3600))
+        app = create_environment_app(
+            log,
+            instance=instance,
+            agent_url=opts.agent,
+            http=gym_client(3600),
+            max_body_bytes=opts.max_body_bytes,
+        )
         return app, None
 
     await serve_participant(opts, sock, worker, "event_sourced", make)

@@ -90,6 +90,8 @@ _ROLLOUT_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 class ErrorKind(StrEnum):
     """The ``type`` of every error answer a Gym server here gives."""
 
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    """The body is over the server's limit (``--max-body-bytes``); nothing of it was read further."""
     BAD_REQUEST = "bad_request"
     """The body is not what the route takes (not JSON, wrong shape, invalid fields)."""
     MISSING_IDENTITY = "missing_identity"
@@ -109,6 +111,7 @@ class ErrorKind(StrEnum):
 
 
 _STATUS: dict[ErrorKind, int] = {
+    ErrorKind.PAYLOAD_TOO_LARGE: 413,
     ErrorKind.BAD_REQUEST: 400,
     ErrorKind.MISSING_IDENTITY: 400,
     ErrorKind.BAD_IDENTITY: 400,

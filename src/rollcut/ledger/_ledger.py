@@ -31,6 +31,7 @@ import lmdb
 import msgspec
 
 from .._errors import LedgerCorruptError, LedgerError, LedgerSchemaError
+from .._files import PRIVATE_FILE, private_dir
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 
 __all__ = ["Ledger"]
@@ -58,10 +59,12 @@ class Ledger:
         self.readonly = readonly
         if readonly and not (self.path / "data.mdb").exists():
             raise LedgerError(f"no ledger at {self.path}", path=str(self.path))
-        self.path.mkdir(parents=True, exist_ok=True)
+        if not readonly:
+            private_dir(self.path)  # an index of every rollout: owner only
         try:
             self.env = lmdb.open(
                 str(self.path),
+                mode=PRIVATE_FILE,
                 map_size=map_size,
                 max_dbs=len(_DBS),
                 subdir=True,

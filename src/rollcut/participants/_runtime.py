@@ -130,7 +130,7 @@ class Participant:
 
     @property
     def control_subject(self) -> str:
-        return self.log.subjects.control(self.instance)
+        return self.log.subjects.control(f"{self.component}.{self.instance}")
 
     async def start(self) -> Participant:
         self.started_seq = await self.log.last_seq()

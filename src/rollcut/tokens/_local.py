@@ -25,6 +25,7 @@ import msgspec
 import zstandard
 
 from .._errors import TokenStoreError
+from .._files import PRIVATE_FILE, private_dir
 from ..bus import TokenReceipt, digest
 from ._contracts import TokenRecord, TokenSnapshot
 
@@ -48,9 +49,9 @@ class LocalTokenStore:
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 32, name: str = "local") -> None:
         self.path = Path(path)
         self.name = name
-        self.path.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path)  # every prompt and output: owner only
         try:
-            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True)
+            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True, mode=PRIVATE_FILE)
         except lmdb.Error as exc:
             raise TokenStoreError(
                 f"cannot open token store at {self.path}: {exc}", store=str(self.path)

@@ -8,15 +8,15 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
 
 
-def create_agent_app(agent: SimpleAgent) -> FastAPI:
+def create_agent_app(agent: SimpleAgent, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The agent's FastAPI app: POST /run, one rollout attempt per call."""
-    app = gym_app("rollcut simple agent")
+    app = gym_app("rollcut simple agent", max_body_bytes=max_body_bytes)
 
     @app.post("/run")
     async def run(request: Request) -> Any:

@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from ...tokens import call_store
-from .._http import gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
 from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import decode, response_message
 from ._service import CallResult, ModelService
@@ -57,9 +57,10 @@ def create_app(
     require_identity: bool = True,
     return_token_ids: bool = False,
     model_name: str = DEFAULT_MODEL,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The OpenAI-compatible FastAPI app over a model service."""
-    app = gym_app("rollcut policy model")
+    app = gym_app("rollcut policy model", max_body_bytes=max_body_bytes)
 
     async def identified(request: Request) -> tuple[Identity, dict[str, Any]]:
         body = await json_body(request)

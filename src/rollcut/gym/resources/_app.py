@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
 from ..wire import (
     NG_RUN_KEYS,
     NG_TASK_INDEX,
@@ -85,9 +85,11 @@ def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def create_resources_app(service: ResourcesService) -> FastAPI:
+def create_resources_app(
+    service: ResourcesService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     """The resources FastAPI app: /seed_session, one route per tool, /verify, /close_session."""
-    app = gym_app(f"rollcut resources: {service.env.name}")
+    app = gym_app(f"rollcut resources: {service.env.name}", max_body_bytes=max_body_bytes)
 
     @app.post("/seed_session")
     async def seed_session(request: Request) -> Any:

@@ -1,0 +1,43 @@
+"""Files that hold secrets or user data: 0600, in directories only their owner can enter (0700).
+
+Credentials, the server's config, the ledger, the token store (every prompt and
+output) and a collection's rows are all of that kind; a world-readable default
+umask must never leak them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "append_private", "private_dir", "write_private"]
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (created with its parents if absent)."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, readable by its owner only."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def append_private(path: Path, data: bytes) -> None:
+    """Append ``data`` durably (fsync) to ``path``, created readable by its owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+    with os.fdopen(fd, "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())

@@ -25,9 +25,10 @@ from rollcut.tokens import LocalTokenStore
 def model_server(
     url: str, namespace: str, tokens: Path, *, workers: int = 1, token_delay: float = 0.0, seed: int = 3
 ) -> ServerProcess:
-    """`rollcut serve model` as its own process tree (one process per worker)."""
+    """`rollcut serve model` as its own process tree (one process per worker), with training data on."""
     argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
     argv += ["--workers", str(workers), "--seed", str(seed), "--token-delay", str(token_delay)]
+    argv += ["--return-token-ids"]
     return ServerProcess(argv, workers=workers).start()
 
 
@@ -126,7 +127,9 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
             out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
             stats = (await client.get("/rollcut/stats")).json()
         assert out["rollcut"]["continued_from"] == k
-        assert out["rollcut"]["output_token_ids"] == uninterrupted  # as if never interrupted
+        # as if never interrupted: prefix and remainder as one array, with a log-prob for every token
+        assert out["choices"][0]["message"]["generation_token_ids"] == uninterrupted
+        assert len(out["choices"][0]["message"]["generation_log_probs"]) == len(uninterrupted)
         assert stats["tokens_generated"] == len(uninterrupted) - k  # only the rest was generated
         cont = [
             s.event

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, gym_client, identity_of
+from ._http import DEFAULT_MAX_BODY_BYTES, append_or_refuse, error_response, gym_app, gym_client, identity_of
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
@@ -43,7 +43,8 @@ def create_environment_app(
         if resp.status_code != 200:  # the agent's refusal, passed on in the same shape
             return error_response(error_from_response(resp))
         result = resp.json()
-        await log.append(
+        await append_or_refuse(  # a retired or superseded attempt's completion: 409, never a 500
+            log,
             RolloutCompleted(
                 component="environment",
                 instance=instance,
@@ -51,7 +52,7 @@ def create_environment_app(
                 attempt=ident.attempt,
                 result_digest=input_digest(result),
                 reward=float(result.get("reward") or 0.0),
-            )
+            ),
         )
         stats["completed"] += 1
         return JSONResponse({**result, "rollout_id": ident.rollout_id, "attempt": ident.attempt})

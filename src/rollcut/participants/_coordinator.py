@@ -42,7 +42,7 @@ from ..bus import (
     EventLog,
 )
 from ..ledger import CheckpointRecord, Ledger, Projector, validate_references
-from ..tokens import TokenStore, call_store
+from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
 from ._runtime import service_name
 
@@ -324,6 +324,7 @@ class Coordinator:
             with timer.phase("validate"):
                 await self.projector.catch_up(up_to=cut)
                 snapshot = await call_store(self.tokens, self.tokens.snapshot, cid) if self.tokens else None
+                await self._check_store_kept(snapshot, cid)
                 start = int(self.ledger.meta("validated_seq", 0)) + 1
                 reported = {
                     r.instance: ({c.call_id for c in r.calls}, r.started_seq)
@@ -391,6 +392,33 @@ class Coordinator:
             phases_ms=timer.ms,
             resumed=[i.instance for i, c in zip(found, committed, strict=True) if c and ok.get(i.instance)],
         )
+
+    async def _check_store_kept(self, snapshot: TokenSnapshot | None, cid: str) -> None:
+        """Validation is incremental, so it trusts that what the published checkpoints rely on is still
+        in the token store. Prove it cheaply: the store must still hold the latest published checkpoint's
+        snapshot as it was bound, and the new one must not hold fewer records. A wiped, rolled-back or
+        swapped store fails the checkpoint, named."""
+        prev = self.ledger.latest_checkpoint()
+        if prev is None or not prev.token_snapshot_id:
+            return
+        where = getattr(self.tokens, "path", None) or getattr(self.tokens, "name", "the token store")
+        kept = (
+            await call_store(self.tokens, self.tokens.find_snapshot, prev.token_snapshot_id)
+            if self.tokens
+            else None
+        )
+        if kept is None or kept.digest != prev.token_snapshot_digest:
+            raise CheckpointFailedError(
+                f"token store {where} no longer holds snapshot {prev.token_snapshot_id} of checkpoint "
+                f"{prev.checkpoint_id} as published: it was wiped, rolled back or replaced",
+                checkpoint_id=cid,
+            )
+        if snapshot is None or snapshot.count < kept.count:
+            raise CheckpointFailedError(
+                f"token store {where} holds {snapshot.count if snapshot else 0} records, fewer than the "
+                f"{kept.count} checkpoint {prev.checkpoint_id} relies on",
+                checkpoint_id=cid,
+            )
 
     async def _timed(
         self, timer: PhaseTimer, info: InstanceInfo, op: Op, cid: str, deadline: float

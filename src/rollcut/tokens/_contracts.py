@@ -98,6 +98,11 @@ class LineageStore(Protocol):
         """Bind the store's current contents to a checkpoint; idempotent per checkpoint id."""
         ...
 
+    def find_snapshot(self, snapshot_id: str) -> TokenSnapshot | None:
+        """A snapshot this store bound earlier, as bound; None if the store no longer has it (wiped,
+        rolled back, or another store)."""
+        ...
+
     def in_snapshot(self, snapshot: TokenSnapshot, receipt: TokenReceipt) -> bool:
         """Whether ``receipt`` is covered by ``snapshot``; must answer from a local index (it runs
         once per receipt while a checkpoint validates)."""

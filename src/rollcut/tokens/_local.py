@@ -177,6 +177,11 @@ class LocalTokenStore:
             txn.put(sid.encode(), _enc.encode(snap), db=self._snapshots)
         return snap
 
+    def find_snapshot(self, snapshot_id: str) -> TokenSnapshot | None:
+        with self.env.begin() as txn:
+            raw = txn.get(snapshot_id.encode(), db=self._snapshots)
+        return None if raw is None else _snap_dec.decode(raw)
+
     def in_snapshot(self, snapshot: TokenSnapshot, receipt: TokenReceipt) -> bool:
         raw = self._raw(receipt.receipt_id)
         return raw is not None and raw[0] < snapshot.count and raw[1] == receipt.digest[:32]

@@ -1,0 +1,53 @@
+"""A real nats-server with role credentials per test; attackers connect with a role's own credentials."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog
+
+NS = "sec"
+
+
+@pytest.fixture
+def creds() -> Credentials:
+    return Credentials.generate(NS)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "nats"
+
+
+@pytest.fixture
+def server(data_dir: Path, creds: Credentials) -> Iterator[EmbeddedServer]:
+    creds.save(data_dir / "credentials.json")
+    with EmbeddedServer(data_dir, credentials=creds) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def admin(server: EmbeddedServer, creds: Credentials) -> AsyncIterator[EventLog]:
+    log = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=5).as_role(creds, "admin"))
+    yield log
+    await log.close()
+
+
+@pytest.fixture
+async def raw_as() -> AsyncIterator[object]:
+    """``await raw_as(server, creds, role)``: a plain nats-py connection with a role's credentials."""
+    opened: list[Client] = []
+
+    async def connect(server: EmbeddedServer, creds: Credentials, role: str, **kw: object) -> Client:
+        nc = await nats.connect(server.url, nkeys_seed_str=creds.seeds[role], allow_reconnect=False, **kw)
+        opened.append(nc)
+        return nc
+
+    yield connect
+    for nc in opened:
+        await nc.close()

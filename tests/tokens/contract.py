@@ -73,3 +73,10 @@ class TokenStoreContract:
         assert store.verify_snapshot(snap) == []
         later = store.snapshot("ck2")
         assert later.digest != snap.digest and store.verify_snapshot(later) == []
+
+    def test_a_bound_snapshot_is_found_as_bound_and_an_unknown_one_is_not(self, store: Any) -> None:
+        store.put("c1", record(1))
+        snap = store.snapshot("ck1")
+        store.put("c2", record(2))
+        assert store.find_snapshot(snap.snapshot_id) == snap  # as bound, not as the store is now
+        assert store.find_snapshot("snap-never-bound") is None

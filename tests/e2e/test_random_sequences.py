@@ -89,7 +89,9 @@ class Driver:
 
     async def start(self, k: int) -> None:
         for rid in self.rids[len(self.started) : len(self.started) + max(1, k)]:
-            await self.log.dispatch(rid, self.collector.rows.inputs[rid].row, instance=self.collector.instance)
+            await self.log.dispatch(
+                rid, self.collector.rows.inputs[rid].row, instance=self.collector.instance
+            )
             self.started.append(rid)
             self._run(rid)
 

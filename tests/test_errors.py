@@ -124,3 +124,12 @@ def test_a_stale_control_reply_is_a_stale_checkpoint_error_with_its_coordinates(
     assert (err.checkpoint_id, err.participant) == ("old", "res-0")
     busy = ControlReply(ok=False, op="prepare", checkpoint_id="new", instance="res-0", error_kind="busy")
     assert type(busy.refusal()) is CheckpointFailedError
+
+
+def test_a_full_disk_under_the_rows_is_a_storage_error_naming_the_file() -> None:
+    from rollcut import StorageError
+    from rollcut.collect import Collector
+
+    with pytest.raises(StorageError, match="/dev/full") as info:
+        Collector._write_row(Path("/dev/full"), {"rollout_id": "r1"})  # ENOSPC, whoever we are
+    assert info.value.errno == 28 and info.value.path == "/dev/full"

@@ -23,6 +23,7 @@ catch one root and still see the original cause.
     ├── LedgerError
     │   ├── LedgerSchemaError
     │   └── LedgerCorruptError
+    ├── StorageError                a disk or the bus ran out of room or failed
     ├── TokenStoreError
     ├── AdmissionClosedError        retryable: a checkpoint holds admission
     └── CheckpointError
@@ -62,6 +63,7 @@ __all__ = [
     "ServerVersionError",
     "StaleAttemptError",
     "StaleCheckpointError",
+    "StorageError",
     "TokenStoreError",
     "UnknownEventKindError",
 ]
@@ -239,6 +241,15 @@ class LedgerSchemaError(LedgerError):
 
 class LedgerCorruptError(LedgerError):
     """The ledger's files cannot be read; rebuild it from the stream."""
+
+
+class StorageError(RollcutError):
+    """Storage failed under rollcut (a disk full, unwritable or failing; the bus out of space); the
+    operation did not happen and nothing acknowledged was lost."""
+
+    path: str | None = None
+    subject: str | None = None
+    errno: int | None = None
 
 
 class TokenStoreError(RollcutError):

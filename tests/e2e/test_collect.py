@@ -243,3 +243,48 @@ def test_restore_and_resume_by_hand_then_collection_finishes(deployment: Deploym
     code, summary = finish(deployment.collect())  # attempts are open: a plain run finishes them
     assert code == 0, summary
     _exactly_once(deployment)
+
+
+def test_an_output_that_is_not_a_file_is_refused_clearly_and_nothing_is_acknowledged(
+    deployment: Deployment,
+) -> None:
+    (deployment.root / "a-directory").mkdir()
+    config = deployment.config.read_text().replace("output: results.jsonl", "output: a-directory")
+    deployment.config.write_text(config)
+    code, summary = finish(deployment.collect())
+    assert code == 2, summary
+    assert "is not a regular file" in summary["stderr"] and "Traceback" not in summary["stderr"]
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollcut",
+            "ledger",
+            "status",
+            "--json",
+            "--url",
+            deployment.url,
+            "--namespace",
+            "demo",
+            "--credentials",
+            str(deployment.creds),
+            "--ledger",
+            str(deployment.root / "ledger-check"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not [r for r in json.loads(status.stdout)["rollouts"] if r["accepted_seq"]]
+
+
+def test_rollouts_left_without_a_row_exit_1_and_are_listed(deployment: Deployment) -> None:
+    config = deployment.config.read_text()
+    config = config.replace(
+        f"environment_url: {deployment.stack[-1].url}", "environment_url: http://127.0.0.1:9"
+    )
+    deployment.config.write_text(config + "heal_timeout_s: 1\n")
+    code, summary = finish(deployment.collect())
+    assert code == 1, summary
+    assert len(summary["pending"]) == deployment.rollouts and summary["results_written"] == 0
+    assert all("environment unreachable" in summary["failed"][r] for r in summary["pending"])

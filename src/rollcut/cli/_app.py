@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -25,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._errors import RollcutError
+from .._errors import BusError, RollcutError, StorageError
 
 if TYPE_CHECKING:  # the heavy parts load when a command runs, not for every `rollcut --help`
     from ..bus import EventLog
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # the heavy parts load when a command runs, not for every `ro
     from ..tokens import LocalTokenStore
 
 __all__ = [
+    "EXIT_CODES",
+    "ExitCode",
     "Opened",
     "Target",
     "app",
@@ -45,6 +48,27 @@ __all__ = [
     "targeted",
     "with_options",
 ]
+
+
+class ExitCode(IntEnum):
+    """What every rollcut command's exit status means (also in ``rollcut --help`` and the README)."""
+
+    OK = 0
+    """Everything asked was done: for ``collect``, every rollout's row is written."""
+    ROLLOUTS_FAILED = 1
+    """Some rollouts failed for good or are left without a row; they are listed."""
+    USAGE = 2
+    """Usage, config or corrupt-state error; the message names the fix."""
+    SOFTWARE = 70
+    """An internal error: a bug in rollcut (the traceback is printed)."""
+    STORAGE = 74
+    """Storage or the bus failed (disk full or unwritable, server unreachable or out of space)."""
+    REQUEUE = 75
+    """Checkpointed after SIGTERM: requeue the job and run it again with ``--resume``."""
+
+
+EXIT_CODES = "\n".join(f"{int(c):>3}  {(c.__doc__ or '').strip()}" for c in ExitCode)
+
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing."
@@ -210,11 +234,19 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; a rollcut error is one line on stderr and exit 2."""
+    """Run a command's coroutine: a storage or bus failure is one line and exit 74, any other rollcut
+    error one line and exit 2, anything else a bug (its traceback, exit 70). Never swallowed."""
     try:
         return asyncio.run(coro)
+    except (StorageError, BusError) as exc:
+        raise fail(str(exc), ExitCode.STORAGE) from exc
     except RollcutError as exc:
-        raise fail(str(exc)) from exc
+        raise fail(str(exc), ExitCode.USAGE) from exc
+    except (KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as exc:
+        console.print_exception()
+        raise fail(f"internal error: {exc!r}", ExitCode.SOFTWARE) from exc
 
 
 def report(title: str, out: dict[str, Any], as_json: bool) -> None:

@@ -16,7 +16,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from ..collect import Summary
 
-from ._app import JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
+from ._app import ExitCode, JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["collect_cmd", "demo_cmd"]
 
@@ -81,7 +81,7 @@ def collect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
-    from ..collect import EXIT_REQUEUE, Collector, load_config, summary_dict
+    from ..collect import Collector, load_config, summary_dict
 
     async def go() -> Summary:
         cfg, base = load_config(config)
@@ -118,6 +118,7 @@ def collect_cmd(
                     num_repeats=cfg.num_repeats,
                     concurrency=cfg.concurrency,
                     max_attempts=cfg.max_attempts,
+                    heal_timeout_s=cfg.heal_timeout_s,
                     checkpoint_every_s=cfg.checkpoint.every_s,
                     checkpoint_deadline_s=cfg.checkpoint.deadline_s,
                     on_progress=progress,
@@ -136,8 +137,28 @@ def collect_cmd(
             f"{summary.checkpoints_published} checkpoints; recovery {summary.recovery}; "
             f"healed {summary.healed}"
         )
+    raise typer.Exit(collect_exit(summary))
+
+
+def collect_exit(summary: Summary) -> int:
+    """The collection's exit code (see ``ExitCode``), saying why on stderr when it is not 0."""
     if summary.interrupted:
-        raise typer.Exit(EXIT_REQUEUE)
+        if summary.requeue_checkpoint is None:
+            console.print(
+                "[red]error:[/red] stopped by SIGTERM, but no checkpoint published "
+                f"({summary.failed.get('checkpoint', 'unknown')}); resume will start from the last one"
+            )
+            return ExitCode.STORAGE
+        return ExitCode.REQUEUE
+    unwritten = sorted(set(summary.pending) | set(summary.gave_up))
+    if unwritten:
+        shown = ", ".join(f"{r} ({summary.failed.get(r, 'no row')})" for r in unwritten[:20])
+        more = f" and {len(unwritten) - 20} more" if len(unwritten) > 20 else ""
+        console.print(
+            f"[red]error:[/red] {len(unwritten)} rollouts failed for good or have no row: {shown}{more}"
+        )
+        return ExitCode.ROLLOUTS_FAILED
+    return ExitCode.OK
 
 
 @app.command("export")

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from .._errors import CheckpointError, RolloutExistsError, StaleAttemptError
+from .._errors import CheckpointError, RolloutExistsError, StaleAttemptError, StorageError
 from .._files import append_private
 from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
@@ -66,7 +66,10 @@ class Summary:
     healed: int = 0  # runs that broke off under a live collector and were recovered in place
     never_started: int = 0  # of the fresh dispatches: queued, never run, kept on attempt 1
     failed: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # rollouts left without a row at the end
+    gave_up: list[str] = field(default_factory=list)  # rollouts out of attempts, retired by this run
     interrupted: bool = False
+    requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
     wall_s: float = 0.0
 
 
@@ -141,7 +144,16 @@ class Collector:
 
     @staticmethod
     def _write_row(path: Path, row: dict[str, Any]) -> None:
-        append_private(path, (json.dumps(row, sort_keys=True) + "\n").encode())
+        """Append one row durably; a write that fails stops the collection (the rollout stays pending,
+        nothing is acknowledged for it)."""
+        try:
+            append_private(path, (json.dumps(row, sort_keys=True) + "\n").encode())
+        except OSError as exc:
+            raise StorageError(
+                f"cannot write the row of {row.get('rollout_id')} to {path}: {exc.strerror or exc}",
+                path=str(path),
+                errno=exc.errno,
+            ) from exc
 
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
         row = self._written.get(rid)
@@ -260,6 +272,7 @@ class Collector:
             if state.attempt > self.max_attempts:
                 why = f"gave up after {self.max_attempts} attempts"
                 self.summary.failed[rid] = why
+                self.summary.gave_up.append(rid)
                 await self.retire(rid, reason=why)  # for good: fenced off, and its one row written
                 return
             try:
@@ -344,6 +357,9 @@ class Collector:
                     self._running += 1
                     try:
                         await self._run_one(client, rid)
+                    except Exception:
+                        self._stop.set()  # a fault stops the collection; run() raises it
+                        raise
                     finally:
                         self._running -= 1
                     if self.on_progress:
@@ -357,14 +373,21 @@ class Collector:
             if self._stop.is_set():
                 for w in workers:
                     w.cancel()  # a worker whose cancel a publish swallowed sees the stop flag instead
-            await gathered
+            outcomes = await gathered
             stopper.cancel()
         if periodic is not None:
             periodic_done.set()
             await periodic  # at most one checkpoint in flight, bounded by its deadline
+        self._written.clear()
         self._load_written()
         self.summary.results_written = len(self._written)
+        self.summary.pending = [rid for rid in rollouts if rid not in self._written]
         self.summary.wall_s = round(time.perf_counter() - t0, 3)
+        faults = [o for o in outcomes if isinstance(o, Exception)]
+        if faults:  # never swallowed: the first one, with how many there were
+            if len(faults) > 1:
+                faults[0].add_note(f"{len(faults) - 1} more workers failed too")
+            raise faults[0]
         return self.summary
 
     def stop(self) -> None:
@@ -378,7 +401,16 @@ class Collector:
         if on_sigterm:
 
             async def term() -> None:
-                await self.checkpoint()
+                # a signal is never ignored: checkpoint within the deadline (then exit 75), and stop
+                # whatever happened (a stalled bus or a full disk must not keep the job alive)
+                try:
+                    ck = await asyncio.wait_for(self.checkpoint(), self.deadline_s + self.coordinator.grace_s)
+                except TimeoutError:
+                    self.summary.failed.setdefault(
+                        "checkpoint", "SIGTERM: the checkpoint did not finish in time"
+                    )
+                    ck = None
+                self.summary.requeue_checkpoint = ck
                 self.stop()
 
             loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(term()))

@@ -38,6 +38,8 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     num_repeats: Annotated[int, Meta(ge=1)] = 1
     concurrency: Annotated[int, Meta(ge=1)] = 16
     max_attempts: Annotated[int, Meta(ge=1)] = 5
+    # how long a run that broke off waits for the environment to answer again
+    heal_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     checkpoint: CheckpointPolicy = CheckpointPolicy()
 
     def path(self, value: str, base: Path) -> Path:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._errors import ConfigError
 from ..bus import input_digest
 from ..gym.wire import NG_ATTEMPT_INDEX, NG_ROLLOUT_ID, NG_ROLLOUT_INDEX, NG_TASK_INDEX
 
@@ -143,6 +144,8 @@ class Rows:
         """Every row already written, output and sidecar."""
         out = []
         for path in (self.output, self.failures):
+            if path.exists() and not path.is_file():
+                raise ConfigError(f"the output {path} exists and is not a regular file: name a file")
             if path.exists():
                 with path.open() as f:
                     out += [json.loads(line) for line in f if line.strip()]

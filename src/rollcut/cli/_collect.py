@@ -11,8 +11,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .._errors import ConfigError
-
 if TYPE_CHECKING:
     from ..collect import Summary
 
@@ -64,14 +62,6 @@ def demo_cmd(
     Console().print(f"rows (NeMo Gym's format, one per rollout): {out['rows']}")
 
 
-def _tasks(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read tasks {path}: {exc}") from exc
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 @app.command("collect")
 def collect_cmd(
     config: Annotated[Path, typer.Argument(help="Collection config (YAML).")],
@@ -81,11 +71,12 @@ def collect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
-    from ..collect import Collector, load_config, summary_dict
+    from ..collect import Collector, load_config, load_rows, summary_dict
 
     async def go() -> Summary:
         cfg, base = load_config(config)
-        tasks = _tasks(cfg.path(cfg.tasks, base))
+        numbered = load_rows(cfg.path(cfg.tasks, base))
+        tasks = [row for _, row in numbered]
         home = cfg.path(cfg.home, base)
         target = Target(
             url=cfg.nats_url,
@@ -114,6 +105,7 @@ def collect_cmd(
                     o.tokens,
                     environment_url=cfg.environment_url,
                     tasks=tasks,
+                    task_lines=[n for n, _ in numbered],
                     output=cfg.path(cfg.output, base),
                     num_repeats=cfg.num_repeats,
                     concurrency=cfg.concurrency,

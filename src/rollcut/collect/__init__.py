@@ -4,7 +4,7 @@ from ._collector import EXIT_REQUEUE, Collector, Summary, summary_dict
 from ._config import CheckpointPolicy, CollectConfig, load_config
 from ._demo import DEMO_NAMESPACE, demo_rows, demo_tasks, run_demo
 from ._export import ExportError, Turn, padded, read_turns
-from ._rows import RolloutInput, Rows, failures_path, is_nemo_row
+from ._rows import RolloutInput, Rows, failures_path, is_nemo_row, load_rows
 
 __all__ = [
     "DEMO_NAMESPACE",
@@ -22,6 +22,7 @@ __all__ = [
     "failures_path",
     "is_nemo_row",
     "load_config",
+    "load_rows",
     "padded",
     "read_turns",
     "run_demo",

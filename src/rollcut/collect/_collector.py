@@ -70,6 +70,7 @@ class Summary:
     gave_up: list[str] = field(default_factory=list)  # rollouts out of attempts, retired by this run
     interrupted: bool = False
     requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
+    torn_bytes_cut: int = 0  # a torn last row cut off the output at start (it was never acknowledged)
     wall_s: float = 0.0
 
 
@@ -85,6 +86,7 @@ class Collector:
         environment_url: str,
         tasks: list[dict[str, Any]],
         output: Path,
+        task_lines: list[int] | None = None,
         num_repeats: int = 1,
         concurrency: int = 16,
         max_attempts: int = 5,
@@ -119,7 +121,7 @@ class Collector:
         self.recovery = RecoveryMode(recovery)
         self.on_progress = on_progress
         self.summary = Summary()
-        self.rows = Rows(tasks, num_repeats, output)
+        self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
         self._written: dict[str, dict[str, Any]] = {}  # rollout id -> its row in the output
         self._stop = asyncio.Event()
         self._running = 0
@@ -312,7 +314,9 @@ class Collector:
         t0 = time.perf_counter()
         rollouts = self.rollout_ids()
         self.summary.rollouts = len(rollouts)
+        self.rows.claim(self.log.subjects.namespace)
         self._load_written()
+        self.summary.torn_bytes_cut = self.rows.torn_bytes
         self.summary.results_written = len(self._written)  # progress counts rows already in the output
         for rid in rollouts:
             with contextlib.suppress(RolloutExistsError):

@@ -118,6 +118,7 @@ async def run_demo(
         output = root / "rollouts.jsonl"
         output.unlink(missing_ok=True)
         failures_path(output).unlink(missing_ok=True)
+        output.with_name(output.name + ".collection.json").unlink(missing_ok=True)
         with EmbeddedServer(root / "nats", credentials=creds) as nats:
             log = await EventLog.connect(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"

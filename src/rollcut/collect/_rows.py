@@ -24,16 +24,18 @@ Every rollout has exactly one row across the output and its sidecar.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._files import write_private
 from ..bus import input_digest
 from ..gym.wire import NG_ATTEMPT_INDEX, NG_ROLLOUT_ID, NG_ROLLOUT_INDEX, NG_TASK_INDEX
 
-__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row"]
+__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row", "load_rows"]
 
 
 def is_nemo_row(row: dict[str, Any]) -> bool:
@@ -46,8 +48,28 @@ def failures_path(output: Path) -> Path:
     return output.with_name(output.stem + "_failures.jsonl")
 
 
-def _token(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", s)[:100] or "task"
+_TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+
+
+def load_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """A tasks file's rows with their line numbers; a line that is not a JSON object is a ConfigError
+    naming it."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read tasks {path}: {exc.strerror or exc}") from exc
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} line {n} is not JSON: {exc}") from exc
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path} line {n} is not a JSON object")
+        rows.append((n, row))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -77,19 +99,32 @@ class RolloutInput:
 class Rows:
     """The rollouts of a collection's input rows, and the rows it writes for them."""
 
-    def __init__(self, tasks: list[dict[str, Any]], num_repeats: int, output: Path) -> None:
+    def __init__(
+        self, tasks: list[dict[str, Any]], num_repeats: int, output: Path, *, lines: list[int] | None = None
+    ) -> None:
         self.output = output
         self.failures = failures_path(output)
+        self.ownership = output.with_name(output.name + ".collection.json")
+        self.torn_bytes = 0  # a torn last row cut off the output at load (it was never acknowledged)
         self.inputs: dict[str, RolloutInput] = {}
         distinct: dict[str, int] = {}
         repeats: dict[str, int] = {}  # NeMo Gym numbers a task's rollouts on, across identical rows
+        seen: dict[str, int] = {}  # a rollcut row's id -> its line
         for position, row in enumerate(tasks):
+            line = lines[position] if lines else position + 1
             if is_nemo_row(row):
                 key = json.dumps(row, sort_keys=True)
                 task = int(row.get(NG_TASK_INDEX, distinct.setdefault(key, len(distinct))))
                 base = str(task)
             else:
-                task, base = position, _token(str(row.get("id", input_digest(row)[:12])))
+                task, base = position, str(row.get("id", input_digest(row)[:12]))
+                if not _TASK_ID.match(base):  # refused, not rewritten: a rewritten id can collide
+                    raise ConfigError(f"task id {base!r} on line {line}: use 1-100 of A-Z a-z 0-9 _ -")
+                if base in seen:
+                    raise ConfigError(
+                        f"task id {base!r} is on lines {seen[base]} and {line}: ids must be unique"
+                    )
+                seen[base] = line
             for _ in range(num_repeats):
                 k = repeats.get(base, 0)
                 repeats[base] = k + 1
@@ -140,13 +175,48 @@ class Rows:
         }
         return self.output, row
 
+    def claim(self, namespace: str) -> None:
+        """The output belongs to one collection (its namespace): refuse one that belongs to another,
+        or that holds rows nobody can vouch for; else record the claim beside it."""
+        if self.ownership.exists():
+            owner = json.loads(self.ownership.read_text()).get("namespace")
+            if owner != namespace:
+                raise ConfigError(
+                    f"{self.output} belongs to the collection of namespace {owner!r}, not {namespace!r}: "
+                    "name another output"
+                )
+            return
+        for path in (self.output, self.failures):
+            if path.exists() and path.is_file() and path.stat().st_size:
+                raise ConfigError(
+                    f"{path} already holds rows of an unknown collection: name another output or move it"
+                )
+        write_private(self.ownership, json.dumps({"schema_version": 1, "namespace": namespace}).encode())
+
     def written(self) -> list[dict[str, Any]]:
-        """Every row already written, output and sidecar."""
+        """Every row already written, output and sidecar, each of this collection's rollouts. A torn
+        last line (a crash or a full disk mid-write: never acknowledged) is cut off; any other bad
+        line is an error naming it."""
         out = []
         for path in (self.output, self.failures):
             if path.exists() and not path.is_file():
                 raise ConfigError(f"the output {path} exists and is not a regular file: name a file")
-            if path.exists():
-                with path.open() as f:
-                    out += [json.loads(line) for line in f if line.strip()]
+            if not path.exists():
+                continue
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                keep = data.rfind(b"\n") + 1
+                os.truncate(path, keep)
+                self.torn_bytes += len(data) - keep
+                data = data[:keep]
+            for n, line in enumerate(data.decode().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path} line {n} is not a row: {exc}") from exc
+                if not isinstance(row, dict) or row.get("rollout_id") not in self.inputs:
+                    raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
+                out.append(row)
         return out

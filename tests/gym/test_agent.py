@@ -139,3 +139,17 @@ async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redon
     assert len(completed) == 1 and completed[0].seq < res.record.cut  # completed below the cut: not redone
     answers = [e async for e in log.read(rollout_id="r1") if isinstance(e.event, ModelCallCompleted)]
     assert len(answers) == 4 and answers[-1].seq < res.record.cut
+
+
+async def test_concurrent_runs_of_one_attempt_on_two_agents_run_it_once(log: EventLog, stack: Any) -> None:
+    from rollcut.bus import AttemptClaimed, ResourcesSeeded
+
+    a, b = await stack(), await stack()  # two agents, two resources servers, one bus
+    await log.dispatch("r-race", TASK, instance="collector")
+    answers = await asyncio.gather(*(s.run("r-race", 1) for s in (a, b) * 5))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [200] + [409] * 9, codes
+    assert all(r.json()["error"]["code"] == "attempt_in_use" for r in answers if r.status_code == 409)
+    events = [s.event async for s in log.read(rollout_id="r-race", attempt=1)]
+    assert len([e for e in events if isinstance(e, AttemptClaimed)]) == 1
+    assert len([e for e in events if isinstance(e, ResourcesSeeded)]) == 1  # the losers changed nothing

@@ -261,3 +261,22 @@ async def test_a_prepare_reply_with_a_receipt_the_store_lacks_fails_the_checkpoi
         await rig.coordinator.checkpoint(deadline_s=5)
     rig.service.backend.token_delay_s = 0.0
     assert (await call).status_code == 200
+
+
+async def test_the_same_call_three_times_in_one_attempt_is_generated_once(rig: ModelRig) -> None:
+    await rig.log.dispatch("r-same", {}, instance="collector")
+    body = {"messages": [{"role": "user", "content": "once, please"}]}
+
+    async def call() -> dict[str, Any]:
+        resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r-same"))
+        assert resp.status_code == 200, resp.text
+        out: dict[str, Any] = resp.json()
+        return out
+
+    first, second = await asyncio.gather(call(), call())  # concurrent: the second joins the first
+    third = await call()  # after: answered from what it produced
+    assert first["id"] == second["id"] == third["id"]
+    assert first["choices"] == second["choices"] == third["choices"]
+    kinds = [type(s.event) for s in await _events(rig, "r-same")]
+    assert kinds == [ModelCallAdmitted, ModelCallCompleted]  # one generation, on the log once
+    assert rig.service.stats["calls_generated"] == 1 and rig.service.stats["calls_joined"] == 2

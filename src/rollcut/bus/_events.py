@@ -25,6 +25,7 @@ __all__ = [
     "AgentBoundary",
     "AgentBoundaryRecord",
     "AnyEvent",
+    "AttemptClaimed",
     "AttemptOpened",
     "AttemptTombstoned",
     "CheckpointAborted",
@@ -294,6 +295,11 @@ class ResourcesRetired(RolloutEvent, frozen=True, kw_only=True, tag="resources.r
 # --- agent and result hand-off -------------------------------------------------
 
 
+class AttemptClaimed(RolloutEvent, frozen=True, kw_only=True, tag="agent.claimed"):
+    """An agent took this attempt to run it: the first record on the attempt's agent subject, written
+    with a compare-and-set on that subject, so of two runs of one attempt exactly one goes on."""
+
+
 class AgentBoundary(RolloutEvent, frozen=True, kw_only=True, tag="agent.boundary"):
     """A whitebox agent completed a nonterminal turn: its boundary record."""
 
@@ -383,6 +389,7 @@ AnyEvent = (
     | ResourcesMutated
     | ResourcesSnapshot
     | ResourcesRetired
+    | AttemptClaimed
     | AgentBoundary
     | RolloutCompleted
     | ResultAccepted

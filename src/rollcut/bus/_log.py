@@ -186,6 +186,21 @@ class EventLog(FenceOps):
             self.last_appended = out.seq
         return out.seq
 
+    async def claim(self, event: RolloutEvent) -> int | None:
+        """Append ``event`` only as the first record on its subject; None if something is already there.
+
+        A compare-and-set on the event's own subject (an attempt's agent subject), not on the
+        fence: a stale attempt's claim may be stored, but every write it would then make is fenced.
+        """
+        frame = self._encode(event)
+        headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: "0"}
+        out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
+        if out.err_code == ERR_WRONG_LAST_SEQUENCE:
+            return None
+        self._raise_other(out, event)
+        self.last_appended = max(self.last_appended, out.seq)
+        return out.seq
+
     async def append_expecting(self, event: Event, expect_last_seq: int) -> int | None:
         """Append only if the event's subject still ends at ``expect_last_seq`` (0: empty).
 

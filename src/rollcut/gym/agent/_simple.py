@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from ..._errors import StaleAttemptError
-from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptOpened, EventLog
+from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptClaimed, AttemptOpened, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import inherited
 from .._http import gym_client
@@ -212,14 +212,17 @@ class SimpleAgent:
         the attempt is legitimately open, so the agent refuses: open the next attempt instead."""
         if ident in self._runs:
             raise GymError(ErrorKind.ATTEMPT_IN_USE, f"{ident.rollout_id}/{ident.attempt} is running here")
-        # what a run writes: model calls and boundaries (a restore pre-writes only the resources
-        # session, which a run's seeding takes over idempotently)
-        for component in ("model", "agent"):
-            if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, component)):
-                raise GymError(
-                    ErrorKind.ATTEMPT_IN_USE,
-                    f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt",
-                )
+        already = f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt"
+        # model calls with no claim before them: a run that did not claim (an older rollcut)
+        if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model")):
+            raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
+        # the claim, atomically, before anything is seeded: of concurrent runs of one attempt, on any
+        # worker or agent process, exactly one goes on and the others change nothing
+        claimed = AttemptClaimed(
+            component="agent", instance=self.instance, rollout_id=ident.rollout_id, attempt=ident.attempt
+        )
+        if await self.log.claim(claimed) is None:
+            raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         await self._refuse_a_rerun(ident)

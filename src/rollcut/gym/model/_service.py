@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from ..._bounded import remember
 from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
@@ -37,19 +38,18 @@ from ...bus import (
     ModelCallAdmitted,
     ModelCallCompleted,
     ModelCallContinued,
-    ModelCallExcluded,
     ModelCallFailed,
-    ModelCallPrefixCut,
     ModelCallReused,
     TokenReceipt,
     input_digest,
 )
-from ...participants import CallDisposition, ExportReport, Participant
+from ...participants import ExportReport, Participant
 from ...replay import ModelCall, replay
 from ...tokens import TokenRecord, TokenStore, call_store
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
+from ._cuts import cut_in_flight
 from ._local import Plan, replayed_plan, response_message
 
 __all__ = ["CallResult", "ModelService"]
@@ -87,12 +87,6 @@ class _AttemptContext:
 _FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
 
 
-class _Base(TypedDict):
-    call_id: str
-    rollout_id: str
-    attempt: int
-
-
 class ModelService:
     """One worker's model calls: custody, cuts, reuse."""
 
@@ -111,12 +105,15 @@ class ModelService:
         self.instance = instance
         self.participant = participant
         self._inflight: dict[str, _InFlight] = {}
+        self._running: dict[str, asyncio.Future[CallResult]] = {}  # call id -> the call, while it runs
+        self._settled: OrderedDict[str, CallResult] = OrderedDict()  # call id -> what it produced; bounded
         self._contexts: OrderedDict[Identity, _AttemptContext] = OrderedDict()
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
         self.stats = {
             "calls_generated": 0,
             "calls_served_from_log": 0,
             "calls_continued": 0,
+            "calls_joined": 0,
             "calls_failed": 0,
             "tokens_generated": 0,
             "tokens_reused": 0,
@@ -195,6 +192,39 @@ class ModelService:
         self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
     ) -> CallResult:
         digest, call_id = self.call_identity(ident, body)
+        # the same request in the same attempt is the same call: join it while it runs, answer it
+        # from what it produced once it ran; never generate it twice
+        settled = self._settled.get(call_id)
+        if settled is not None:
+            self.stats["calls_joined"] += 1
+            return dataclasses.replace(settled, served_from_log=True)
+        running = self._running.get(call_id)
+        if running is not None:
+            self.stats["calls_joined"] += 1
+            return dataclasses.replace(await asyncio.shield(running), served_from_log=True)
+        done: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        self._running[call_id] = done
+        try:
+            result = await self._call(ident, body, digest, call_id, on_token)
+        except BaseException as exc:
+            done.set_exception(exc)
+            done.exception()  # retrieved: a call nobody joined must not warn
+            raise
+        else:
+            done.set_result(result)
+            remember(self._settled, call_id, result, 4096)
+            return result
+        finally:
+            self._running.pop(call_id, None)
+
+    async def _call(
+        self,
+        ident: Identity,
+        body: dict[str, Any],
+        digest: str,
+        call_id: str,
+        on_token: Callable[[int], Awaitable[None]] | None,
+    ) -> CallResult:
         ctx = await self._context(ident)
         # lineage is looked up while the call runs: only the completed event needs it
         parent = asyncio.ensure_future(self._parent(ident))
@@ -371,58 +401,7 @@ class ModelService:
 
     async def cut(self, checkpoint_id: str) -> ExportReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
-        calls: list[CallDisposition] = []
-        for fl in list(self._inflight.values()):
-            base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
-            if fl.state in ("admitting", "queued") or (
-                fl.state == "generating" and self.backend.can_cut and not fl.emitted
-            ):
-                calls.append(CallDisposition(**base, disposition="never_started"))
-            elif fl.state == "generating" and not self.backend.can_cut:
-                await self._append(
-                    ModelCallExcluded(
-                        **self._ev(fl.ident),
-                        call_id=fl.call_id,
-                        reason=f"the {self.backend.name} backend cannot cut a running generation",
-                    )
-                )
-                calls.append(CallDisposition(**base, disposition="excluded"))
-            elif fl.state == "generating":
-                frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
-                fl.cuts += 1
-                assert fl.plan is not None
-                receipt = await call_store(
-                    self.tokens,
-                    self.tokens.put,
-                    f"{fl.call_id}-p{len(frozen)}",
-                    TokenRecord(
-                        prompt_ids=fl.plan.prompt_ids,
-                        output_ids=frozen,
-                        mask=[1] * len(frozen),
-                        logprobs=fl.plan.logprobs[: len(frozen)],
-                        policy_version=self.backend.policy_version,
-                    ),
-                )
-                await self._append(
-                    ModelCallPrefixCut(
-                        **self._ev(fl.ident),
-                        call_id=fl.call_id,
-                        receipt=receipt,
-                        token_boundary=len(frozen),
-                        buffer_id=f"{fl.call_id}-b{fl.cuts}",
-                    )
-                )
-                self.stats["prefix_cuts"] += 1
-                calls.append(
-                    CallDisposition(
-                        **base, disposition="prefix_cut", receipt=receipt, token_boundary=len(frozen)
-                    )
-                )
-            elif fl.state == "done":
-                calls.append(CallDisposition(**base, disposition="completed"))
-            else:
-                calls.append(CallDisposition(**base, disposition="failed"))
-        return ExportReport(calls=calls)
+        return await cut_in_flight(self, checkpoint_id)
 
     async def export(self, checkpoint_id: str) -> ExportReport:
         return await self.cut(checkpoint_id)

@@ -47,6 +47,13 @@ async def test_ledger_rebuild_and_replay_from_the_command_line(
     assert again["previous_kept_at"] and Path(again["previous_kept_at"]).exists()
     status = json.loads(_run("ledger", "status", *common, "--json").stdout)
     assert status["rollouts"][0]["rollout_id"] == "r1" and status["rollouts"][0]["last_boundary_turn"] == 0
+    # truncated (a disk that filled, a copy cut short): an error naming the cure, never SIGBUS (exit 135)
+    data = tmp_path / "ledger" / "data.mdb"
+    whole = data.read_bytes()
+    data.write_bytes(whole[: len(whole) // 2])
+    cut = _run("ledger", "status", *common, "--json", check=False)
+    assert cut.returncode == 2 and "truncated" in cut.stderr and "rollcut ledger rebuild" in cut.stderr
+    json.loads(_run("ledger", "rebuild", *common, "--json").stdout)
     state = json.loads(_run("replay", *common, "--json", "--rollout", "r1").stdout)
     assert state["rollouts"]["r1"]["input"] == {"q": 1}
     assert state["rollouts"]["r1"]["attempts"]["1"]["sessions"]["agent"]["boundaries"] == 1

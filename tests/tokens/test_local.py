@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,27 @@ async def test_a_blocking_store_is_called_off_the_event_loop(tmp_path: Path) -> 
         assert seen and seen[0] != threading.get_ident()
         local.link("c1", None, "r1")
         assert await call_store(local, local.chain, "c1") == ["c1"]  # a local store answers inline
+
+
+def test_a_truncated_store_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    """Mapping a truncated LMDB file kills the process with SIGBUS; the store refuses it first.
+
+    Run in a child process so that a regression shows as the signal it would be in production.
+    """
+    store = LocalTokenStore(tmp_path / "tokens")
+    for i in range(40):
+        store.put(f"c{i}", record(200))
+    store.close()
+    data = tmp_path / "tokens" / "data.mdb"
+    whole = data.read_bytes()
+    data.write_bytes(whole[: len(whole) // 2])
+    code = (
+        "import sys\nfrom rollcut import TokenStoreError\nfrom rollcut.tokens import LocalTokenStore\n"
+        "try:\n    LocalTokenStore(sys.argv[1])\nexcept TokenStoreError as e:\n"
+        "    print(e); sys.exit(3)\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "tokens")], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 3, child.stderr
+    assert "truncated" in child.stdout and len(whole) // 2 == data.stat().st_size  # left untouched

@@ -32,6 +32,7 @@ import msgspec
 
 from .._errors import LedgerCorruptError, LedgerError, LedgerSchemaError
 from .._files import PRIVATE_FILE, private_dir
+from .._lmdb import lmdb_problem
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 
 __all__ = ["Ledger"]
@@ -61,6 +62,12 @@ class Ledger:
             raise LedgerError(f"no ledger at {self.path}", path=str(self.path))
         if not readonly:
             private_dir(self.path)  # an index of every rollout: owner only
+        problem = lmdb_problem(self.path / "data.mdb")
+        if problem is not None:
+            raise LedgerCorruptError(
+                f"{problem}; it was left untouched. Rebuild it from the stream with `rollcut ledger rebuild`",
+                path=str(self.path),
+            )
         try:
             self.env = lmdb.open(
                 str(self.path),

@@ -26,6 +26,7 @@ import zstandard
 
 from .._errors import TokenStoreError
 from .._files import PRIVATE_FILE, private_dir
+from .._lmdb import lmdb_problem
 from ..bus import TokenReceipt, digest
 from ._contracts import TokenRecord, TokenSnapshot
 
@@ -50,6 +51,11 @@ class LocalTokenStore:
         self.path = Path(path)
         self.name = name
         private_dir(self.path)  # every prompt and output: owner only
+        problem = lmdb_problem(self.path / "data.mdb")
+        if problem is not None:
+            raise TokenStoreError(
+                f"{problem}; it was left untouched: restore the token store from a copy", store=str(self.path)
+            )
         try:
             self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=4, sync=True, mode=PRIVATE_FILE)
         except lmdb.Error as exc:

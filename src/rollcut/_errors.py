@@ -15,7 +15,8 @@ catch one root and still see the original cause.
     ├── BusError                    the NATS server or connection failed us
     │   ├── ServerVersionError
     │   ├── ServerStartError
-    │   └── PermissionDeniedError   the role may not publish there
+    │   ├── PermissionDeniedError   the role may not publish there
+    │   └── BusFullError            the stream is out of room (also a StorageError)
     ├── FenceError
     │   ├── StaleAttemptError       the server refused a tombstoned attempt
     │   ├── AttemptConflictError    someone else moved the fence first
@@ -44,6 +45,7 @@ __all__ = [
     "AdmissionClosedError",
     "AttemptConflictError",
     "BusError",
+    "BusFullError",
     "CheckpointConflictError",
     "CheckpointError",
     "CheckpointFailedError",
@@ -250,6 +252,12 @@ class StorageError(RollcutError):
     path: str | None = None
     subject: str | None = None
     errno: int | None = None
+
+
+class BusFullError(StorageError, BusError):
+    """The stream refused an append for lack of room (its byte or message limit, the server's disk).
+    Nothing was appended, so the same call can be retried once room is made; it is both a bus
+    failure and a storage one, and exits as storage (74)."""
 
 
 class TokenStoreError(RollcutError):

@@ -9,11 +9,13 @@ import pytest
 
 from rollcut import (
     AttemptConflictError,
+    BusFullError,
     CorruptEventError,
     EventTooLargeError,
     RolloutExistsError,
     SchemaError,
     StaleAttemptError,
+    StorageError,
     UnknownEventKindError,
 )
 from rollcut.bus import BusConfig, EventLog, ModelCallAdmitted
@@ -175,3 +177,17 @@ async def test_oversize_and_invalid_events_store_nothing(log: EventLog) -> None:
     with pytest.raises(SchemaError, match=r"call_id"):
         await log.append(bad)
     assert await _count(log) == before
+
+
+async def test_an_append_to_a_full_stream_is_a_storage_error_and_stores_nothing(log: EventLog) -> None:
+    await log.dispatch("r1", {"q": 1}, instance="c")
+    js = log.nc.jetstream()
+    info = await js.stream_info(log.stream)
+    cfg = info.config
+    cfg.max_bytes = info.state.bytes + 16
+    await js.update_stream(cfg)
+    with pytest.raises(BusFullError) as caught:
+        await log.dispatch("r2", {"q": "x" * 500}, instance="c")
+    assert isinstance(caught.value, StorageError) and caught.value.rollout_id == "r2"
+    assert caught.value.subject is not None and "r2" in caught.value.subject
+    assert [s.event.rollout_id async for s in log.read()] == ["r1"]

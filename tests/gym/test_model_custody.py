@@ -280,3 +280,26 @@ async def test_the_same_call_three_times_in_one_attempt_is_generated_once(rig: M
     kinds = [type(s.event) for s in await _events(rig, "r-same")]
     assert kinds == [ModelCallAdmitted, ModelCallCompleted]  # one generation, on the log once
     assert rig.service.stats["calls_generated"] == 1 and rig.service.stats["calls_joined"] == 2
+
+
+async def test_a_full_stream_answers_503_stores_nothing_and_the_retry_goes_through(rig: ModelRig) -> None:
+    """The stream at its byte limit (discard new) refuses the call's admission: the caller gets a
+    retryable 503 in OpenAI's shape, not a 500; once room is made the same call is served."""
+    await rig.log.dispatch("r1", {}, instance="collector")
+    js = rig.log.nc.jetstream()
+    info = await js.stream_info(rig.log.stream)
+    room, cfg = info.config.max_bytes, info.config
+    cfg.max_bytes = info.state.bytes + 16
+    await js.update_stream(cfg)
+    before = await rig.log.last_seq()
+    body = {"messages": [{"role": "user", "content": "hello"}]}
+    resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "30", resp.text
+    assert resp.json()["error"]["type"] == "storage_unavailable"
+    assert "maximum bytes" in resp.json()["error"]["message"]
+    assert await rig.log.last_seq() == before and await _events(rig, "r1") == []
+    cfg.max_bytes = room
+    await js.update_stream(cfg)
+    again = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    assert again.status_code == 200, again.text
+    assert [type(s.event) for s in await _events(rig, "r1")] == [ModelCallAdmitted, ModelCallCompleted]

@@ -25,6 +25,7 @@ from nats.errors import Error as NatsError
 
 from .._errors import (
     BusError,
+    BusFullError,
     CorruptEventError,
     FenceError,
     SchemaError,
@@ -42,7 +43,7 @@ from ._fence import EXPECT_SUBJ as _EXPECT_SUBJ
 from ._fence import MSG_ID as _MSG_ID
 from ._fence import FenceOps, FenceState, input_digest
 from ._read import RawMessage, scan, scan_merged
-from ._stream import ERR_WRONG_LAST_SEQUENCE, BusConfig, Denials, connect, ensure_stream
+from ._stream import ERR_WRONG_LAST_SEQUENCE, ERRS_OUT_OF_ROOM, BusConfig, Denials, connect, ensure_stream
 from ._subjects import Subjects, is_fence_kind
 
 __all__ = ["EventLog", "FenceState", "StoredEvent", "input_digest"]
@@ -227,7 +228,8 @@ class EventLog(FenceOps):
 
     def _raise_other(self, out: Outcome, event: Event) -> None:
         if out.err_code:
-            raise BusError(
+            error = BusFullError if out.err_code in ERRS_OUT_OF_ROOM else BusError
+            raise error(
                 f"append of {type(event).__name__} {event.event_id} refused: "
                 f"{out.err_code} {out.description}",
                 stream=self.stream,

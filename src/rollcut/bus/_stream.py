@@ -27,6 +27,9 @@ __all__ = ["ApiError", "BusConfig", "Denials", "PubAck", "connect", "ensure_stre
 # JetStream error codes rollcut reacts to.
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_BATCH_DUPLICATE_MSG_ID = 10201
+# out of room: the store refused the write (a byte or message limit with discard new: 10077, "maximum
+# bytes exceeded" and kin), the server's JetStream storage is exhausted (10047), or the account's (10002)
+ERRS_OUT_OF_ROOM = frozenset({10077, 10047, 10002})
 
 
 class BusConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._errors import AdmissionClosedError, FenceError, StaleAttemptError
+from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
 from ..bus import Component, Event, EventLog
 from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
 
@@ -101,6 +101,9 @@ class IdentityPrefix:
         await self.app(scope, receive, send)
 
 
+STORAGE_RETRY_AFTER_S = 30.0
+"""The Retry-After of a ``storage_unavailable`` answer: room is made by an operator, not in a moment."""
+
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 """The largest request body a Gym server reads, unless told otherwise (``--max-body-bytes``)."""
 
@@ -166,8 +169,15 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
         assert isinstance(exc, AdmissionClosedError)
         return error_response(GymError.admission_closed(exc))
 
+    async def on_storage(request: Request, exc: Exception) -> JSONResponse:
+        # the write did not happen, so the same call is safe to send again once room is made
+        assert isinstance(exc, StorageError)
+        err = GymError(ErrorKind.STORAGE_UNAVAILABLE, str(exc), retry_after_s=STORAGE_RETRY_AFTER_S)
+        return error_response(err)
+
     app.add_exception_handler(GymError, on_gym_error)
     app.add_exception_handler(AdmissionClosedError, on_admission_closed)
+    app.add_exception_handler(StorageError, on_storage)
     return app
 
 

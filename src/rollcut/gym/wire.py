@@ -101,6 +101,8 @@ class ErrorKind(StrEnum):
     RETIRED = "retired"
     ATTEMPT_IN_USE = "attempt_in_use"
     ADMISSION_CLOSED = "admission_closed"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    """The bus or a disk refused the write (out of room, failing); nothing was stored: retry later."""
     FRESH_DISPATCH = "fresh_dispatch"
     NOT_CONTINUABLE = "not_continuable"
     REPLAY_MISMATCH = "replay_mismatch"
@@ -120,6 +122,7 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.RETIRED: 409,
     ErrorKind.ATTEMPT_IN_USE: 409,
     ErrorKind.ADMISSION_CLOSED: 503,
+    ErrorKind.STORAGE_UNAVAILABLE: 503,
     ErrorKind.FRESH_DISPATCH: 409,
     ErrorKind.NOT_CONTINUABLE: 409,
     ErrorKind.REPLAY_MISMATCH: 409,

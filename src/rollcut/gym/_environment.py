@@ -15,7 +15,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import DEFAULT_MAX_BODY_BYTES, append_or_refuse, error_response, gym_app, gym_client, identity_of
+from ._http import (
+    DEFAULT_MAX_BODY_BYTES,
+    append_or_refuse,
+    error_response,
+    gym_app,
+    gym_client,
+    identity_of,
+    json_body,
+)
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
@@ -37,7 +45,7 @@ def create_environment_app(
     @app.post("/run")
     async def run(request: Request) -> Any:
         ident = identity_of(request)
-        task = await request.json()
+        task = await json_body(request)
         stats["episodes"] += 1
         resp = await client.post(f"{agent_url.rstrip('/')}/run", json=task, headers=identity_headers(ident))
         if resp.status_code != 200:  # the agent's refusal, passed on in the same shape

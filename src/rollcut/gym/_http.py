@@ -10,7 +10,9 @@ from typing import Any, TypedDict
 
 import httpx
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
 from ..bus import Component, Event, EventLog
@@ -175,7 +177,18 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
         err = GymError(ErrorKind.STORAGE_UNAVAILABLE, str(exc), retry_after_s=STORAGE_RETRY_AFTER_S)
         return error_response(err)
 
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        # the framework's own refusals (no such route, wrong method, a typed parameter that does not
+        # parse) in the same shape as every other refusal, so one client parser reads them all
+        if isinstance(exc, RequestValidationError):
+            return error_response(GymError(ErrorKind.BAD_REQUEST, f"invalid request: {exc.errors()}"))
+        assert isinstance(exc, StarletteHTTPException)
+        kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED}.get(exc.status_code)
+        return error_response(GymError(kind or ErrorKind.BAD_REQUEST, str(exc.detail)))
+
     app.add_exception_handler(GymError, on_gym_error)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_http)
     app.add_exception_handler(AdmissionClosedError, on_admission_closed)
     app.add_exception_handler(StorageError, on_storage)
     return app
@@ -190,6 +203,8 @@ async def json_body(request: Request, *, empty_ok: bool = False) -> dict[str, An
         body = await request.json()
     except ValueError as exc:
         raise GymError(ErrorKind.BAD_REQUEST, f"the body is not JSON: {exc}") from exc
+    except RecursionError as exc:  # the stdlib parser recurses per level: a deep body must not be a 500
+        raise GymError(ErrorKind.BAD_REQUEST, "the body is JSON nested too deeply") from exc
     if not isinstance(body, dict):
         raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
     return body

@@ -108,6 +108,9 @@ class ErrorKind(StrEnum):
     REPLAY_MISMATCH = "replay_mismatch"
     NO_SESSION = "no_session"
     UNKNOWN_TOOL = "unknown_tool"
+    NOT_FOUND = "not_found"
+    """No route has this path."""
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     HTTP_ERROR = "http_error"
     """An answer that is not a Gym error (a proxy, a crashed handler, another server)."""
 
@@ -128,6 +131,8 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.REPLAY_MISMATCH: 409,
     ErrorKind.NO_SESSION: 404,
     ErrorKind.UNKNOWN_TOOL: 404,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.METHOD_NOT_ALLOWED: 405,
     ErrorKind.HTTP_ERROR: 502,
 }
 

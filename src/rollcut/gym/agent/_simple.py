@@ -34,6 +34,7 @@ from ...replay import inherited
 from .._http import gym_client
 from ..wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._responses import run_responses
+from ._tasks import check_task
 
 __all__ = ["FreshDispatchNeeded", "Run", "SimpleAgent"]
 
@@ -216,6 +217,19 @@ class SimpleAgent:
         # model calls with no claim before them: a run that did not claim (an older rollcut)
         if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model")):
             raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
+        # only an open attempt of a dispatched rollout is claimed: a claim is on the log for good
+        state = await self.log.fence_state(ident.rollout_id)
+        if state is None:
+            raise GymError(ErrorKind.UNKNOWN_ROLLOUT, f"rollout {ident.rollout_id} was never dispatched")
+        if not state.open or state.attempt != ident.attempt:
+            raise GymError(
+                ErrorKind.STALE_ATTEMPT,
+                str(
+                    StaleAttemptError(ident.rollout_id, ident.attempt, state.attempt if state.open else None)
+                ),
+                rollout_id=ident.rollout_id,
+                attempt=ident.attempt,
+            )
         # the claim, atomically, before anything is seeded: of concurrent runs of one attempt, on any
         # worker or agent process, exactly one goes on and the others change nothing
         claimed = AttemptClaimed(
@@ -225,6 +239,7 @@ class SimpleAgent:
             raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        check_task(task, list(self.resources))
         await self._refuse_a_rerun(ident)
         run = Run(ident)
         self._runs[ident] = run

@@ -1,0 +1,157 @@
+"""Every route of every Gym server, fuzzed over real HTTP against the server processes.
+
+The routes come from each server's own ``/openapi.json``; hypothesis makes the requests: hostile
+identities (in headers, path prefixes and NeMo Gym's encodings), bodies that are arbitrary JSON,
+deeply nested JSON, not JSON at all, or a valid example with fields replaced. What a user checks:
+no answer is a 5xx, every refusal is OpenAI's error shape with a documented ``type``, and every
+server is still alive and answering afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollcut.bus import BusConfig, EventLog, load_credentials
+from rollcut.gym import ServerProcess
+from rollcut.gym.wire import ErrorKind
+
+from .conftest import NS, Deployment, deploy
+
+pytestmark = pytest.mark.slow
+
+HOSTILE_IDS = ["a.b", "*", ">", "a b", "../../etc", "x" * 200, "", "%2e%2e", "r\u00e9", "$JS", "a\tb"]
+HOSTILE_ATTEMPTS = ["0", "-5", "x", "1.5", "99999999999999999999", "", "+1"]
+KNOWN_TYPES = {k.value for k in ErrorKind}
+
+EXAMPLES: list[dict[str, Any]] = [
+    {"messages": [{"role": "user", "content": "hi"}], "model": "m"},
+    {"input": "hi", "model": "m"},
+    {"input": [{"role": "user", "content": "hi"}]},
+    {"env": "counter", "prompt": "count", "seed": {"start": 0}, "max_steps": 2},
+    {"responses_create_params": {"input": "hi"}, "env": "counter"},
+    {"n": 1},
+    {},
+]
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _body(draw: st.DrawFn) -> bytes | None:
+    how = draw(st.sampled_from(["none", "json", "example", "nested", "bytes"]))
+    if how == "none":
+        return None
+    if how == "json":
+        return json.dumps(draw(_json)).encode()
+    if how == "nested":
+        depth = draw(st.integers(100, 20000))
+        return ("[" * depth + "]" * depth).encode() if draw(st.booleans()) else ('{"a":' * depth).encode()
+    if how == "bytes":
+        return draw(st.binary(max_size=64))
+    base = dict(draw(st.sampled_from(EXAMPLES)))
+    for key in draw(st.lists(st.sampled_from([*base, "model", "messages", "input", "stream", "tools"]))):
+        base[key] = draw(_json)
+    return json.dumps(base).encode()
+
+
+@st.composite
+def _identity(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
+    """A path prefix and headers: absent, valid, or hostile."""
+    rid = draw(st.sampled_from([*HOSTILE_IDS, "fz-ok", "never-dispatched"]))
+    attempt = draw(st.sampled_from([*HOSTILE_ATTEMPTS, "1", "2"]))
+    how = draw(st.sampled_from(["none", "headers", "prefix", "nemo", "cookie"]))
+    if how == "headers":
+        return "", {"x-rollout-id": rid, "x-rollout-attempt": attempt}
+    if how == "prefix":
+        return f"/r/{quote(rid, safe='')}/{quote(attempt, safe='')}", {}
+    if how == "nemo":
+        return f"/ng-rollout/{quote(rid, safe='')}", {}
+    if how == "cookie":
+        return "", {"cookie": f"rollcut_session={rid}:{attempt}"}
+    return "", {}
+
+
+def _routes(server: ServerProcess) -> list[tuple[str, str]]:
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
+    return [(m.upper(), p) for p, ops in spec["paths"].items() for m in ops]
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    with deploy(tmp_path_factory.mktemp("fuzz"), tasks=[]) as dep:
+        asyncio.run(_dispatch(dep, "fz-ok"))  # so valid identities reach the handlers behind the fence
+        yield dep
+
+
+async def _dispatch(dep: Deployment, rollout_id: str) -> None:
+    log = await EventLog.connect(
+        BusConfig(url=dep.url, namespace=NS).as_role(load_credentials(dep.creds), "admin")
+    )
+    try:
+        await log.dispatch(rollout_id, {"env": "counter"}, instance="fuzz")
+    finally:
+        await log.close()
+
+
+@pytest.mark.parametrize("kind", ["model", "counter", "workplace", "blackjack", "agent", "environment"])
+def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: Deployment, kind: str) -> None:
+    server = next(p for p in fuzzed.stack if p.name == kind)
+    routes = _routes(server)
+    assert routes, f"{kind} publishes no routes"
+    seen: set[int] = set()
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(
+            route=st.sampled_from(routes),
+            tool=st.sampled_from(["add", "nope", *HOSTILE_IDS[:5]]),
+            ident=_identity(),
+            body=_body(),
+            ctype=st.sampled_from(["application/json", "text/plain", None]),
+        )
+        def one(
+            route: tuple[str, str],
+            tool: str,
+            ident: tuple[str, dict[str, str]],
+            body: bytes | None,
+            ctype: str | None,
+        ) -> None:
+            method, path = route
+            prefix, headers = ident
+            if ctype:
+                headers = {**headers, "content-type": ctype}
+            url = prefix + path.replace("{tool}", quote(tool, safe="") or "x")
+            raw = {k: v.encode() for k, v in headers.items()}  # utf-8 bytes: a hostile id need not be ASCII
+            resp = client.request(method, url, content=body, headers=raw)
+            seen.add(resp.status_code)
+            # no checkpoint runs and the disk has room: any 5xx (even a 503) is a bad answer to bad input
+            assert resp.status_code < 500, (method, url, body, resp.text, server.tail())
+            if resp.status_code >= 400:
+                answer = resp.json()
+                assert isinstance(answer, dict) and "error" in answer, (
+                    resp.status_code,
+                    method,
+                    url,
+                    resp.text,
+                )
+                err = answer["error"]
+                assert isinstance(err["message"], str) and err["message"], resp.text
+                assert err["type"] in KNOWN_TYPES, resp.text
+
+        one()
+    assert any(400 <= s < 500 for s in seen), seen  # the fuzz reached the refusals
+    assert server.alive() and httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200

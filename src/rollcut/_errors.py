@@ -7,6 +7,7 @@ catch one root and still see the original cause.
 
     RollcutError
     ├── ConfigError
+    │   └── CollectorBusyError      another collector holds the namespace's lease
     ├── SchemaError                 bad input: names the field and the rule
     │   ├── UnknownEventKindError
     │   └── SchemaVersionError      written by a newer rollcut
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointError",
     "CheckpointFailedError",
+    "CollectorBusyError",
     "ConfigError",
     "CorruptEventError",
     "EventTooLargeError",
@@ -94,6 +96,17 @@ def _coordinates(cls: type[RollcutError]) -> set[str]:
 
 class ConfigError(RollcutError):
     """A setting is missing, malformed or contradicts another one."""
+
+
+class CollectorBusyError(ConfigError):
+    """Another collector holds this namespace (its lease on the bus is live): two collectors on one
+    namespace would drive the same rollouts against each other. Exits 2."""
+
+    namespace: str | None = None
+    holder: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    expires_in_s: float | None = None
 
 
 class SchemaError(RollcutError):

@@ -288,3 +288,16 @@ def test_rollouts_left_without_a_row_exit_1_and_are_listed(deployment: Deploymen
     assert code == 1, summary
     assert len(summary["pending"]) == deployment.rollouts and summary["results_written"] == 0
     assert all("environment unreachable" in summary["failed"][r] for r in summary["pending"])
+
+
+def test_two_collectors_on_one_namespace_one_runs_the_other_exits_2_naming_it(deployment: Deployment) -> None:
+    first, second = deployment.collect(), deployment.collect()
+    (code1, out1), (code2, out2) = finish(first), finish(second)
+    codes = sorted([code1, code2])
+    assert codes == [0, 2], (out1, out2)
+    refused = out1 if code1 == 2 else out2
+    assert "is held by collector" in refused["stderr"] and "pid" in refused["stderr"]
+    _exactly_once(deployment)
+    # the winner released the lease when it finished: the namespace is free again at once
+    code, out = finish(deployment.collect())
+    assert code == 0 and out["results_written"] == deployment.rollouts

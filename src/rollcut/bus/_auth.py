@@ -33,7 +33,7 @@ import nkeys
 
 from .._errors import ConfigError
 from .._files import private_dir, write_private
-from ._subjects import COORDINATOR_LANE, Subjects
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
 
 __all__ = ["PARTICIPANT_ROLES", "ROLES", "Credentials", "load_credentials", "server_authorization"]
 
@@ -107,14 +107,22 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
         }
     if role == "collector":
         return {
-            "publish": {"allow": [f"{p}.fence.*", f"{p}.ev.*.*.collector", *js_read, "$JS.API.INFO"]},
+            "publish": {
+                "allow": [
+                    f"{p}.fence.*",
+                    f"{p}.ev.*.*.collector",
+                    s.mark(COLLECTOR_LANE),
+                    *js_read,
+                    "$JS.API.INFO",
+                ]
+            },
             "subscribe": {"allow": inbox},
         }
     if role in PARTICIPANT_ROLES:
         return {
             "publish": {
                 "allow": [f"{p}.ev.*.*.{role}", f"{p}.mark.*", *js_read, "$JS.API.INFO"],
-                "deny": [s.mark(COORDINATOR_LANE)],
+                "deny": [s.mark(COORDINATOR_LANE), s.mark(COLLECTOR_LANE)],
             },
             # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds
             "subscribe": {

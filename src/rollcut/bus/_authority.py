@@ -11,6 +11,7 @@ it, by the kind table (``_kinds.KINDS``):
 - on ``fence.<rollout>``: a lifecycle kind of that rollout (only the
   collector and coordinator roles may publish there);
 - on ``mark.checkpoint``: a coordinator marker written as the coordinator;
+  on ``mark.collector``: the collector's lease, and nothing else;
   on ``mark.<instance>``: that instance's own participant marker.
 
 A record that disagrees is quarantined like a corrupt frame: its rollout (if
@@ -21,9 +22,9 @@ checked by the same rule before anything is sent.
 from __future__ import annotations
 
 from .._errors import ConfigError
-from ._events import CheckpointEvent, Event, RolloutEvent
+from ._events import CheckpointEvent, CollectorLease, Event, RolloutEvent
 from ._kinds import Lane, spec_of
-from ._subjects import COORDINATOR_LANE, Subjects
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
 
 __all__ = ["authority_error"]
 
@@ -55,6 +56,12 @@ def authority_error(subjects: Subjects, subject: str, event: Event) -> str | Non
         elif event.component not in spec.writers:
             return f"{event.component} may not write {spec.kind}"
         return None
+    if isinstance(event, CollectorLease):
+        if parsed.lane != COLLECTOR_LANE or event.component != "collector":
+            return f"a collector lease is written by the collector on its lane, not on {parsed.lane}"
+        return None
+    if parsed.lane == COLLECTOR_LANE:
+        return f"{spec.kind} does not belong on the collector lease lane"
     if isinstance(event, CheckpointEvent):
         if parsed.lane == COORDINATOR_LANE:
             if event.component != "coordinator" or "coordinator" not in spec.writers:

@@ -34,6 +34,7 @@ __all__ = [
     "CheckpointPrepared",
     "CheckpointResumed",
     "CheckpointSealed",
+    "CollectorLease",
     "Component",
     "Event",
     "ModelCallAdmitted",
@@ -367,6 +368,22 @@ class CheckpointAborted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpo
     reason: str
 
 
+class CollectorLease(Event, frozen=True, kw_only=True, tag="collector.lease"):
+    """One collector holds the namespace (``rc.<ns>.mark.collector``): taken and renewed by a
+    compare-and-set on that lane, so two collectors never drive one namespace's rollouts at once.
+
+    ``expires_at`` is the holder's clock plus its ``ttl_s``; a lease past it (or ``released``, or
+    held by a process on this host that no longer exists) may be taken over.
+    """
+
+    collection: Token
+    host: Annotated[str, Meta(max_length=255)]
+    pid: Annotated[int, Meta(ge=0)]
+    ttl_s: Annotated[float, Meta(gt=0)]
+    expires_at: float
+    released: bool = False
+
+
 class ParticipantLeaseExpired(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.lease_expired"):
     """A participant reopened admission by itself: its coordinator went silent."""
 
@@ -374,7 +391,8 @@ class ParticipantLeaseExpired(CheckpointEvent, frozen=True, kw_only=True, tag="c
 
 
 AnyEvent = (
-    RolloutDispatched
+    CollectorLease
+    | RolloutDispatched
     | AttemptOpened
     | AttemptTombstoned
     | RolloutRetired

@@ -105,6 +105,7 @@ _TABLE = (
     _spec(E.AgentBoundary, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.RolloutCompleted, Lane.EVENTS, frozenset({"environment"})),
     _spec(E.ResultAccepted, Lane.EVENTS, frozenset({"collector"})),
+    _spec(E.CollectorLease, Lane.MARKER, frozenset({"collector"})),
     _spec(E.CheckpointPrepared, Lane.MARKER, frozenset({"coordinator"})),
     _spec(E.CheckpointSealed, Lane.MARKER, frozenset({"coordinator"})),
     _spec(E.CheckpointCommitted, Lane.MARKER, frozenset({"coordinator"})),

@@ -19,13 +19,15 @@ import re
 from typing import NamedTuple
 
 from .._errors import ConfigError
-from ._events import CheckpointEvent, Event, RolloutEvent
+from ._events import CheckpointEvent, CollectorLease, Event, RolloutEvent
 from ._kinds import Lane, spec_of
 
 __all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
 
 COORDINATOR_LANE = "checkpoint"
 """The marker lane the coordinator's checkpoint markers go to."""
+COLLECTOR_LANE = "collector"
+"""The marker lane of the namespace's collector lease; no participant instance may be named so."""
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -82,6 +84,8 @@ class Subjects:
             if spec_of(event).lane is Lane.FENCE:
                 return self.fence(event.rollout_id)
             return self.event(event.rollout_id, event.attempt, event.component)
+        if isinstance(event, CollectorLease):
+            return self.mark(COLLECTOR_LANE)
         if isinstance(event, CheckpointEvent):
             return self.mark(COORDINATOR_LANE if event.component == "coordinator" else event.instance)
         raise ConfigError(f"{type(event).__name__} has no subject")

@@ -35,13 +35,14 @@ from typing import Any
 import httpx
 import msgspec
 
-from .._errors import CheckpointError, RolloutExistsError, StaleAttemptError, StorageError
+from .._errors import CheckpointError, RollcutError, RolloutExistsError, StaleAttemptError, StorageError
 from .._files import append_private
 from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector
 from ..participants import Coordinator, RecoveryMode, Restorer
 from ..tokens import TokenStore
+from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
@@ -96,6 +97,7 @@ class Collector:
         on_progress: Callable[[Summary, int, int], None] | None = None,
         recovery: RecoveryMode = RecoveryMode.TAIL,
         heal_timeout_s: float = 120.0,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
         self.log = log
         self.ledger = ledger
@@ -128,6 +130,8 @@ class Collector:
         self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
         self._heal_lock = asyncio.Lock()
         self._recover_lock = asyncio.Lock()
+        self.lease = NamespaceLease(log, instance=instance, ttl_s=lease_ttl_s, on_lost=self._lease_lost)
+        self._lost: RollcutError | None = None
         self.heal_timeout_s = heal_timeout_s
 
     # --- identity and hand-off ---------------------------------------------------------
@@ -311,6 +315,18 @@ class Collector:
                     return
 
     async def run(self, *, resume: bool = False) -> Summary:
+        """Collect every rollout that has no row yet, holding the namespace's collector lease."""
+        async with self.lease:  # before anything is dispatched: a second collector changes nothing
+            summary = await self._collect(resume)
+        if self._lost is not None:
+            raise self._lost
+        return summary
+
+    def _lease_lost(self, exc: RollcutError) -> None:
+        self._lost = exc
+        self._stop.set()
+
+    async def _collect(self, resume: bool) -> Summary:
         t0 = time.perf_counter()
         rollouts = self.rollout_ids()
         self.summary.rollouts = len(rollouts)

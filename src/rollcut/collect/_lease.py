@@ -1,0 +1,162 @@
+"""One collector per namespace: a lease on the bus, taken and renewed by compare-and-set.
+
+Two collectors on one namespace drive the same rollouts against each other: each heals the
+other's runs as crashes, forever. The lease is the last record on ``rc.<ns>.mark.collector``;
+every write of it expects the sequence read before, so of two collectors starting together
+exactly one takes it. It is renewed at a third of its time to live; another collector takes it
+over only once it has expired, been released, or names a process of this host that is gone (a
+collector that was SIGKILLed and is run again with ``--resume`` need not wait out its own lease).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from .._errors import CollectorBusyError, RollcutError
+from ..bus import CollectorLease, EventLog
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "NamespaceLease"]
+
+DEFAULT_LEASE_TTL_S = 30.0
+"""How long a collector's lease outlives its last renewal (a crashed collector's namespace is free
+again after this, at once if the crash was on the same host)."""
+
+
+class NamespaceLease:
+    """Held for the life of one collection: ``async with NamespaceLease(log, instance=...)``.
+
+    ``on_lost`` is called (once) if a renewal finds the lease taken: the collection must stop, as
+    another collector now drives the namespace.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        instance: str,
+        ttl_s: float = DEFAULT_LEASE_TTL_S,
+        on_lost: Callable[[RollcutError], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.instance = instance
+        self.ttl_s = ttl_s
+        self.on_lost = on_lost
+        self.collection = os.urandom(8).hex()
+        self.host = socket.gethostname()[:255]
+        self.seq = 0
+        self._valid_until = 0.0
+        self._renewer: asyncio.Task[None] | None = None
+
+    def _record(self, *, released: bool = False) -> CollectorLease:
+        return CollectorLease(
+            component="collector",
+            instance=self.instance,
+            collection=self.collection,
+            host=self.host,
+            pid=os.getpid(),
+            ttl_s=self.ttl_s,
+            expires_at=time.time() + self.ttl_s,
+            released=released,
+        )
+
+    async def acquire(self) -> None:
+        lane = self.log.subjects.mark("collector")
+        last = await self.log.last_on(lane)
+        held = last.event if last is not None else None
+        if isinstance(held, CollectorLease) and self._live(held):
+            raise self._busy(held)
+        seq = await self.log.append_expecting(self._record(), last.seq if last is not None else 0)
+        if seq is None:  # another collector took it between our read and our write
+            now = await self.log.last_on(lane)
+            other = now.event if now is not None else None
+            if isinstance(other, CollectorLease):
+                raise self._busy(other)
+            raise CollectorBusyError(
+                "another collector took this namespace's lease first", namespace=self.log.subjects.namespace
+            )
+        self.seq, self._valid_until = seq, time.time() + self.ttl_s
+        self._renewer = asyncio.ensure_future(self._renew())
+
+    async def release(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+            self._renewer = None
+        if self.seq:
+            # a lost lease is not ours to release; a failed release expires by itself
+            with contextlib.suppress(RollcutError):
+                await self.log.append_expecting(self._record(released=True), self.seq)
+            self.seq = 0
+
+    async def __aenter__(self) -> NamespaceLease:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                seq = await self.log.append_expecting(self._record(), self.seq)
+            except (RollcutError, OSError, TimeoutError) as exc:  # the bus is away: retry until expiry
+                if time.time() > self._valid_until:
+                    self._lost(
+                        CollectorBusyError(
+                            f"this collector could not renew its lease before it expired: {exc}",
+                            namespace=self.log.subjects.namespace,
+                            holder=self.collection,
+                        )
+                    )
+                    return
+                continue
+            if seq is None:
+                self._lost(
+                    CollectorBusyError(
+                        "this collector's lease was taken over by another collector: it stops",
+                        namespace=self.log.subjects.namespace,
+                        holder=self.collection,
+                    )
+                )
+                return
+            self.seq, self._valid_until = seq, time.time() + self.ttl_s
+
+    def _lost(self, exc: RollcutError) -> None:
+        self.seq = 0
+        if self.on_lost is not None:
+            self.on_lost(exc)
+
+    def _live(self, lease: CollectorLease) -> bool:
+        if lease.released or lease.expires_at <= time.time():
+            return False
+        return not (lease.host == self.host and not _pid_alive(lease.pid))
+
+    def _busy(self, lease: CollectorLease) -> CollectorBusyError:
+        left = max(0.0, lease.expires_at - time.time())
+        return CollectorBusyError(
+            f"namespace {self.log.subjects.namespace!r} is held by collector {lease.instance} "
+            f"(collection {lease.collection}, host {lease.host}, pid {lease.pid}) for {left:.0f} s more "
+            "unless it renews: stop it first, or use another namespace",
+            namespace=self.log.subjects.namespace,
+            holder=lease.collection,
+            host=lease.host,
+            pid=lease.pid,
+            expires_in_s=round(left, 1),
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True

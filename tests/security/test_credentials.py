@@ -57,12 +57,19 @@ PUBLISH = {
         ("ev.r.1.collector", False),
         ("fence.r", False),
     ],
-    "agent": [("ev.r.1.agent", True), ("ev.r.1.environment", False), ("mark.checkpoint", False)],
+    "agent": [
+        ("ev.r.1.agent", True),
+        ("ev.r.1.environment", False),
+        ("mark.checkpoint", False),
+        ("mark.collector", False),
+        ("mark.agent-w0", True),
+    ],
     "collector": [
         ("ev.r.1.collector", True),
         ("fence.r", True),
         ("ev.r.1.model", False),
         ("mark.checkpoint", False),
+        ("mark.collector", True),
     ],
     "coordinator": [
         ("mark.checkpoint", True),

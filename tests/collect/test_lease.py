@@ -16,6 +16,19 @@ from rollcut.bus import CollectorLease, EventLog
 from rollcut.collect import NamespaceLease
 
 
+def _held(instance: str, *, host: str, pid: int, ttl_s: float, left_s: float) -> CollectorLease:
+    """A lease record as another collector would have written it."""
+    return CollectorLease(
+        component="collector",
+        instance=instance,
+        collection=f"{instance}-collection",
+        host=host,
+        pid=pid,
+        ttl_s=ttl_s,
+        expires_at=time.time() + left_s,
+    )
+
+
 async def test_a_second_collector_is_refused_naming_the_holder_until_it_releases(log: EventLog) -> None:
     first = NamespaceLease(log, instance="c1")
     await first.acquire()
@@ -43,15 +56,7 @@ async def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(log:
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    dead = CollectorLease(
-        component="collector",
-        instance="crashed",
-        collection="c0ffee",
-        host=socket.gethostname(),
-        pid=int(gone.stdout),
-        ttl_s=3600,
-        expires_at=time.time() + 3600,
-    )
+    dead = _held("crashed", host=socket.gethostname(), pid=int(gone.stdout), ttl_s=3600, left_s=3600)
     await log.append_expecting(dead, 0)
     lease = NamespaceLease(log, instance="resumed")
     await lease.acquire()  # a SIGKILLed collector run again need not wait out its own lease
@@ -59,27 +64,11 @@ async def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(log:
 
 
 async def test_a_live_lease_of_another_host_is_respected_until_it_expires(log: EventLog) -> None:
-    other = CollectorLease(
-        component="collector",
-        instance="elsewhere",
-        collection="beef",
-        host="another-host",
-        pid=1,
-        ttl_s=3600,
-        expires_at=time.time() + 3600,
-    )
+    other = _held("elsewhere", host="another-host", pid=1, ttl_s=3600, left_s=3600)
     seq = await log.append_expecting(other, 0)
     with pytest.raises(CollectorBusyError, match="another-host"):
         await NamespaceLease(log, instance="me").acquire()
-    expired = CollectorLease(
-        component="collector",
-        instance="elsewhere",
-        collection="beef",
-        host="another-host",
-        pid=1,
-        ttl_s=1,
-        expires_at=time.time() - 1,
-    )
+    expired = _held("elsewhere", host="another-host", pid=1, ttl_s=1, left_s=-1)
     assert seq is not None and await log.append_expecting(expired, seq) is not None
     lease = NamespaceLease(log, instance="me")
     await lease.acquire()
@@ -90,15 +79,7 @@ async def test_a_holder_whose_lease_is_taken_over_is_told_to_stop(log: EventLog)
     lost: asyncio.Future[RollcutError] = asyncio.get_running_loop().create_future()
     holder = NamespaceLease(log, instance="slow", ttl_s=0.3, on_lost=lost.set_result)
     await holder.acquire()
-    usurper = CollectorLease(
-        component="collector",
-        instance="usurper",
-        collection="dead",
-        host="another-host",
-        pid=1,
-        ttl_s=60,
-        expires_at=time.time() + 60,
-    )
+    usurper = _held("usurper", host="another-host", pid=1, ttl_s=60, left_s=60)
     assert await log.append_expecting(usurper, holder.seq) is not None
     err = await asyncio.wait_for(lost, 10)  # the next renewal finds the lane moved
     assert isinstance(err, CollectorBusyError) and "taken over" in str(err)

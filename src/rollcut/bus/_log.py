@@ -193,14 +193,7 @@ class EventLog(FenceOps):
         A compare-and-set on the event's own subject (an attempt's agent subject), not on the
         fence: a stale attempt's claim may be stored, but every write it would then make is fenced.
         """
-        frame = self._encode(event)
-        headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: "0"}
-        out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
-        if out.err_code == ERR_WRONG_LAST_SEQUENCE:
-            return None
-        self._raise_other(out, event)
-        self.last_appended = max(self.last_appended, out.seq)
-        return out.seq
+        return await self._append_if_last(event, 0)
 
     async def append_expecting(self, event: Event, expect_last_seq: int) -> int | None:
         """Append only if the event's subject still ends at ``expect_last_seq`` (0: empty).
@@ -210,6 +203,10 @@ class EventLog(FenceOps):
         """
         if isinstance(event, RolloutEvent):
             raise FenceError("rollout events are fenced by their attempt, not by append_expecting")
+        return await self._append_if_last(event, expect_last_seq)
+
+    async def _append_if_last(self, event: Event, expect_last_seq: int) -> int | None:
+        """The compare-and-set on the event's own subject; None when its last sequence moved."""
         frame = self._encode(event)
         headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: str(expect_last_seq)}
         out = await self._commit.submit(self.subjects.for_event(event), frame, headers)

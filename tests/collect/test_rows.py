@@ -31,7 +31,7 @@ def test_duplicate_task_ids_are_refused_naming_both_lines(tmp_path: Path) -> Non
 
 
 def test_a_line_that_is_not_a_json_object_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="line 2 is not JSON"):
+    with pytest.raises(ConfigError, match="line 2 is not a JSON object"):
         load_rows(_rows(tmp_path, {"id": "a"}, "{not json"))
     with pytest.raises(ConfigError, match="line 1 is not a JSON object"):
         load_rows(_rows(tmp_path, [1, 2]))

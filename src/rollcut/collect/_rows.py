@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,18 +59,22 @@ def load_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read tasks {path}: {exc.strerror or exc}") from exc
-    rows = []
+    return list(_objects(path, text, "a JSON object"))
+
+
+def _objects(path: Path, text: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line's JSON object with its line number; any other line is a ConfigError
+    naming the file, the line and ``what`` it should have been."""
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} line {n} is not JSON: {exc}") from exc
+            raise ConfigError(f"{path} line {n} is not {what}: {exc}") from exc
         if not isinstance(row, dict):
-            raise ConfigError(f"{path} line {n} is not a JSON object")
-        rows.append((n, row))
-    return rows
+            raise ConfigError(f"{path} line {n} is not {what}")
+        yield n, row
 
 
 @dataclass(frozen=True)
@@ -209,14 +214,8 @@ class Rows:
                 os.truncate(path, keep)
                 self.torn_bytes += len(data) - keep
                 data = data[:keep]
-            for n, line in enumerate(data.decode().splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path} line {n} is not a row: {exc}") from exc
-                if not isinstance(row, dict) or row.get("rollout_id") not in self.inputs:
+            for n, row in _objects(path, data.decode(), "a row"):
+                if row.get("rollout_id") not in self.inputs:
                     raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
                 out.append(row)
         return out

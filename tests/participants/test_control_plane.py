@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFailedError
+from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFailedError, RollcutError
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
@@ -19,7 +19,7 @@ from rollcut.bus import (
     TokenReceipt,
 )
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator
+from rollcut.participants import Coordinator, Restorer
 from rollcut.tokens import LocalTokenStore, TokenRecord
 
 from ..helpers import completed_event
@@ -370,3 +370,22 @@ async def test_phases_feed_prometheus_metrics(participants: Any, coordinator: Co
     assert value("rollcut_checkpoint_phase_seconds_count", phase="prepare") == prepares + 1
     assert value("rollcut_participant_reply_seconds_count", op="prepare", instance="res-0") >= 1
     assert set(res.phases_ms) >= {"acquire", "discover", "prepare", "seal", "validate", "publish", "release"}
+
+
+class FailingRestore(CountingExport):
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        raise RuntimeError("this environment cannot rebuild its sessions")
+
+
+async def test_a_partial_restore_is_released_at_once_not_left_to_the_lease(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    good = await participants("res-0", "exported", hooks=CountingExport(), lease_grace_s=600)
+    await participants("res-1", "exported", hooks=FailingRestore(), lease_grace_s=600)
+    rec = (await coordinator.checkpoint(deadline_s=5)).record
+    restorer = Restorer(log, ledger, coordinator, instance="collector-0", deadline_s=5)
+    with pytest.raises(RollcutError):
+        await restorer.restore(rec.checkpoint_id, rec.cut)
+    # the one that did restore is open again now, not in 600 s when its lease would run out
+    assert good.gate.state == "open"
+    assert (await coordinator.checkpoint(deadline_s=5)).record.checkpoint_id != rec.checkpoint_id

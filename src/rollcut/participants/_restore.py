@@ -178,6 +178,9 @@ class Restorer:
         )
         bad = [r for r in replies if not r.ok]
         if bad:
+            # all or nothing: the participants that did restore are paused, and left so they would
+            # hold admission closed until their leases ran out; release them at once
+            await self.resume(checkpoint_id)
             raise bad[0].refusal()
         return [r.instance for r in replies]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -9,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from rollcut.bus import BusConfig, EventLog, load_credentials
 
 from .conftest import SIGTERM, SIGUSR1, Deployment, finish
 
@@ -301,3 +304,33 @@ def test_two_collectors_on_one_namespace_one_runs_the_other_exits_2_naming_it(de
     # the winner released the lease when it finished: the namespace is free again at once
     code, out = finish(deployment.collect())
     assert code == 0 and out["results_written"] == deployment.rollouts
+
+
+async def _limit_stream(dep: Deployment, room: int | None) -> None:
+    """As an operator (or a full disk) would: the stream takes ``room`` more bytes, or no limit."""
+    admin = BusConfig(url=dep.url).as_role(load_credentials(dep.creds), "admin")
+    log = await EventLog.connect(admin)
+    try:
+        js = log.nc.jetstream()
+        info = await js.stream_info(log.stream)
+        cfg = info.config
+        cfg.max_bytes = -1 if room is None else info.state.bytes + room
+        await js.update_stream(cfg)
+    finally:
+        await log.close()
+
+
+def test_a_full_bus_mid_collection_stops_naming_why_and_resume_finishes_once(
+    deployment: Deployment,
+) -> None:
+    proc = deployment.collect()
+    deployment.wait_rows(3, proc)
+    asyncio.run(_limit_stream(deployment, 4096))  # the stream's storage runs out mid-collection
+    code, out = finish(proc, timeout=120)
+    assert code == 74, out  # the storage/bus exit, by itself: not a hang, not exit 0
+    assert "maximum bytes exceeded" in out["stderr"], out
+    assert len(deployment.rows()) < deployment.rollouts
+    asyncio.run(_limit_stream(deployment, None))  # room made
+    code, out = finish(deployment.collect("--resume"))
+    assert code == 0, out
+    _exactly_once(deployment)

@@ -309,6 +309,12 @@ class Collector:
                 await asyncio.sleep(err.retry_after_s or 1.0)  # a checkpoint is in progress
             elif err.kind in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
                 continue  # the fence moved: look at it again
+            elif err.kind is ErrorKind.STORAGE_UNAVAILABLE:
+                # nothing crashed, so healing cannot help: the bus or a disk is out of room; stop now
+                # with the server's reason (exit 74) rather than retry into the full disk
+                raise StorageError(
+                    f"rollout {rid}: a server could not store its events: {err}", subject=rid
+                ) from err
             else:
                 self.summary.failed[rid] = f"{resp.status_code} {err.kind}: {str(err)[:200]}"
                 if not await self._heal(rid, client):

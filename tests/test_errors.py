@@ -133,3 +133,19 @@ def test_a_full_disk_under_the_rows_is_a_storage_error_naming_the_file() -> None
     with pytest.raises(StorageError, match="/dev/full") as info:
         Collector._write_row(Path("/dev/full"), {"rollout_id": "r1"})  # ENOSPC, whoever we are
     assert info.value.errno == 28 and info.value.path == "/dev/full"
+
+
+def test_an_lmdb_failure_of_the_disk_is_a_storage_error_and_others_are_not(tmp_path: Path) -> None:
+    import errno
+
+    import lmdb
+
+    from rollcut import StorageError
+    from rollcut._lmdb import storage_error
+
+    full = storage_error(lmdb.Error("mdb_txn_commit: No space left on device"), tmp_path, "commit")
+    assert isinstance(full, StorageError) and full.errno == errno.ENOSPC and full.path == str(tmp_path)
+    assert (
+        storage_error(lmdb.Error("mdb_put: MDB_MAP_FULL: Environment mapsize limit reached"), tmp_path, "x")
+        is None
+    )

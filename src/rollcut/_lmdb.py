@@ -8,10 +8,17 @@ the page size, so the size the file must have is known before mapping it.
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from pathlib import Path
 
-__all__ = ["lmdb_problem"]
+from ._errors import StorageError
+
+__all__ = ["lmdb_problem", "storage_error"]
+
+# what a full, read-only, over-quota or failing disk makes LMDB report
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 _MAGIC = 0xBEEFC0DE
 _META = 16  # the page header before each meta (pgno 8, pad 2, flags 2, lower 2, upper 2)
@@ -53,3 +60,13 @@ def _meta_offsets(head: bytes) -> list[int]:
         return [0]
     psize = struct.unpack_from("<I", head, _META + 24)[0]
     return [0, psize] if 0 < psize <= 65536 else [0]
+
+
+def storage_error(exc: Exception, path: Path, doing: str) -> StorageError | None:
+    """The StorageError an LMDB failure is, when the disk under it failed (LMDB reports only the
+    system's message, so it is matched by its text); None for any other failure."""
+    text = str(exc)
+    for code in _STORAGE_ERRNOS:
+        if os.strerror(code) in text:
+            return StorageError(f"cannot {doing} at {path}: {text}", path=str(path), errno=code)
+    return None

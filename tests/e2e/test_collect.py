@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import subprocess
 import sys
 from collections import Counter
@@ -331,6 +332,33 @@ def test_a_full_bus_mid_collection_stops_naming_why_and_resume_finishes_once(
     assert "maximum bytes exceeded" in out["stderr"], out
     assert len(deployment.rows()) < deployment.rollouts
     asyncio.run(_limit_stream(deployment, None))  # room made
+    code, out = finish(deployment.collect("--resume"))
+    assert code == 0, out
+    _exactly_once(deployment)
+
+
+def test_a_full_disk_under_the_collector_exits_74_and_resume_finishes_once(
+    deployment: Deployment,
+) -> None:
+    """The collector may not write past a file-size limit (``ulimit -f``, as a full disk would): the
+    row that does not fit is never acknowledged, the exit is 74, and ``--resume`` with room finishes."""
+    probe = deployment.collect()  # one row, to learn a row's size
+    deployment.wait_rows(1, probe)
+    probe.send_signal(SIGTERM)
+    assert finish(probe)[0] == 75
+    row_bytes = deployment.output.stat().st_size // max(1, len(deployment.rows()))
+    limit = deployment.output.stat().st_size + 2 * row_bytes + row_bytes // 2  # two more rows and a half
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    cmd = [sys.executable, "-m", "rollcut", "collect", str(deployment.config), "--json", "--resume"]
+    full = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=small_disk
+    )
+    code, out = finish(full)
+    assert code == 74, out
+    assert "File too large" in out["stderr"], out  # the disk's own reason, whichever file it hit
     code, out = finish(deployment.collect("--resume"))
     assert code == 0, out
     _exactly_once(deployment)

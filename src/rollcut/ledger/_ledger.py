@@ -32,7 +32,7 @@ import msgspec
 
 from .._errors import LedgerCorruptError, LedgerError, LedgerSchemaError
 from .._files import PRIVATE_FILE, private_dir
-from .._lmdb import lmdb_problem
+from .._lmdb import lmdb_problem, storage_error
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 
 __all__ = ["Ledger"]
@@ -222,7 +222,7 @@ class _WriteBatch:
         try:
             self._txn = self.ledger.env.begin(write=True)
         except lmdb.Error as exc:
-            raise LedgerError(
+            raise storage_error(exc, self.ledger.path, "write the ledger") or LedgerError(
                 f"cannot write the ledger at {self.ledger.path}: {exc}", path=str(self.ledger.path)
             ) from exc
         return self
@@ -239,7 +239,7 @@ class _WriteBatch:
         try:
             txn.commit()
         except lmdb.Error as exc:
-            raise LedgerError(
+            raise storage_error(exc, self.ledger.path, "commit the ledger") or LedgerError(
                 f"ledger commit failed at {self.ledger.path}: {exc}", path=str(self.ledger.path)
             ) from exc
 

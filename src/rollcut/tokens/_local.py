@@ -26,7 +26,7 @@ import zstandard
 
 from .._errors import TokenStoreError
 from .._files import PRIVATE_FILE, private_dir
-from .._lmdb import lmdb_problem
+from .._lmdb import lmdb_problem, storage_error
 from ..bus import TokenReceipt, digest
 from ._contracts import TokenRecord, TokenSnapshot
 
@@ -87,16 +87,22 @@ class LocalTokenStore:
             receipt_id=f"{call_id}-{dig[:12]}", count=len(record.output_ids), digest=dig, store=self.name
         )
         key = receipt.receipt_id.encode()
-        with self.env.begin(write=True) as txn:
-            if txn.get(key, db=self._records) is not None:
-                return receipt  # idempotent: same call, same content
-            count, acc = self._counters(txn)
-            value = struct.pack(">Q", count) + bytes.fromhex(dig) + self._zc.compress(body)
-            txn.put(key, value, db=self._records)
-            txn.put(b"count", struct.pack(">Q", count + 1), db=self._meta)
-            txn.put(
-                b"hash", ((acc + _term(receipt.receipt_id, dig)) % _MOD).to_bytes(32, "big"), db=self._meta
-            )
+        try:
+            with self.env.begin(write=True) as txn:
+                if txn.get(key, db=self._records) is not None:
+                    return receipt  # idempotent: same call, same content
+                count, acc = self._counters(txn)
+                value = struct.pack(">Q", count) + bytes.fromhex(dig) + self._zc.compress(body)
+                txn.put(key, value, db=self._records)
+                txn.put(b"count", struct.pack(">Q", count + 1), db=self._meta)
+                term = (acc + _term(receipt.receipt_id, dig)) % _MOD
+                txn.put(b"hash", term.to_bytes(32, "big"), db=self._meta)
+        except lmdb.Error as exc:  # a full disk is a StorageError (the call is answered 503, retryable)
+            raise storage_error(exc, self.path, f"store the tokens of {call_id}") or TokenStoreError(
+                f"cannot store the tokens of {call_id} at {self.path}: {exc}",
+                store=str(self.path),
+                call_id=call_id,
+            ) from exc
         return receipt
 
     def _counters(self, txn: lmdb.Transaction) -> tuple[int, int]:

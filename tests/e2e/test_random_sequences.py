@@ -65,6 +65,7 @@ class Driver:
         tasks = [{**t, "id": f"{tag}-{t['id']}"} for t in demo_tasks(N, seed=len(tag))]
         self.output = dep.root / f"{tag}.jsonl"
         self.collector = self._collector(tasks)
+        self.collector.rows.claim(log.subjects.namespace)  # as run() does before its first row
         self.rids = self.collector.rollout_ids()
         self.tasks = tasks
         self.started: list[str] = []

@@ -303,3 +303,14 @@ async def test_a_full_stream_answers_503_stores_nothing_and_the_retry_goes_throu
     again = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
     assert again.status_code == 200, again.text
     assert [type(s.event) for s in await _events(rig, "r1")] == [ModelCallAdmitted, ModelCallCompleted]
+
+
+async def test_a_lone_surrogate_in_a_body_is_a_400_and_stores_nothing(rig: ModelRig) -> None:
+    """JSON may escape a lone surrogate; no UTF-8 record can hold it (the fuzz found it as a 500)."""
+    await rig.log.dispatch("r1", {}, instance="collector")
+    raw = b'{"messages": [{"role": "user", "content": "\\udb9d"}]}'
+    headers = {**rig.headers("r1"), "content-type": "application/json"}
+    resp = await rig.client.post("/v1/chat/completions", content=raw, headers=headers)
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
+    assert "not valid Unicode" in resp.json()["error"]["message"]
+    assert await _events(rig, "r1") == []

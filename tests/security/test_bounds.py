@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from rollcut import CorruptEventError, EventTooLargeError, RollcutError
 from rollcut.bus import Codec, EventLog
 from rollcut.gym.resources import Counter, ResourcesService, create_resources_app
+from rollcut.gym.wire import ErrorKind, GymError, identity_from
 
 from ..helpers import model_event, mutation_event
 
@@ -101,3 +102,14 @@ async def test_an_oversized_http_body_is_413_and_nothing_is_stored(log: EventLog
         small = await client.post("/seed_session", json={"start": 1}, headers=headers)
         assert small.status_code == 200
     assert await log.last_seq() == before + 1  # only the small seeding was stored
+
+
+@pytest.mark.parametrize(
+    "attempt", ["0", "-5", "x", "+1", "1_0", " 1", "\u0661", "99999999999999999999", "1000001"]
+)
+def test_an_attempt_that_is_not_a_plain_storable_number_is_a_bad_identity(attempt: str) -> None:
+    """What the fuzz found: a 20-digit attempt passed and then could not be stored (a 500)."""
+    with pytest.raises(GymError) as refused:
+        identity_from({"x-rollout-id": "r1", "x-rollout-attempt": attempt})
+    assert refused.value.kind is ErrorKind.BAD_IDENTITY and refused.value.status == 400
+    assert identity_from({"x-rollout-id": "r1", "x-rollout-attempt": "1000000"}).attempt == 1_000_000

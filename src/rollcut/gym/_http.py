@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import httpx
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -207,6 +208,12 @@ async def json_body(request: Request, *, empty_ok: bool = False) -> dict[str, An
         raise GymError(ErrorKind.BAD_REQUEST, "the body is JSON nested too deeply") from exc
     if not isinstance(body, dict):
         raise GymError(ErrorKind.BAD_REQUEST, "the body must be a JSON object")
+    try:  # JSON may escape a lone surrogate (\\udb9d), which no UTF-8 record can hold: refuse it here
+        msgspec.json.encode(body)
+    except UnicodeEncodeError as exc:
+        raise GymError(
+            ErrorKind.BAD_REQUEST, f"the body holds text that is not valid Unicode: {exc}"
+        ) from exc
     return body
 
 

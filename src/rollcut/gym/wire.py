@@ -209,13 +209,22 @@ def split_ng_path_id(path_id: str) -> Identity:
     return Identity(m["rid"], int(m["n"]) + 1)
 
 
+_MAX_ATTEMPT = 1_000_000
+"""The largest attempt number a call may name; a bigger one could not be stored (msgpack ints)."""
+
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
 def _attempt(value: object, what: str, *, base: int) -> int:
-    try:
-        n = int(str(value))
-    except ValueError as exc:
-        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be an integer, got {value!r}") from exc
-    if n < base:
-        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be >= {base}, got {n}")
+    # plain ASCII digits or a JSON integer only: int() would also take "+1", "1_0", " 1", other scripts
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and _DIGITS.fullmatch(value):
+        n = int(value)
+    else:
+        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be an integer, got {str(value)[:40]!r}")
+    if n < base or n - base + 1 > _MAX_ATTEMPT:
+        raise GymError(ErrorKind.BAD_IDENTITY, f"{what} must be between {base} and {_MAX_ATTEMPT + base - 1}")
     return n - base + 1
 
 

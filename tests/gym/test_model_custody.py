@@ -314,3 +314,11 @@ async def test_a_lone_surrogate_in_a_body_is_a_400_and_stores_nothing(rig: Model
     assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
     assert "not valid Unicode" in resp.json()["error"]["message"]
     assert await _events(rig, "r1") == []
+
+
+async def test_an_integer_the_log_cannot_hold_is_a_400_and_stores_nothing(rig: ModelRig) -> None:
+    await rig.log.dispatch("r1", {}, instance="collector")
+    body = {"messages": [{"role": "user", "content": "hi"}], "seed": 10**30}
+    resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
+    assert await _events(rig, "r1") == []

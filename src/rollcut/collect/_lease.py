@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from .._errors import CollectorBusyError, RollcutError
+from .._process import pid_alive
 from ..bus import CollectorLease, EventLog
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "NamespaceLease"]
@@ -136,7 +137,7 @@ class NamespaceLease:
     def _live(self, lease: CollectorLease) -> bool:
         if lease.released or lease.expires_at <= time.time():
             return False
-        return not (lease.host == self.host and not _pid_alive(lease.pid))
+        return not (lease.host == self.host and not pid_alive(lease.pid))
 
     def _busy(self, lease: CollectorLease) -> CollectorBusyError:
         left = max(0.0, lease.expires_at - time.time())
@@ -150,13 +151,3 @@ class NamespaceLease:
             pid=lease.pid,
             expires_in_s=round(left, 1),
         )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True

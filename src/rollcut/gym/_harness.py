@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ServerStartError
+from .._process import pid_alive
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
 __all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
@@ -57,7 +58,7 @@ class ServerProcess:
 
     def alive(self) -> bool:
         """Whether the parent and every worker still run."""
-        return self.p is not None and self.p.poll() is None and all(_alive(pid) for pid in self.pids)
+        return self.p is not None and self.p.poll() is None and all(pid_alive(pid) for pid in self.pids)
 
     def tail(self) -> str:
         """The end of its log, to say why it died."""
@@ -94,14 +95,6 @@ class ServerProcess:
         if self.p is not None:
             self.p.kill()
             self.p.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def start_stack(

@@ -15,7 +15,7 @@ import pytest
 
 from rollcut import CheckpointFailedError
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
-from rollcut.gym import ServerProcess
+from rollcut.gym import ServerProcess, owner_of
 from rollcut.gym.model import LocalBackend
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
@@ -45,7 +45,7 @@ def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
 
 
 @pytest.mark.slow
-async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
+async def test_admission_closes_in_every_worker_a_dead_worker_comes_back_or_is_named(
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
 ) -> None:
     srv = model_server(nats_url, namespace, tmp_path / "tokens", workers=2)
@@ -63,12 +63,13 @@ async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
                 (
                     await client.post(
                         "/v1/chat/completions",
-                        headers=_headers("r1", 1),
+                        headers=_headers(f"r{i}", 1),
                         json={"messages": [{"role": "user", "content": f"x{i}"}]},
                     )
                 ).status_code
-                for i in range(16)  # connections spread over both workers
+                for i in range(16)  # rollouts held by both workers
             }
+            assert {owner_of(f"r{i}", 2) for i in range(16)} == {0, 1}
             assert codes == {503}
             for info in found:
                 assert (await coord.call(info, "abort", "ck-close", deadline)).ok
@@ -78,10 +79,16 @@ async def test_admission_closes_in_every_worker_and_a_dead_worker_is_named(
                 json={"messages": [{"role": "user", "content": "open again"}]},
             )
             assert ok.status_code == 200
+        old = srv.instances["model-w1"]
+        assert srv.kill_worker("model-w1") != old  # SIGKILL; its parent starts it again, same name
+        res = await coord.checkpoint(deadline_s=10)
+        assert {"model-w0", "model-w1"} <= set(res.record.participants)
+        # with its parent gone too, nobody restarts it: the next checkpoint names it and publishes nothing
+        os.kill(srv.p.pid if srv.p else 0, signal.SIGKILL)
         os.kill(srv.instances["model-w1"], signal.SIGKILL)
         with pytest.raises(CheckpointFailedError, match="model worker 1 of 2"):
             await coord.checkpoint(deadline_s=3)
-        assert led.checkpoints() == []
+        assert [c.checkpoint_id for c in led.checkpoints()] == [res.record.checkpoint_id]
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ twice.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -141,10 +140,15 @@ def serve_one_worker(
     spec: Annotated[str, typer.Option(help="The server's options as JSON.")],
     worker_index: Annotated[int, typer.Option(help="This worker's index.")],
     listen_fd: Annotated[int, typer.Option(help="The listening socket inherited from the parent.")],
+    peer_fd: Annotated[
+        int | None, typer.Option(help="This worker's private socket, from the parent.")
+    ] = None,
+    peers_dir: Annotated[str, typer.Option(help="Where every worker's private socket is.")] = "",
 ) -> None:
     """One worker process of a server with several (started by the server itself)."""
-    import asyncio
+    from ..gym import decode_spec, run_worker, serve_worker
 
-    from ..gym import decode_spec, serve_worker
-
-    asyncio.run(serve_worker(decode_spec(spec), socket.socket(fileno=listen_fd), worker_index))
+    opts = decode_spec(spec)
+    run_worker(
+        lambda sock, i, peers: serve_worker(opts, sock, i, peers), listen_fd, worker_index, peer_fd, peers_dir
+    )

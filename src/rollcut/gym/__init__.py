@@ -17,8 +17,9 @@ from ._options import (
     decode_spec,
     encode_spec,
 )
+from ._peers import Peers, owner_of
 from ._runners import Make, serve, serve_participant, serve_worker
-from ._serving import run_servers
+from ._serving import run_servers, run_worker
 
 __all__ = [
     "DEMO_ENVIRONMENTS",
@@ -26,6 +27,7 @@ __all__ = [
     "EnvironmentServe",
     "Make",
     "ModelServe",
+    "Peers",
     "ResourcesServe",
     "ServeOptions",
     "ServeSpec",
@@ -34,7 +36,9 @@ __all__ = [
     "create_environment_app",
     "decode_spec",
     "encode_spec",
+    "owner_of",
     "run_servers",
+    "run_worker",
     "serve",
     "serve_participant",
     "serve_worker",

@@ -72,7 +72,15 @@ class ServerProcess:
             name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
             self.log_path = self.logs / f"{name}.log"
             err = self.log_path.open("a")
-        self.p = subprocess.Popen([*self.command, *self.argv], stdout=subprocess.PIPE, stderr=err, text=True)
+        # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
+        # its parent restarted since (whose pid this harness may not have read yet)
+        self.p = subprocess.Popen(
+            [*self.command, *self.argv],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
         self.pids, self.instances = [], {}
         assert self.p.stdout is not None
         while True:
@@ -88,13 +96,29 @@ class ServerProcess:
                 return self
 
     def kill(self) -> None:
-        """SIGKILL every process of it, workers first; waits for the parent."""
-        for pid in self.pids:
+        """SIGKILL every process of it at once (its process group); waits for the parent."""
+        if self.p is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+        for pid in self.pids:  # a worker that left the group (it never does) goes too
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if self.p is not None:
-            self.p.kill()
-            self.p.wait()
+
+    def kill_worker(self, instance: str) -> int:
+        """SIGKILL one worker (``<group>-w<i>``) and return once its parent started it again; returns
+        the new pid. Raises ServerStartError if the parent says nothing more (it died too)."""
+        os.kill(self.instances[instance], signal.SIGKILL)
+        assert self.p is not None and self.p.stdout is not None
+        while True:
+            line = self.p.stdout.readline().strip()
+            if not line:
+                raise ServerStartError(f"{instance} was not restarted: {self.tail()}")
+            if line.startswith(f"RESTARTED {instance} ") and "pid=" in line:
+                pid = int(line.rsplit("pid=", 1)[1])
+                self.pids = [pid if p == self.instances[instance] else p for p in self.pids]
+                self.instances[instance] = pid
+                return pid
 
 
 def start_stack(
@@ -109,15 +133,18 @@ def start_stack(
     token_delay: float = 0.002,
     tool_turns: int = 3,
     agent_workers: int = 2,
+    workers: int | None = None,
     return_token_ids: bool = True,
     envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, one resources server per
     environment in ``envs``, the Simple Agent and the environment server, in that order (each
     process's ``name`` is its kind, or its environment). ``ports`` pins a server's port by name (a
-    supervisor restarting on the same ports)."""
+    supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
+    the agent has ``agent_workers`` and the rest one)."""
     ports = ports or {}
     common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
+    each = {"workers": workers} if workers is not None else {}
 
     def start(opts: ServeSpec) -> ServerProcess:
         return ServerProcess.serving(opts, logs).start()
@@ -131,17 +158,20 @@ def start_stack(
             token_delay=token_delay,
             tool_turns=tool_turns,
             return_token_ids=return_token_ids,  # the rows a collection writes are training data
+            **each,
         )
     )
-    servers = {name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0))) for name in envs}
+    servers = {
+        name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0), **each)) for name in envs
+    }
     agent = start(
         AgentServe(
             **common,
             model=model.url,
             resources={n: p.url for n, p in servers.items()},
-            workers=agent_workers,
+            workers=workers or agent_workers,
             port=ports.get("agent", 0),
         )
     )
-    env = start(EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0)))
+    env = start(EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0), **each))
     return [model, *servers.values(), agent, env]

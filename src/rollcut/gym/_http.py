@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
 from ..bus import Component, Event, EventLog
+from ._peers import PeerRouter
 from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
 
 __all__ = [
@@ -159,9 +160,11 @@ class BodyLimit:
 
 def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """A FastAPI app whose routes raise domain errors and never build error answers themselves;
-    identity path prefixes are understood on every route, and bodies are bounded."""
+    identity path prefixes are understood on every route, bodies are bounded, and a request for a
+    rollout another worker owns goes to that worker (:mod:`rollcut.gym._peers`)."""
     app = FastAPI(title=title, version="1")
     app.add_middleware(IdentityPrefix)
+    app.add_middleware(PeerRouter)  # inside the body limit, outside the prefix: forwards as sent
     app.add_middleware(BodyLimit, limit=max_body_bytes)
 
     async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:

@@ -27,6 +27,7 @@ from ..tokens import LocalTokenStore
 from ._environment import create_environment_app
 from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
+from ._peers import Peers
 from ._serving import run_servers, serve_on
 from .agent import SimpleAgent, create_agent_app
 from .model import LocalBackend, ModelService, OpenAIBackend, create_app
@@ -53,9 +54,11 @@ async def serve_participant(
     mode: CheckpointMode,
     make: Make,
     *,
+    peers: Peers | None = None,
     drain: bool = False,
 ) -> None:
-    """Serve one worker: connect as the kind's role, register the participant, serve its app."""
+    """Serve one worker: connect as the kind's role, register the participant, serve its app (on the
+    port and, with peers, on its private socket, routing each rollout to its owner)."""
     instance = f"{opts.group}-w{worker}"
     log = await _log(opts, opts.kind, instance)
     participant = Participant(
@@ -70,17 +73,20 @@ async def serve_participant(
         process_mode="coordinated_workers" if opts.workers > 1 else "single",
     )
     app, hooks = make(log, instance, participant)
+    app.state.peers = peers
     if hooks is not None:
         participant.hooks = hooks
     await participant.start()
     try:
-        await serve_on(app, sock, instance)
+        await serve_on(app, [sock, peers.listener] if peers and peers.listener else [sock], instance)
     finally:
         await participant.stop()
+        if peers is not None:
+            await peers.aclose()
         await log.close()
 
 
-async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int) -> None:
+async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     tokens = LocalTokenStore(opts.tokens)
     backend: Backend
     if opts.backend == "openai":
@@ -95,23 +101,26 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int) -> No
         ), service
 
     try:
-        await serve_participant(opts, sock, worker, "exported", make)
+        await serve_participant(opts, sock, worker, "exported", make, peers=peers)
     finally:
         tokens.close()
 
 
-async def _serve_resources(opts: ResourcesServe, sock: socket.socket, worker: int) -> None:
+async def _serve_resources(
+    opts: ResourcesServe, sock: socket.socket, worker: int, peers: Peers | None
+) -> None:
     env = ENVIRONMENTS[opts.env]()
     exported = env.mode == "exported" or env.verification == "wait"
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        service = ResourcesService(log, env, instance=instance, participant=participant)
+        owns = peers.owns if peers is not None else None
+        service = ResourcesService(log, env, instance=instance, participant=participant, owns=owns)
         return create_resources_app(service, max_body_bytes=opts.max_body_bytes), service
 
-    await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make)
+    await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make, peers=peers)
 
 
-async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> None:
+async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         agent = SimpleAgent(
             log,
@@ -123,10 +132,12 @@ async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int) -> No
         )
         return create_agent_app(agent, max_body_bytes=opts.max_body_bytes), agent
 
-    await serve_participant(opts, sock, worker, "exported", make)
+    await serve_participant(opts, sock, worker, "exported", make, peers=peers)
 
 
-async def _serve_environment(opts: EnvironmentServe, sock: socket.socket, worker: int) -> None:
+async def _serve_environment(
+    opts: EnvironmentServe, sock: socket.socket, worker: int, peers: Peers | None
+) -> None:
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         app = create_environment_app(
             log,
@@ -137,19 +148,19 @@ async def _serve_environment(opts: EnvironmentServe, sock: socket.socket, worker
         )
         return app, None
 
-    await serve_participant(opts, sock, worker, "event_sourced", make)
+    await serve_participant(opts, sock, worker, "event_sourced", make, peers=peers)
 
 
-async def serve_worker(opts: ServeSpec, sock: socket.socket, worker: int) -> None:
+async def serve_worker(opts: ServeSpec, sock: socket.socket, worker: int, peers: Peers | None = None) -> None:
     """The body of one worker process of the server ``opts`` describes."""
     if isinstance(opts, ModelServe):
-        await _serve_model(opts, sock, worker)
+        await _serve_model(opts, sock, worker, peers)
     elif isinstance(opts, ResourcesServe):
-        await _serve_resources(opts, sock, worker)
+        await _serve_resources(opts, sock, worker, peers)
     elif isinstance(opts, AgentServe):
-        await _serve_agent(opts, sock, worker)
+        await _serve_agent(opts, sock, worker, peers)
     else:
-        await _serve_environment(opts, sock, worker)
+        await _serve_environment(opts, sock, worker, peers)
 
 
 def check(opts: ServeSpec) -> None:
@@ -166,7 +177,7 @@ def check(opts: ServeSpec) -> None:
         raise ConfigError(f"unknown agent {opts.agent!r}; have: simple")
 
 
-def serve(opts: ServeSpec, *, worker_index: int | None = None, listen_fd: int | None = None) -> None:
+def serve(opts: ServeSpec) -> None:
     """Blocking: serve until SIGTERM/SIGINT, in this process or in ``opts.workers`` children."""
     check(opts)
     run_servers(
@@ -174,7 +185,5 @@ def serve(opts: ServeSpec, *, worker_index: int | None = None, listen_fd: int | 
         port=opts.port,
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
-        serve_one=lambda sock, i: serve_worker(opts, sock, i),
-        worker_index=worker_index,
-        listen_fd=listen_fd,
+        serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
     )

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-__all__ = ["bind", "run_servers", "say", "serve_on"]
+from .._errors import ServerStartError
+from ._peers import bind_peer_sockets
+
+if TYPE_CHECKING:
+    from ._peers import Peers
+
+__all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
 
 
 def say(line: str) -> None:
@@ -29,72 +40,128 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_on(app: Any, sock: socket.socket, instance: str) -> None:
-    """Serve until stopped; print ``READY <instance> pid=<pid>`` once accepting."""
+async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> None:
+    """Serve on ``sockets`` until stopped; print ``READY <instance> pid=<pid>`` once accepting."""
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    serving = asyncio.ensure_future(server.serve(sockets=sockets))
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.01)
     say(f"READY {instance} pid={os.getpid()}")
     await serving
 
 
-def run_servers(
-    *,
-    host: str,
-    port: int,
-    workers: int,
-    child_argv: list[str],
-    serve_one: Any,
-    worker_index: int | None = None,
-    listen_fd: int | None = None,
-) -> None:
+ServeOne = Callable[[socket.socket, int, "Peers | None"], Coroutine[Any, Any, None]]
+"""The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
+
+
+def run_worker(serve_one: ServeOne, listen_fd: int, index: int, peer_fd: int | None, peers_dir: str) -> None:
+    """Blocking: the body of one worker process started by :func:`run_servers`."""
+    from ._peers import Peers
+
+    sock = socket.socket(fileno=listen_fd)
+    if peer_fd is None:
+        asyncio.run(serve_one(sock, index, None))
+        return
+    count = len([n for n in os.listdir(peers_dir) if n.endswith(".sock")])
+    peers = Peers(index=index, count=count, directory=peers_dir, listener=socket.socket(fileno=peer_fd))
+    asyncio.run(serve_one(sock, index, peers))
+
+
+def run_servers(*, host: str, port: int, workers: int, child_argv: list[str], serve_one: ServeOne) -> None:
     """Blocking: bind once, then serve in this process (1 worker) or in ``workers`` children.
 
-    ``serve_one(sock, index)`` is the coroutine one worker runs; ``child_argv`` is
-    the command line that starts a worker of the same server (``--worker-index``
-    and ``--listen-fd`` are appended).
+    With several workers the parent binds, besides the port, one private unix
+    socket per worker (how workers hand each other a rollout's requests, see
+    :mod:`rollcut.gym._peers`) and supervises: a worker that dies is started
+    again with the same index, hence the same participant name and the same
+    rollouts, and its line ``RESTARTED <instance> pid=<pid>`` is printed.
+    ``child_argv`` starts a worker (``--worker-index``, ``--listen-fd``,
+    ``--peer-fd`` and ``--peers-dir`` are appended).
     """
-    import contextlib
-    import signal
-    import subprocess
-
-    if worker_index is not None:
-        if listen_fd is None:
-            raise ValueError("a worker needs --listen-fd")
-        asyncio.run(serve_one(socket.socket(fileno=listen_fd), worker_index))
-        return
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
     say(f"LISTENING {url}")
     if workers == 1:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_one(sock, 0))
+            asyncio.run(serve_one(sock, 0, None))
         return
-    children = [
-        subprocess.Popen(
-            [*child_argv, "--worker-index", str(i), "--listen-fd", str(sock.fileno())],
-            pass_fds=[sock.fileno()],
+    with tempfile.TemporaryDirectory(prefix="rollcut-peers-") as peers_dir:  # 0700, removed at exit
+        Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv).run(url)
+
+
+class Supervisor:
+    """The parent of several workers: starts them, relays their readiness, restarts the dead."""
+
+    def __init__(
+        self, sock: socket.socket, peer_socks: list[socket.socket], peers_dir: str, child_argv: list[str]
+    ) -> None:
+        self.sock, self.peer_socks, self.peers_dir, self.child_argv = sock, peer_socks, peers_dir, child_argv
+        self.children: dict[int, subprocess.Popen[str]] = {}
+        self.stopping = False
+
+    def _start(self, i: int) -> str:
+        fds = [self.sock.fileno(), self.peer_socks[i].fileno()]
+        child = subprocess.Popen(
+            [
+                *self.child_argv,
+                *("--worker-index", str(i), "--listen-fd", str(fds[0])),
+                *("--peer-fd", str(fds[1]), "--peers-dir", self.peers_dir),
+            ],
+            pass_fds=fds,
             stdout=subprocess.PIPE,
             text=True,
         )
-        for i in range(workers)
-    ]
-    for child in children:
+        self.children[i] = child
         line = child.stdout.readline().strip() if child.stdout else ""
         if not line.startswith("READY"):
-            for c in children:
-                c.kill()
-            raise RuntimeError(f"a worker failed to start: {line!r}")
-        say(line)
-    say(f"READY {url}")
+            child.kill()
+            child.wait()
+            raise ServerStartError(f"worker {i} failed to start: {line!r}")
+        return line
 
-    def stop(*_: object) -> None:
-        for c in children:
+    def run(self, url: str) -> None:
+        try:
+            for i in range(len(self.peer_socks)):
+                say(self._start(i))
+        except ServerStartError:
+            self.stop()
+            raise
+        say(f"READY {url}")
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        failures = dict.fromkeys(self.children, 0)
+        while self.children:
+            pid = _wait_any()
+            if pid == 0:
+                return
+            index = next((i for i, c in self.children.items() if c.pid == pid), None)
+            if index is None:
+                continue
+            if self.stopping:
+                del self.children[index]
+                continue
+            try:  # the same index: the same participant name and the same rollouts
+                say(self._start(index).replace("READY", "RESTARTED", 1))
+                failures[index] = 0
+            except ServerStartError:
+                failures[index] += 1
+                if failures[index] >= _MAX_RESTART_FAILURES:
+                    self.stop()
+                    raise
+
+    def stop(self, *_: object) -> None:
+        self.stopping = True
+        for c in self.children.values():
             if c.poll() is None:
                 c.terminate()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    for c in children:
-        c.wait()
+
+_MAX_RESTART_FAILURES = 3
+
+
+def _wait_any() -> int:
+    """The pid of the next child to exit; 0 once there are none."""
+    try:
+        return os.wait()[0]
+    except ChildProcessError:
+        return 0

@@ -103,6 +103,8 @@ class ErrorKind(StrEnum):
     ADMISSION_CLOSED = "admission_closed"
     STORAGE_UNAVAILABLE = "storage_unavailable"
     """The bus or a disk refused the write (out of room, failing); nothing was stored: retry later."""
+    WORKER_UNAVAILABLE = "worker_unavailable"
+    """The worker of this server that holds the rollout did not answer (it died and is restarting)."""
     FRESH_DISPATCH = "fresh_dispatch"
     NOT_CONTINUABLE = "not_continuable"
     REPLAY_MISMATCH = "replay_mismatch"
@@ -126,6 +128,7 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.ATTEMPT_IN_USE: 409,
     ErrorKind.ADMISSION_CLOSED: 503,
     ErrorKind.STORAGE_UNAVAILABLE: 503,
+    ErrorKind.WORKER_UNAVAILABLE: 503,
     ErrorKind.FRESH_DISPATCH: 409,
     ErrorKind.NOT_CONTINUABLE: 409,
     ErrorKind.REPLAY_MISMATCH: 409,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -69,9 +69,16 @@ class ResourcesService:
     """Stateful tool sessions with durable mutations and exact restore."""
 
     def __init__(
-        self, log: EventLog, env: Environment, *, instance: str, participant: Participant | None = None
+        self,
+        log: EventLog,
+        env: Environment,
+        *,
+        instance: str,
+        participant: Participant | None = None,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self.log = log
+        self.owns = owns or (lambda _rid: True)  # with several workers: the rollouts this one holds
         self.env = env
         self.instance = instance
         self.participant = participant
@@ -261,10 +268,10 @@ class ResourcesService:
         return ExportReport(unreproducible=unrepro)
 
     async def restore(self, checkpoint_id: str, cut: int, rollouts: list[str] | None = None) -> None:
-        """Rebuild every listed rollout's session at the cut; activate all or none."""
+        """Rebuild every listed rollout's session this worker owns at the cut; activate all or none."""
         ids = rollouts if rollouts is not None else await self._rollouts_opened_from(cut)
         built: dict[Identity, Session] = {}
-        for rid in ids:
+        for rid in filter(self.owns, ids):  # another worker builds (and logs) the rest
             opened = await self._opened(rid)
             if opened is None or opened.from_cut != cut:
                 continue

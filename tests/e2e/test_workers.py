@@ -1,0 +1,182 @@
+"""Several workers per server: every rollout's requests answered by the worker that holds it.
+
+Each call goes over a fresh connection (a new client per call, as a pool that
+opens new connections does), so the kernel spreads them over the workers; the
+server must answer as if it had one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from rollcut.bus import EventLog, ModelCallAdmitted, ModelCallCompleted, ResourcesMutated, ResourcesSeeded
+from rollcut.gym import ServerProcess, owner_of
+from rollcut.gym.wire import SESSION_COOKIE, Identity, identity_headers
+
+pytestmark = pytest.mark.slow
+
+WORKERS = [1, 2, 3]
+
+
+@pytest.fixture
+def servers() -> Any:
+    started: list[ServerProcess] = []
+    yield started
+    for s in started:
+        s.kill()
+
+
+def _serve(servers: list[ServerProcess], argv: list[str], workers: int, logs: Path) -> ServerProcess:
+    srv = ServerProcess([*argv, "--workers", str(workers)], workers=workers, logs=logs).start()
+    servers.append(srv)
+    return srv
+
+
+async def _post(url: str, **kw: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=60) as fresh:  # a new connection for every call
+        return await fresh.post(url, **kw)
+
+
+def _written_by_owner(events: list[Any], group: str, workers: int) -> set[str]:
+    """Every event a rollout's server wrote names the worker that owns the rollout."""
+    wrong = {
+        f"{e.rollout_id}: {e.instance}"
+        for e in events
+        if e.instance != f"{group}-w{owner_of(e.rollout_id, workers)}"
+    }
+    return wrong
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_resources_sessions_see_their_own_state_whichever_worker_accepts(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], workers: int
+) -> None:
+    srv = _serve(
+        servers, ["resources", "counter", "--url", nats_url, "--namespace", namespace], workers, tmp_path
+    )
+    ids = [f"r{i}" for i in range(10)]
+    for r in ids:
+        await log.dispatch(r, {"t": r}, instance="collector")
+
+    async def episode(rid: str, start: int) -> list[tuple[int, int]]:
+        seeded = await _post(
+            f"{srv.url}/seed_session", json={"start": start}, headers=identity_headers(Identity(rid, 1))
+        )
+        assert seeded.status_code == 200, seeded.text
+        cookie = {SESSION_COOKIE: seeded.cookies[SESSION_COOKIE]}
+        seen = []
+        for n in range(1, 7):
+            resp = await _post(f"{srv.url}/add", json={"n": n}, cookies=cookie)
+            assert resp.status_code == 200, resp.text
+            seen.append((resp.json()["result"]["value"], resp.json()["revision"]))
+        verdict = await _post(f"{srv.url}/verify", json={"target": start + 21}, cookies=cookie)
+        assert verdict.status_code == 200 and verdict.json()["reward"] == 1.0, verdict.text
+        return seen
+
+    results = await asyncio.gather(*(episode(r, 10 * i) for i, r in enumerate(ids)))
+    for i, seen in enumerate(results):  # each call saw its own session's running total, in order
+        total = 10 * i
+        assert seen == [(total := total + n, n) for n in range(1, 7)]
+    events = [s.event async for s in log.read() if isinstance(s.event, ResourcesSeeded | ResourcesMutated)]
+    mutated = Counter((e.rollout_id, e.revision) for e in events if isinstance(e, ResourcesMutated))
+    assert set(mutated) == {(r, n) for r in ids for n in range(1, 7)} and max(mutated.values()) == 1
+    assert _written_by_owner(events, "counter", workers) == set()
+    if workers > 1:  # the rollouts were spread, so connections really met other workers
+        assert len({e.instance for e in events}) > 1
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_model_calls_chain_and_retries_join_whichever_worker_accepts(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], workers: int
+) -> None:
+    argv = ["model", "--url", nats_url, "--namespace", namespace, "--tokens", str(tmp_path / "tokens")]
+    argv += ["--token-delay", "0.01"]  # calls take long enough for retries to overlap them
+    srv = _serve(servers, argv, workers, tmp_path)
+    ids = [f"m{i}" for i in range(6)]
+    for r in ids:
+        await log.dispatch(r, {"t": r}, instance="collector")
+
+    def client(rid: str) -> openai.AsyncOpenAI:  # the official client; a new one (and connection) per call
+        return openai.AsyncOpenAI(
+            base_url=f"{srv.url}/v1", api_key="-", default_headers=identity_headers(Identity(rid, 1))
+        )
+
+    async def ask(rid: str, messages: list[Any]) -> Any:
+        async with client(rid) as c:
+            return await c.chat.completions.create(model="policy", messages=messages)
+
+    async def conversation(rid: str) -> list[str]:
+        messages: list[Any] = [{"role": "user", "content": f"hello from {rid}"}]
+        calls = []
+        for _ in range(3):
+            # the same request three times at once (a client's retries): one call, generated once,
+            # the others join it or are answered from what it produced
+            outs = await asyncio.gather(*(ask(rid, messages) for _ in range(3)))
+            ext = [(o.model_extra or {})["rollcut"] for o in outs]
+            assert len({e["call_id"] for e in ext}) == 1
+            assert sorted(e["served_from_log"] for e in ext) == [False, True, True]
+            calls.append(ext[0]["call_id"])
+            messages += [
+                outs[0].choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": "go"},
+            ]
+        async with client(rid) as c:  # streamed: the answer is forwarded as it is generated
+            chunks = [
+                x
+                async for x in await c.chat.completions.create(model="policy", messages=messages, stream=True)
+            ]
+        assert chunks and chunks[-1].model_extra is not None
+        calls.append(chunks[-1].model_extra["rollcut"]["call_id"])
+        return calls
+
+    chains = dict(zip(ids, await asyncio.gather(*(conversation(r) for r in ids)), strict=True))
+    events = [
+        s.event async for s in log.read() if isinstance(s.event, ModelCallAdmitted | ModelCallCompleted)
+    ]
+    admitted = Counter(e.call_id for e in events if isinstance(e, ModelCallAdmitted))
+    assert max(admitted.values()) == 1  # no call generated twice
+    for rid, calls in chains.items():
+        parents = {e.call_id: e.parent_call_id for e in events if isinstance(e, ModelCallCompleted)}
+        assert [parents[c] for c in calls] == [None, *calls[:-1]], rid  # one conversation, in order
+    assert _written_by_owner(events, "model", workers) == set()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_episodes_through_every_server_with_k_workers_complete_once(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], workers: int
+) -> None:
+    common = ["--url", nats_url, "--namespace", namespace]
+    model = _serve(servers, ["model", *common, "--tokens", str(tmp_path / "tokens")], workers, tmp_path)
+    counter = _serve(servers, ["resources", "counter", *common], workers, tmp_path)
+    agent = _serve(
+        servers,
+        ["agent", "simple", "--model", model.url, "--resources", f"counter={counter.url}", *common],
+        workers,
+        tmp_path,
+    )
+    env = _serve(servers, ["environment", "--agent", agent.url, *common], workers, tmp_path)
+    ids = [f"e{i}" for i in range(9)]
+    task = {"env": "counter", "prompt": "count up", "seed": {"start": 1}, "max_steps": 8}
+    for r in ids:
+        await log.dispatch(r, task, instance="collector")
+    answers = await asyncio.gather(
+        *(_post(f"{env.url}/run", json=task, headers=identity_headers(Identity(r, 1))) for r in ids)
+    )
+    assert [a.status_code for a in answers] == [200] * len(ids), [a.text[:200] for a in answers]
+    assert [a.json()["rollout_id"] for a in answers] == ids
+    # a second /run of a running or finished attempt is refused, whichever worker gets it
+    rerun = await _post(f"{env.url}/run", json=task, headers=identity_headers(Identity(ids[0], 1)))
+    assert rerun.status_code == 409, rerun.text
+    events = [s.event async for s in log.read()]
+    completed = Counter(e.rollout_id for e in events if type(e).__name__ == "RolloutCompleted")
+    assert completed == dict.fromkeys(ids, 1)
+    for group, kind in (("model", "model"), ("counter", "resources"), ("agent", "agent")):
+        mine = [e for e in events if e.component == kind and e.rollout_id in ids]
+        assert mine and _written_by_owner(mine, group, workers) == set(), kind

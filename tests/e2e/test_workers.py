@@ -90,6 +90,9 @@ async def test_resources_sessions_see_their_own_state_whichever_worker_accepts(
     assert _written_by_owner(events, "counter", workers) == set()
     if workers > 1:  # the rollouts were spread, so connections really met other workers
         assert len({e.instance for e in events}) > 1
+    async with httpx.AsyncClient() as c:  # whichever worker answers, it counts for the whole server
+        stats = (await c.get(f"{srv.url}/rollcut/stats")).json()
+    assert stats["tool_calls_executed"] == 60 and len(stats.get("workers", [stats])) == workers
 
 
 @pytest.mark.parametrize("workers", WORKERS)

@@ -73,6 +73,8 @@ class Summary:
     requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
     torn_bytes_cut: int = 0  # a torn last row cut off the output at start (it was never acknowledged)
     wall_s: float = 0.0
+    checkpoint_ms_p50: float | None = None  # how long a published checkpoint took, end to end
+    checkpoint_ms_p99: float | None = None
 
 
 class Collector:
@@ -103,6 +105,7 @@ class Collector:
         self.ledger = ledger
         self.coordinator = Coordinator(log, ledger, tokens)
         self._ck_lock = asyncio.Lock()
+        self.checkpoint_ms: list[float] = []  # each published checkpoint, end to end
         self.restorer = Restorer(
             log,
             ledger,
@@ -205,11 +208,13 @@ class Collector:
 
     async def checkpoint(self) -> str | None:
         async with self._ck_lock:
+            t0 = time.perf_counter()
             try:
                 res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
             except CheckpointError as exc:
                 self.summary.failed.setdefault("checkpoint", str(exc)[:300])
                 return None
+            self.checkpoint_ms.append((time.perf_counter() - t0) * 1000)
             self.summary.checkpoints_published += 1
             self.summary.last_checkpoint = res.record.checkpoint_id
             return res.record.checkpoint_id
@@ -324,6 +329,10 @@ class Collector:
         """Collect every rollout that has no row yet, holding the namespace's collector lease."""
         async with self.lease:  # before anything is dispatched: a second collector changes nothing
             summary = await self._collect(resume)
+        if self.checkpoint_ms:
+            ms = sorted(self.checkpoint_ms)
+            summary.checkpoint_ms_p50 = round(ms[len(ms) // 2], 1)
+            summary.checkpoint_ms_p99 = round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1)
         if self._lost is not None:
             raise self._lost
         return summary

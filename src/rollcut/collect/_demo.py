@@ -32,8 +32,8 @@ from ..bus import (
     ModelCallReused,
     ResourcesMutated,
 )
-from ..gym import ServerProcess, start_stack
-from ..ledger import Ledger
+from ..gym import DEMO_ENVIRONMENTS, ServerProcess, start_stack
+from ..ledger import Ledger, verify_checkpoint
 from ..participants import RecoveryMode
 from ..tokens import LocalTokenStore
 from ._collector import Collector, Summary
@@ -45,41 +45,63 @@ DEMO_NAMESPACE = "demo"
 """The namespace the demo (and the end-to-end tests' deployment) runs in."""
 
 
-def demo_tasks(n: int, seed: int) -> list[dict[str, Any]]:
-    """The demo's generated task set (counter, blackjack and workplace tasks)."""
+def _task(kind: str, rng: random.Random) -> dict[str, Any]:
+    """One generated task for environment ``kind`` (its prompt, seed and verify arguments)."""
+    if kind == "counter":
+        start = rng.randint(0, 9)
+        return {
+            "prompt": f"Starting at {start}, add numbers, then report the total.",
+            "seed": {"start": start},
+            "verify": {},
+        }
+    if kind == "blackjack":
+        return {
+            "prompt": "Play one hand of blackjack and try to win.",
+            "seed": {"seed": rng.randint(0, 10_000)},
+        }
+    if kind in ("workplace", "workplace_exported"):
+        who = rng.choice(_NAMES)
+        return {
+            "prompt": f"Email {who}, book a meeting, and mark {who} as won.",
+            "seed": {"contacts": [{"name": who, "company": "Acme"}]},
+            "verify": {"expect": {"crm": [{"name": who}]}},
+        }
+    if kind == "stateful_counter":
+        start = rng.randint(0, 9)
+        return {
+            "prompt": f"The counter starts at {start}; increment it, then read it.",
+            "seed": {"initial_count": start},
+            "verify": {"expected_count": start + 3},
+        }
+    if kind == "math":
+        a, b = rng.randint(1, 99), rng.randint(1, 99)
+        return {"prompt": f"What is {a} + {b}?", "seed": {}, "verify": {"expected": str(a + b)}}
+    if kind == "judge":
+        return {
+            "prompt": "Explain in one sentence why the sky is blue.",
+            "seed": {},
+            "verify": {"expect_words": ["light", "scatter"], "judge_delay_s": 0.05},
+        }
+    if kind == "scratchpad":
+        return {"prompt": "Write down three ideas for a name.", "seed": {}}
+    raise ValueError(f"no generated tasks for environment {kind!r}")
+
+
+_NAMES = ["Ada", "Grace", "Linus", "Barbara", "Ken", "Margaret"]
+
+
+def demo_tasks(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
+    """A generated task set, one environment of ``envs`` after the other (the demo's: counter,
+    blackjack and workplace; a mixed collection: every bundled environment)."""
     rng = random.Random(seed)
-    names = ["Ada", "Grace", "Linus", "Barbara", "Ken", "Margaret"]
     out = []
     for i in range(n):
-        kind = ("counter", "blackjack", "workplace")[i % 3]
-        if kind == "counter":
-            start = rng.randint(0, 9)
-            task = {
-                "env": "counter",
-                "prompt": f"Starting at {start}, add numbers, then report the total.",
-                "seed": {"start": start},
-                "verify": {},
-            }
-        elif kind == "blackjack":
-            task = {
-                "env": "blackjack",
-                "prompt": "Play one hand of blackjack and try to win.",
-                "seed": {"seed": rng.randint(0, 10_000)},
-                "verify": {},
-            }
-        else:
-            who = rng.choice(names)
-            task = {
-                "env": "workplace",
-                "prompt": f"Email {who}, book a meeting, and mark {who} as won.",
-                "seed": {"contacts": [{"name": who, "company": "Acme"}]},
-                "verify": {"expect": {"crm": [{"name": who}]}},
-            }
-        out.append({"id": f"t{i:04d}", "max_steps": 8, **task})
+        kind = envs[i % len(envs)]
+        out.append({"id": f"t{i:04d}", "max_steps": 8, "env": kind, "verify": {}, **_task(kind, rng)})
     return out
 
 
-def demo_rows(n: int, seed: int) -> list[dict[str, Any]]:
+def demo_rows(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
     """The demo's task set as NeMo Gym input rows: ``responses_create_params``, ``agent_ref``, and the
     environment's own fields (``env``, ``seed``, ``verify``, ``max_steps``)."""
     return [
@@ -88,7 +110,7 @@ def demo_rows(n: int, seed: int) -> list[dict[str, Any]]:
             "agent_ref": {"type": "responses_api_agents", "name": "simple_agent"},
             **{k: t[k] for k in ("env", "seed", "verify", "max_steps")},
         }
-        for t in demo_tasks(n, seed)
+        for t in demo_tasks(n, seed, envs)
     ]
 
 
@@ -107,14 +129,25 @@ async def run_demo(
     home: Path | None = None,
     progress: Callable[[Summary, int, int], None] | None = None,
     recovery: RecoveryMode = RecoveryMode.TAIL,
+    envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
+    workers: tuple[int | None, int | None] = (None, None),
+    verify: bool = False,
+    checkpoint_every_s: float = 0.5,
+    concurrency: int = 16,
 ) -> dict[str, Any]:
-    """The main job end to end, with a crash and recovery; returns what was saved."""
+    """The main job end to end, with a crash and recovery; returns what was saved.
+
+    ``envs`` are the resources servers (and the task mix); ``workers`` every
+    server's worker count before and after the crash (None: the demo's); with
+    ``verify`` every published checkpoint is verified from scratch at the end. The demo
+    checkpoints every half second on purpose (many cuts, many in-flight generations).
+    """
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
         root = private_dir(home or Path(tmp))
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
-        tasks = demo_rows(rollouts, seed)
+        tasks = demo_rows(rollouts, seed, envs)
         output = root / "rollouts.jsonl"
         output.unlink(missing_ok=True)
         failures_path(output).unlink(missing_ok=True)
@@ -124,11 +157,11 @@ async def run_demo(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"
             )
             logs = root / "logs"
-            stack = start_stack(
-                nats.url, creds_path, root / "tokens", namespace=DEMO_NAMESPACE, seed=seed, logs=logs
-            )
+            opts: dict[str, Any] = {"namespace": DEMO_NAMESPACE, "seed": seed, "logs": logs, "envs": envs}
+            stack = start_stack(nats.url, creds_path, root / "tokens", workers=workers[0], **opts)
             ports = {p.name: p.port for p in stack}
             crashes = 0
+            peak: dict[str, float] = {}
             try:
                 with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:
 
@@ -140,8 +173,8 @@ async def run_demo(
                             environment_url=stack[-1].url,
                             tasks=tasks,
                             output=output,
-                            concurrency=16,
-                            checkpoint_every_s=0.5,
+                            concurrency=concurrency,
+                            checkpoint_every_s=checkpoint_every_s,
                             checkpoint_deadline_s=5,
                             recovery=recovery,
                             on_progress=progress,
@@ -163,36 +196,32 @@ async def run_demo(
                                 raise RuntimeError(died)
                             await asyncio.sleep(0.05)
                         if not run.done():
+                            _note_peaks(stack, peak)
                             for p in stack:
                                 p.kill()  # every Gym process, SIGKILL, mid-run
                             crashes += 1
                             first.stop()
                     s1 = await run
-                    checkpoints = s1.checkpoints_published
+                    checkpoints, checkpoint_ms = s1.checkpoints_published, list(first.checkpoint_ms)
+                    summary = s1
                     if crash and crashes:
                         stack = start_stack(
-                            nats.url,
-                            creds_path,
-                            root / "tokens",
-                            namespace=DEMO_NAMESPACE,
-                            seed=seed,
-                            ports=ports,
-                            logs=logs,
+                            nats.url, creds_path, root / "tokens", ports=ports, workers=workers[1], **opts
                         )
                         second = make()
-                        s2 = await second.run(resume=True)
-                        checkpoints += s2.checkpoints_published
-                        summary = s2
-                    else:
-                        summary = s1
+                        summary = await second.run(resume=True)
+                        checkpoints += summary.checkpoints_published
+                        checkpoint_ms += second.checkpoint_ms
                     async with httpx.AsyncClient() as client:
                         served_tools = 0
-                        for p in stack[1:4]:
+                        for p in stack[1 : 1 + len(envs)]:  # each server's stats sum its workers'
                             served_tools += (await client.get(f"{p.url}/rollcut/stats")).json()[
                                 "tool_calls_served_from_log"
                             ]
                     counts = await _count(log)
+                    problems = await _verify_all(log, ledger, tokens) if verify else None
             finally:
+                _note_peaks(stack, peak)
                 for p in stack:
                     p.kill()
                 await log.close()
@@ -211,20 +240,49 @@ async def run_demo(
             "generated": counts["generated"],
             "served_from_log": counts["reused"],
             "regenerated_after_crash": counts["regenerated"],
+            "regenerated_while_continuing": counts["regenerated_continuing"],
         },
         "tokens_regenerated": counts["tokens_regenerated"],
         "tool_calls": {"executed": counts["mutations"], "served_from_log": served_tools},
         "failed": summary.failed,
+        "checkpoint_ms_p50": _percentile(checkpoint_ms, 0.5),
+        "checkpoint_ms_p99": _percentile(checkpoint_ms, 0.99),
+        "peak_rss_mb": peak,  # per server (its largest process), over the whole run
+        "checkpoint_problems": problems,  # None: not verified; else every problem found (none: [])
         "wall_s": round(time.perf_counter() - t0, 2),
         "rows": str(output) if home is not None else None,  # NeMo Gym's row format, one per rollout
     }
+
+
+def _note_peaks(stack: list[ServerProcess], peak: dict[str, float]) -> None:
+    for p in stack:
+        peak[p.name] = max(peak.get(p.name, 0.0), p.peak_rss_mb())
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
+
+
+async def _verify_all(log: EventLog, ledger: Ledger, tokens: LocalTokenStore) -> list[str]:
+    """Every published checkpoint verified from scratch: the problems found, each named by its id."""
+    out: list[str] = []
+    for rec in ledger.checkpoints():
+        out += [
+            f"{rec.checkpoint_id}: {p}"
+            for p in await verify_checkpoint(log, ledger, tokens, rec.checkpoint_id)
+        ]
+    return out
 
 
 async def _count(log: EventLog) -> dict[str, int]:
     """What the log says happened, including any completed model call generated twice."""
     completed: dict[str, list[tuple[int, str, int]]] = {}  # rollout -> (attempt, request digest, tokens)
     opened_from: dict[tuple[str, int], int] = {}
-    out = {"generated": 0, "reused": 0, "mutations": 0, "regenerated": 0, "tokens_regenerated": 0}
+    out = dict.fromkeys(("generated", "reused", "mutations", "regenerated", "tokens_regenerated"), 0)
+    out["regenerated_continuing"] = 0
     async for s in log.read():
         ev = s.event
         if isinstance(ev, ModelCallCompleted):
@@ -236,9 +294,12 @@ async def _count(log: EventLog) -> dict[str, int]:
             out["mutations"] += 1
         elif isinstance(ev, AttemptOpened):
             opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
-    for calls in completed.values():  # a completed call generated again, whatever the reason
+    for rid, calls in completed.items():  # a completed call generated again, whatever the reason
         for attempt, dig, n in calls:
             if any(a < attempt and d == dig for a, d, _ in calls):
                 out["regenerated"] += 1
                 out["tokens_regenerated"] += n
+                # in an attempt that continued from a cut, a regeneration is a loss; in a fresh
+                # dispatch (a restart-only environment, a refused continuation) it is what was asked
+                out["regenerated_continuing"] += opened_from.get((rid, attempt), 0) > 0
     return out

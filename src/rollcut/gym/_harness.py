@@ -60,12 +60,25 @@ class ServerProcess:
         """Whether the parent and every worker still run."""
         return self.p is not None and self.p.poll() is None and all(pid_alive(pid) for pid in self.pids)
 
+    def peak_rss_mb(self) -> float:
+        """The largest peak resident memory (VmHWM) of any one of its processes, in MB (0 if gone)."""
+        peak = 0
+        for pid in [self.p.pid] if self.p else []:
+            peak = max(peak, _vm_hwm_kb(pid))
+        for pid in self.pids:
+            peak = max(peak, _vm_hwm_kb(pid))
+        return round(peak / 1024, 1)
+
     def tail(self) -> str:
         """The end of its log, to say why it died."""
         return self.log_path.read_text()[-1500:] if self.log_path and self.log_path.exists() else ""
 
     def start(self) -> ServerProcess:
         """Start it and return once every worker serves; raises ServerStartError with its log if not."""
+        return self.launch().ready()
+
+    def launch(self) -> ServerProcess:
+        """Start its processes without waiting for them (several servers start side by side)."""
         err: IO[str] | int = subprocess.DEVNULL
         if self.logs is not None:
             self.logs.mkdir(parents=True, exist_ok=True)
@@ -82,7 +95,11 @@ class ServerProcess:
             start_new_session=True,
         )
         self.pids, self.instances = [], {}
-        assert self.p.stdout is not None
+        return self
+
+    def ready(self) -> ServerProcess:
+        """Return once every worker serves (see :meth:`launch`)."""
+        assert self.p is not None and self.p.stdout is not None
         while True:
             line = self.p.stdout.readline().strip()
             if not line:
@@ -121,6 +138,17 @@ class ServerProcess:
                 return pid
 
 
+def _vm_hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def start_stack(
     url: str,
     credentials: Path,
@@ -144,34 +172,49 @@ def start_stack(
     the agent has ``agent_workers`` and the rest one)."""
     ports = ports or {}
     common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
-    each = {"workers": workers} if workers is not None else {}
+    each: dict[str, Any] = {"workers": workers} if workers is not None else {}
 
-    def start(opts: ServeSpec) -> ServerProcess:
-        return ServerProcess.serving(opts, logs).start()
+    launched: list[ServerProcess] = []
 
-    model = start(
-        ModelServe(
-            **common,
-            port=ports.get("model", 0),
-            tokens=str(tokens),
-            seed=seed,
-            token_delay=token_delay,
-            tool_turns=tool_turns,
-            return_token_ids=return_token_ids,  # the rows a collection writes are training data
-            **each,
+    def launch(opts: ServeSpec) -> ServerProcess:
+        launched.append(ServerProcess.serving(opts, logs).launch())
+        return launched[-1]
+
+    def build() -> list[ServerProcess]:
+        model = launch(
+            ModelServe(
+                **common,
+                port=ports.get("model", 0),
+                tokens=str(tokens),
+                seed=seed,
+                token_delay=token_delay,
+                tool_turns=tool_turns,
+                return_token_ids=return_token_ids,  # the rows a collection writes are training data
+                **each,
+            )
         )
-    )
-    servers = {
-        name: start(ResourcesServe(**common, env=name, port=ports.get(name, 0), **each)) for name in envs
-    }
-    agent = start(
-        AgentServe(
-            **common,
-            model=model.url,
-            resources={n: p.url for n, p in servers.items()},
-            workers=workers or agent_workers,
-            port=ports.get("agent", 0),
-        )
-    )
-    env = start(EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0), **each))
-    return [model, *servers.values(), agent, env]
+        servers = {
+            name: launch(ResourcesServe(**common, env=name, port=ports.get(name, 0), **each)) for name in envs
+        }
+        for p in [model, *servers.values()]:  # launched side by side; the agent needs their addresses
+            p.ready()
+        agent = launch(
+            AgentServe(
+                **common,
+                model=model.url,
+                resources={n: p.url for n, p in servers.items()},
+                workers=workers or agent_workers,
+                port=ports.get("agent", 0),
+            )
+        ).ready()
+        env = launch(
+            EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0), **each)
+        ).ready()
+        return [model, *servers.values(), agent, env]
+
+    try:
+        return build()
+    except BaseException:
+        for p in launched:  # nothing half-started is left running
+            p.kill()
+        raise

@@ -8,7 +8,9 @@ worker and every restart with K workers; a request that carries a rollout's
 identity and arrived at another worker is passed, whole and unchanged, to the
 owner over the owner's private unix socket, and the owner's answer (streamed
 as it comes) goes back. A request without identity (``/healthz``, ``/tools``,
-``/v1/models``) is served where it arrived.
+``/v1/models``) is served where it arrived, except ``/rollcut/stats``: any
+worker answers it for all of them (counters summed, each worker's own under
+``workers``).
 
 Why routing and not "every worker rebuilds a session from the log on a miss"
 (see ``docs/workers.md``): a restart-only environment's state is not in the
@@ -26,6 +28,7 @@ backlog instead of failing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -49,6 +52,9 @@ from .wire import (
 
 __all__ = ["PeerRouter", "Peers", "bind_peer_sockets", "owner_of", "routing_key"]
 
+STATS_PATH = "/rollcut/stats"
+"""Every server's counters; with several workers, the sum over all of them (each under ``workers``)."""
+_LOCAL = b"x-rollcut-worker-local"  # asks a worker for its own stats only
 _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"content-length"})
 _ANSWER_SKIP = frozenset({"connection", "keep-alive", "transfer-encoding", "date", "server"})
 
@@ -169,12 +175,49 @@ class PeerRouter:
             sent = True
             return dict(first)
 
+        local = any(k.lower() == _LOCAL for k, _ in scope.get("headers") or [])
+        if scope.get("path") == STATS_PATH and scope.get("method") == "GET" and not local:
+            await self._all_stats(peers, send)
+            return
         rid = None if more else routing_key(scope, body)
         owner = peers.owner(rid) if rid is not None else peers.index
         if owner == peers.index:
             await self.app(scope, replay, send)
             return
         await self._forward(peers, owner, scope, body, send)
+
+    async def _all_stats(self, peers: Peers, send: Any) -> None:
+        """``/rollcut/stats`` of the whole server: every worker's own, counters summed."""
+        answers = await asyncio.gather(
+            *(
+                peers.client(i).get(f"http://worker{STATS_PATH}", headers={_LOCAL.decode(): "1"})
+                for i in range(peers.count)
+            ),
+            return_exceptions=True,
+        )
+        each: list[dict[str, Any]] = []
+        for i, a in enumerate(answers):
+            ok = isinstance(a, httpx.Response) and a.status_code == 200
+            each.append(
+                a.json() if isinstance(a, httpx.Response) and ok else {"worker": i, "down": repr(a)[:200]}
+            )
+        total: dict[str, Any] = {}
+        for one in each:
+            for k, v in one.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+                else:
+                    total.setdefault(k, v)
+        total["workers"] = each
+        data = msgspec.json.encode(total)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": data})
 
     async def _forward(self, peers: Peers, owner: int, scope: dict[str, Any], body: bytes, send: Any) -> None:
         path = scope.get("raw_path") or scope.get("path", "/").encode()

@@ -100,8 +100,12 @@ class Supervisor:
         self.stopping = False
 
     def _start(self, i: int) -> str:
+        self._launch(i)
+        return self._ready(i)
+
+    def _launch(self, i: int) -> None:
         fds = [self.sock.fileno(), self.peer_socks[i].fileno()]
-        child = subprocess.Popen(
+        self.children[i] = subprocess.Popen(
             [
                 *self.child_argv,
                 *("--worker-index", str(i), "--listen-fd", str(fds[0])),
@@ -111,7 +115,9 @@ class Supervisor:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.children[i] = child
+
+    def _ready(self, i: int) -> str:
+        child = self.children[i]
         line = child.stdout.readline().strip() if child.stdout else ""
         if not line.startswith("READY"):
             child.kill()
@@ -121,8 +127,10 @@ class Supervisor:
 
     def run(self, url: str) -> None:
         try:
+            for i in range(len(self.peer_socks)):  # started together: each imports for a second or so
+                self._launch(i)
             for i in range(len(self.peer_socks)):
-                say(self._start(i))
+                say(self._ready(i))
         except ServerStartError:
             self.stop()
             raise

@@ -147,7 +147,10 @@ class Coordinator:
             limit = time.monotonic() + (timeout if timeout is not None else self.discovery_s)
             while time.monotonic() < limit:
                 await asyncio.sleep(self.discovery_idle_s / 2)
-                if first.is_set() and time.monotonic() - last_at[0] >= self.discovery_idle_s:
+                # quiet is not enough while a group is short of a worker: under load a live worker
+                # answers late, and naming it missing would fail the checkpoint for nothing
+                quiet = first.is_set() and time.monotonic() - last_at[0] >= self.discovery_idle_s
+                if quiet and _groups_complete(got):
                     break
         finally:
             await sub.unsubscribe()
@@ -164,11 +167,7 @@ class Coordinator:
         """Every worker of every coordinated group, and every expected instance, must be live."""
         names = {i.instance for i in found}
         missing = sorted(expect - names)
-        groups: dict[str, tuple[int, set[int]]] = {}
-        for i in found:
-            want, have = groups.setdefault(i.group, (i.workers, set()))
-            have.add(i.worker)
-        for group, (want, have) in sorted(groups.items()):
+        for group, (want, have) in sorted(_groups(found).items()):
             missing += [f"{group} worker {w} of {want}" for w in range(want) if w not in have]
         if missing:
             raise CheckpointFailedError(f"missing participant instances: {', '.join(missing)}")
@@ -447,3 +446,16 @@ class Coordinator:
         by = time.time() + 3.0
         with contextlib.suppress(Exception):
             await asyncio.gather(*(self._best_effort(i, "abort", cid, by) for i in found))
+
+
+def _groups(found: list[InstanceInfo]) -> dict[str, tuple[int, set[int]]]:
+    """Each coordinated group: how many workers it declares, and which were heard from."""
+    groups: dict[str, tuple[int, set[int]]] = {}
+    for i in found:
+        groups.setdefault(i.group, (i.workers, set()))[1].add(i.worker)
+    return groups
+
+
+def _groups_complete(found: list[InstanceInfo]) -> bool:
+    """Whether every coordinated group heard from has every one of its workers."""
+    return all(have >= set(range(want)) for want, have in _groups(found).values())

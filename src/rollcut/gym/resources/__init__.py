@@ -2,7 +2,16 @@
 
 from ._app import aggregate_metrics, create_resources_app, final_text, task_fields
 from ._env import Environment, ToolResult
-from ._envs import ENVIRONMENTS, Blackjack, Counter, MathVerifier, Scratchpad, Workplace, WorkplaceExported
+from ._envs import (
+    ENVIRONMENTS,
+    Blackjack,
+    Counter,
+    Judge,
+    MathVerifier,
+    Scratchpad,
+    Workplace,
+    WorkplaceExported,
+)
 from ._gym_env import GymEnvironment, tool
 from ._service import NotContinuable, ResourcesService, Session
 from ._stateful_counter import StatefulCounter
@@ -13,6 +22,7 @@ __all__ = [
     "Counter",
     "Environment",
     "GymEnvironment",
+    "Judge",
     "MathVerifier",
     "NotContinuable",
     "ResourcesService",

@@ -16,7 +16,7 @@ state, verifies a final answer, and declares a checkpoint mode:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from ...participants import CheckpointMode
@@ -62,7 +62,8 @@ class Environment:
     def seed(self, args: dict[str, Any]) -> Any:
         return None
 
-    def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
+    def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """The verdict (``reward``, ``passed``); a slow verifier (a judge) may be a coroutine."""
         return {"reward": 0.0, "passed": False}
 
     # --- the codec: how state crosses a checkpoint ------------------------------------

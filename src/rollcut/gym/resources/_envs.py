@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
@@ -18,6 +19,7 @@ __all__ = [
     "ENVIRONMENTS",
     "Blackjack",
     "Counter",
+    "Judge",
     "MathVerifier",
     "Scratchpad",
     "Workplace",
@@ -283,6 +285,30 @@ class MathVerifier(Environment):
         return {"reward": 1.0 if passed else 0.0, "passed": passed, "parsed": got}
 
 
+class Judge(Environment):
+    """A slow verifier, as an LLM judge is: stateless, and its verification declares ``wait``.
+
+    Re-running a judge need not give the same verdict (it samples), so a
+    checkpoint must not cut one in flight and replay it: prepare waits for the
+    verifications running (and admits no new ones until the checkpoint ends).
+    The verdict: the share of ``expect_words`` the answer contains.
+    ``judge_delay_s`` (at most 10) is how long judging takes.
+    """
+
+    name = "judge"
+    mode: ClassVar[CheckpointMode] = "stateless"
+    verification: ClassVar[str] = "wait"
+
+    async def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
+        delay = args.get("judge_delay_s", 0)
+        await asyncio.sleep(min(max(float(delay), 0.0), 10.0) if isinstance(delay, int | float) else 0.0)
+        words = [str(w).lower() for w in args.get("expect_words") or [] if isinstance(w, str)]
+        answer = str(args.get("answer", "")).lower()
+        matched = sum(w in answer for w in words)
+        reward = matched / len(words) if words else 1.0
+        return {"reward": reward, "passed": reward == 1.0, "matched": matched}
+
+
 class Scratchpad(Environment):
     """Declares nothing: restart_only. Continuing it would be a false guarantee."""
 
@@ -304,6 +330,15 @@ class Scratchpad(Environment):
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
     cls.name: cls
-    for cls in (Counter, Blackjack, Workplace, WorkplaceExported, MathVerifier, Scratchpad, StatefulCounter)
+    for cls in (
+        Counter,
+        Blackjack,
+        Workplace,
+        WorkplaceExported,
+        MathVerifier,
+        Judge,
+        Scratchpad,
+        StatefulCounter,
+    )
 }
 """The bundled environments by name, as ``rollcut serve resources NAME`` takes them."""

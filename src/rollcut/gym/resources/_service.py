@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -198,9 +199,8 @@ class ResourcesService:
         self._verified_idle.clear()
         try:
             async with s.lock:
-                out = self.env.verify(s.state, args)
-                if asyncio.iscoroutine(out):
-                    out = await out
+                verdict = self.env.verify(s.state, args)
+                out = await verdict if inspect.isawaitable(verdict) else verdict
         finally:
             self._verifying -= 1
             if self._verifying == 0:

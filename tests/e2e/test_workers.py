@@ -16,9 +16,20 @@ import httpx
 import openai
 import pytest
 
-from rollcut.bus import EventLog, ModelCallAdmitted, ModelCallCompleted, ResourcesMutated, ResourcesSeeded
+from rollcut.bus import (
+    BusConfig,
+    EventLog,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ResourcesMutated,
+    ResourcesSeeded,
+    load_credentials,
+)
+from rollcut.collect import count_work
 from rollcut.gym import ServerProcess, owner_of
 from rollcut.gym.wire import SESSION_COOKIE, Identity, identity_headers
+
+from .conftest import SIGTERM, Deployment, deploy, finish
 
 pytestmark = pytest.mark.slow
 
@@ -183,3 +194,51 @@ async def test_episodes_through_every_server_with_k_workers_complete_once(
     for group, kind in (("model", "model"), ("counter", "resources"), ("agent", "agent")):
         mine = [e for e in events if e.component == kind and e.rollout_id in ids]
         assert mine and _written_by_owner(mine, group, workers) == set(), kind
+
+
+def _exactly_once(dep: Deployment) -> None:
+    ids = Counter(r["rollout_id"] for r in dep.rows())
+    assert len(ids) == dep.rollouts and max(ids.values()) == 1, ids
+
+
+async def _work(dep: Deployment) -> dict[str, int]:
+    log = await EventLog.connect(BusConfig(url=dep.url).as_role(load_credentials(dep.creds), "admin"))
+    try:
+        return await count_work(log)
+    finally:
+        await log.close()
+
+
+def test_a_collection_continues_across_crashes_with_the_worker_counts_changed(tmp_path: Path) -> None:
+    with deploy(tmp_path, workers=2) as dep:
+        proc = dep.collect()
+        for count, rows in ((1, 3), (3, 8)):  # 2 workers, crash, 1, crash, 3
+            dep.wait_rows(rows, proc)
+            dep.crash()  # SIGKILL every process of every Gym server mid-run
+            proc.send_signal(SIGTERM)
+            finish(proc)
+            dep.stack_options["workers"] = count
+            dep.restart()
+            assert all(len(p.instances) == count for p in dep.stack)
+            proc = dep.collect("--resume")
+        code, summary = finish(proc)
+        assert code == 0, summary
+        _exactly_once(dep)
+        continued = sum(r["attempt"] > 1 for r in dep.rows())
+        assert continued >= 1  # episodes went on from their last boundary under other worker counts
+        assert asyncio.run(_work(dep))["regenerated_continuing"] == 0
+
+
+def test_a_dead_worker_of_every_server_is_restarted_and_the_collection_heals(tmp_path: Path) -> None:
+    with deploy(tmp_path, workers=2) as dep:
+        proc = dep.collect()
+        dep.wait_rows(2, proc)
+        for server in dep.stack:  # model, each resources server, agent, environment: worker 1 dies
+            instance = max(server.instances)
+            old = server.instances[instance]
+            assert server.kill_worker(instance) != old  # its parent started it again, same name
+        code, summary = finish(proc)
+        assert code == 0, summary
+        _exactly_once(dep)
+        assert all(s.alive() for s in dep.stack)
+        assert asyncio.run(_work(dep))["regenerated_continuing"] == 0

@@ -2,7 +2,7 @@
 
 from ._collector import EXIT_REQUEUE, Collector, Summary, summary_dict
 from ._config import CheckpointPolicy, CollectConfig, load_config
-from ._demo import DEMO_NAMESPACE, demo_rows, demo_tasks, run_demo
+from ._demo import DEMO_NAMESPACE, count_work, demo_rows, demo_tasks, run_demo
 from ._export import ExportError, Turn, padded, read_turns
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import RolloutInput, Rows, failures_path, is_nemo_row, load_rows
@@ -20,6 +20,7 @@ __all__ = [
     "Rows",
     "Summary",
     "Turn",
+    "count_work",
     "demo_rows",
     "demo_tasks",
     "failures_path",

@@ -39,7 +39,7 @@ from ..tokens import LocalTokenStore
 from ._collector import Collector, Summary
 from ._rows import failures_path
 
-__all__ = ["DEMO_NAMESPACE", "demo_rows", "demo_tasks", "run_demo"]
+__all__ = ["DEMO_NAMESPACE", "count_work", "demo_rows", "demo_tasks", "run_demo"]
 
 DEMO_NAMESPACE = "demo"
 """The namespace the demo (and the end-to-end tests' deployment) runs in."""
@@ -218,7 +218,7 @@ async def run_demo(
                             served_tools += (await client.get(f"{p.url}/rollcut/stats")).json()[
                                 "tool_calls_served_from_log"
                             ]
-                    counts = await _count(log)
+                    counts = await count_work(log)
                     problems = await _verify_all(log, ledger, tokens) if verify else None
             finally:
                 _note_peaks(stack, peak)
@@ -277,8 +277,10 @@ async def _verify_all(log: EventLog, ledger: Ledger, tokens: LocalTokenStore) ->
     return out
 
 
-async def _count(log: EventLog) -> dict[str, int]:
-    """What the log says happened, including any completed model call generated twice."""
+async def count_work(log: EventLog) -> dict[str, int]:
+    """What the log says happened: model calls generated and reused, tool mutations, and any completed
+    model call generated twice (``regenerated``; ``regenerated_continuing``: in an attempt that
+    continued from a cut, where it is a loss, not in a fresh dispatch, where it was asked for)."""
     completed: dict[str, list[tuple[int, str, int]]] = {}  # rollout -> (attempt, request digest, tokens)
     opened_from: dict[tuple[str, int], int] = {}
     out = dict.fromkeys(("generated", "reused", "mutations", "regenerated", "tokens_regenerated"), 0)

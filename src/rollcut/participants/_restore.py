@@ -230,6 +230,9 @@ class Restorer:
             plan.fresh_dispatch, plan.continue_ = plan.fresh_dispatch + plan.continue_, []
         await self.open_attempts(plan)
         if plan.checkpoint_id and plan.continue_:
-            await self.restore(plan.checkpoint_id, plan.cut)
-            await self.resume(plan.checkpoint_id)
+            # under the checkpoint lock: a periodic checkpoint that found the participants mid-restore
+            # would be refused as busy, and would make them refuse the restore
+            async with self.checkpoint_lock:
+                await self.restore(plan.checkpoint_id, plan.cut)
+                await self.resume(plan.checkpoint_id)
         return RecoveryResult(plan, sealed, seal_error)

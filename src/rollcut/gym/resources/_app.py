@@ -133,6 +133,7 @@ def create_resources_app(
             "env": service.env.name,
             **service.stats,
             "sessions": len(service.sessions),
+            "verifying": service.verifying,
         }
 
     @app.get("/tools")

@@ -97,6 +97,11 @@ class ResourcesService:
             "sessions_retired": 0,
         }
 
+    @property
+    def verifying(self) -> int:
+        """Verifications running now (a ``wait`` environment's prepare waits for them)."""
+        return self._verifying
+
     def _ev(self, ident: Identity) -> Envelope:
         return envelope("resources", self.instance, ident)
 

@@ -39,7 +39,8 @@ _example = itertools.count()
 Op = tuple[str, int]
 ops = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from(["start", "release", "checkpoint", "crash", "restore"]), st.just(0)),
+        st.tuples(st.sampled_from(["start", "release", "checkpoint", "restore"]), st.just(0)),
+        st.tuples(st.just("crash"), st.integers(1, 3)),  # every server restarts with 1 to 3 workers
         st.tuples(st.just("start"), st.integers(1, 4)),  # several at once
         st.tuples(st.just("retire"), st.integers(0, N - 1)),
     ),
@@ -105,9 +106,12 @@ class Driver:
     async def checkpoint(self, _: int) -> None:
         await self.collector.checkpoint()
 
-    async def crash(self, _: int) -> None:
-        """SIGKILL every Gym process and start them again; the running collection heals itself."""
+    async def crash(self, workers: int) -> None:
+        """SIGKILL every Gym process and start them again, each server with ``workers`` worker
+        processes (a sequence changes the counts from restart to restart); the running collection
+        heals itself."""
         self.dep.crash()
+        self.dep.stack_options["workers"] = max(1, workers)
         self.dep.restart()
         self.collector.env_url = self.dep.stack[-1].url
 
@@ -223,9 +227,10 @@ async def _sequence(dep: Deployment, steps: list[Op]) -> None:
         ("retire", 6),
         ("checkpoint", 0),
         ("start", 3),
-        ("crash", 0),
+        ("crash", 2),
     ]
 )
+@example(steps=[("start", 3), ("crash", 3), ("start", 2), ("crash", 1), ("restore", 0)])
 @pytest.mark.timeout(900)
 def test_random_sequences_end_with_one_row_each_nothing_regenerated_and_nothing_left(
     shared: Deployment, steps: list[Op]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._app import JsonOpt, UrlOpt, app, console, report, run
+from ._app import JsonOpt, UrlOpt, app, console, fail, report, run
 
 __all__ = ["bench_app"]
 
@@ -66,7 +66,48 @@ def bench_model_cmd(
 def bench_e2e_cmd(
     rollouts: Annotated[int, typer.Option(help="Rollouts of the demo workload.")] = 64,
     seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    workers: Annotated[
+        int | None, typer.Option(help="Worker processes of every server (default: the demo's).")
+    ] = None,
+    mixed: Annotated[
+        bool, typer.Option("--mixed", help="Every bundled environment, not the demo's three.")
+    ] = False,
+    way: Annotated[
+        list[str] | None,
+        typer.Option(help="A recovery to run: rollcut, last_checkpoint, restart (repeatable)."),
+    ] = None,
+    every: Annotated[float, typer.Option("--every", help="Seconds between periodic checkpoints.")] = 0.5,
+    concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 16,
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
-    _measure("bench_e2e", f"three recoveries of {rollouts} rollouts", as_json, rollouts=rollouts, seed=seed)
+    from ..bench import WAYS
+
+    ways = tuple(way or WAYS)
+    unknown = [w for w in ways if w not in WAYS]
+    if unknown:
+        raise fail(f"unknown recovery {', '.join(unknown)}; have: {', '.join(WAYS)}")
+    _measure(
+        "bench_e2e",
+        f"{len(ways)} recoveries of {rollouts} rollouts",
+        as_json,
+        rollouts=rollouts,
+        seed=seed,
+        workers=workers,
+        mixed=mixed,
+        ways=ways,
+        checkpoint_every_s=every,
+        concurrency=concurrency,
+    )
+
+
+@bench_app.command("workers")
+def bench_workers_cmd(
+    rollouts: Annotated[int, typer.Option(help="Sessions per server and repeat.")] = 20,
+    calls: Annotated[int, typer.Option(help="Tool calls per session, each over a fresh connection.")] = 25,
+    repeat: Annotated[int, typer.Option(help="Paired runs; the ratio's spread is over them.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """What routing a call to the worker that holds its rollout costs, against one worker."""
+    status = f"benchmarking {rollouts * calls * repeat} tool calls on one and two workers"
+    _measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)

@@ -50,10 +50,12 @@ from .wire import (
     split_ng_path_id,
 )
 
-__all__ = ["PeerRouter", "Peers", "bind_peer_sockets", "owner_of", "routing_key"]
+__all__ = ["FORWARDED_HEADER", "PeerRouter", "Peers", "bind_peer_sockets", "owner_of", "routing_key"]
 
 STATS_PATH = "/rollcut/stats"
 """Every server's counters; with several workers, the sum over all of them (each under ``workers``)."""
+FORWARDED_HEADER = "x-rollcut-forwarded-to"
+"""On an answer another worker gave: that worker's index (absent when the accepting worker answered)."""
 _LOCAL = b"x-rollcut-worker-local"  # asks a worker for its own stats only
 _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"content-length"})
 _ANSWER_SKIP = frozenset({"connection", "keep-alive", "transfer-encoding", "date", "server"})
@@ -254,6 +256,7 @@ class PeerRouter:
                 for k, v in answer.headers.multi_items()
                 if k.lower() not in _ANSWER_SKIP
             ]
+            out.append((FORWARDED_HEADER.encode(), str(owner).encode()))  # which worker answered
             await send({"type": "http.response.start", "status": answer.status_code, "headers": out})
             async for chunk in answer.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

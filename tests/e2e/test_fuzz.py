@@ -91,7 +91,7 @@ def _routes(server: ServerProcess) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deploy(tmp_path_factory.mktemp("fuzz"), tasks=[]) as dep:
+    with deploy(tmp_path_factory.mktemp("fuzz"), tasks=[], workers=2) as dep:  # routing is fuzzed too
         asyncio.run(_dispatch(dep, "fz-ok"))  # so valid identities reach the handlers behind the fence
         yield dep
 

@@ -141,7 +141,7 @@ def routing_key(scope: dict[str, Any], body: bytes) -> str | None:
             if morsel is not None and ":" in morsel.value:
                 return morsel.value.rsplit(":", 1)[0]
     if NG_ROLLOUT_ID.encode() in body:
-        with contextlib.suppress(msgspec.DecodeError, RecursionError):
+        with contextlib.suppress(msgspec.MsgspecError, RecursionError):
             decoded = msgspec.json.decode(body)
             if isinstance(decoded, dict) and isinstance(decoded.get(NG_ROLLOUT_ID), str):
                 return str(decoded[NG_ROLLOUT_ID])

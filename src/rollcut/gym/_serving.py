@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,8 @@ class Supervisor:
             child.kill()
             child.wait()
             raise ServerStartError(f"worker {i} failed to start: {line!r}")
+        # whatever it prints later is relayed, so a full pipe never blocks it
+        threading.Thread(target=_relay, args=(child,), daemon=True).start()
         return line
 
     def run(self, url: str) -> None:
@@ -165,6 +168,11 @@ class Supervisor:
 
 
 _MAX_RESTART_FAILURES = 3
+
+
+def _relay(child: subprocess.Popen[str]) -> None:
+    for line in child.stdout or ():
+        say(line.rstrip("\n"))
 
 
 def _wait_any() -> int:

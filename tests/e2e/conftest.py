@@ -21,7 +21,7 @@ from rollcut._runtime import credentials_for
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 from rollcut.collect import DEMO_NAMESPACE as NS
 from rollcut.collect import demo_tasks
-from rollcut.gym import start_stack
+from rollcut.gym import ServerProcess, start_stack
 
 
 @dataclass
@@ -112,6 +112,15 @@ def deploy(
             yield dep
         finally:
             dep.crash()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ServerProcess]]:
+    """Server processes a test starts; every process of each is SIGKILLed at the end."""
+    started: list[ServerProcess] = []
+    yield started
+    for s in started:
+        s.kill()
 
 
 @pytest.fixture

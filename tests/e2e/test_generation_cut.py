@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,6 @@ def model_server(
     argv += ["--workers", str(workers), "--seed", str(seed), "--token-delay", str(token_delay)]
     argv += ["--return-token-ids"]
     return ServerProcess(argv, workers=workers).start()
-
-
-@pytest.fixture
-def servers() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for s in started:
-        s.kill()
 
 
 def _headers(rollout_id: str, attempt: int) -> dict[str, str]:

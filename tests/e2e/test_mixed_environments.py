@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def servers() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for s in started:
-        s.kill()
 
 
 def _resources(servers: list[ServerProcess], env: str, url: str, ns: str) -> ServerProcess:

@@ -36,14 +36,6 @@ pytestmark = pytest.mark.slow
 WORKERS = [1, 2, 3]
 
 
-@pytest.fixture
-def servers() -> Any:
-    started: list[ServerProcess] = []
-    yield started
-    for s in started:
-        s.kill()
-
-
 def _serve(servers: list[ServerProcess], argv: list[str], workers: int, logs: Path) -> ServerProcess:
     srv = ServerProcess([*argv, "--workers", str(workers)], workers=workers, logs=logs).start()
     servers.append(srv)

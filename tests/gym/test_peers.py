@@ -6,11 +6,14 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from rollcut.gym import owner_of
+from rollcut.gym import Peers, owner_of
+from rollcut.gym._http import gym_app
 from rollcut.gym._peers import routing_key
 from rollcut.gym.wire import Identity, ng_path_id, session_cookie
 
@@ -56,3 +59,22 @@ def test_owners_are_the_same_in_every_process_and_spread_over_the_workers() -> N
     assert json.loads(there.stdout) == here
     spread = Counter(here)
     assert set(spread) == {0, 1, 2} and min(spread.values()) > 900
+
+
+async def test_a_rollout_whose_worker_cannot_be_reached_is_a_503_in_the_error_shape(tmp_path: Path) -> None:
+    app = gym_app("probe")
+
+    @app.post("/echo")
+    async def echo() -> dict[str, str]:
+        return {"served_by": "worker 0"}
+
+    app.state.peers = Peers(index=0, count=2, directory=str(tmp_path))  # worker 1's socket is not there
+    mine = next(f"r{i}" for i in range(100) if owner_of(f"r{i}", 2) == 0)
+    theirs = next(f"r{i}" for i in range(100) if owner_of(f"r{i}", 2) == 1)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        here = await client.post("/echo", headers={"x-rollout-id": mine, "x-rollout-attempt": "1"})
+        there = await client.post("/echo", headers={"x-rollout-id": theirs, "x-rollout-attempt": "1"})
+        nobody = await client.post("/echo")  # names no rollout: served where it arrived
+    assert here.json() == nobody.json() == {"served_by": "worker 0"}
+    assert there.status_code == 503 and there.headers["retry-after"] == "1"
+    assert there.json()["error"]["type"] == "worker_unavailable"

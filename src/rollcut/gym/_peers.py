@@ -93,7 +93,6 @@ class Peers:
     listener: socket.socket | None = None
     """This worker's own private socket (inherited from the parent), served besides the port."""
     _clients: dict[int, httpx.AsyncClient] = field(default_factory=dict, repr=False)
-    forwarded: int = 0
 
     def owner(self, rollout_id: str) -> int:
         """Which worker holds ``rollout_id``."""
@@ -211,15 +210,7 @@ class PeerRouter:
                 else:
                     total.setdefault(k, v)
         total["workers"] = each
-        data = msgspec.json.encode(total)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        await _json(send, 200, msgspec.json.encode(total))
 
     async def _forward(self, peers: Peers, owner: int, scope: dict[str, Any], body: bytes, send: Any) -> None:
         path = scope.get("raw_path") or scope.get("path", "/").encode()
@@ -227,35 +218,21 @@ class PeerRouter:
         target = path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
         headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() not in _HOP]
         client = peers.client(owner)
-        request = client.build_request(
-            scope["method"], "http://worker" + target, headers=headers, content=body
-        )
+        try:
+            request = client.build_request(
+                scope["method"], f"http://worker{target}", headers=headers, content=body
+            )
+        except (httpx.InvalidURL, ValueError) as exc:  # a target no HTTP client can send on
+            await _refuse(GymError(ErrorKind.BAD_REQUEST, f"the request target does not parse: {exc}"), send)
+            return
         try:
             answer = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            err = GymError(
-                ErrorKind.WORKER_UNAVAILABLE,
-                f"worker {owner} of this server, which holds this rollout, did not answer ({exc!r}); "
-                "it is being restarted: retry",
-                retry_after_s=1.0,
-            )
-            data = msgspec.json.encode(error_body(err))
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": err.status,
-                    "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")],
-                }
-            )
-            await send({"type": "http.response.body", "body": data})
+            why = f"worker {owner} of this server, which holds this rollout, did not answer ({exc!r}); retry"
+            await _refuse(GymError(ErrorKind.WORKER_UNAVAILABLE, why, retry_after_s=1.0), send)
             return
-        peers.forwarded += 1
         try:
-            out = [
-                (k.encode("latin-1"), v.encode("latin-1"))
-                for k, v in answer.headers.multi_items()
-                if k.lower() not in _ANSWER_SKIP
-            ]
+            out = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in _ANSWER_SKIP]
             out.append((FORWARDED_HEADER.encode(), str(owner).encode()))  # which worker answered
             await send({"type": "http.response.start", "status": answer.status_code, "headers": out})
             async for chunk in answer.aiter_raw():
@@ -263,3 +240,15 @@ class PeerRouter:
             await send({"type": "http.response.body", "body": b""})
         finally:
             await answer.aclose()
+
+
+async def _json(send: Any, status: int, data: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", b"application/json"), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _refuse(err: GymError, send: Any) -> None:
+    """An error answer in the API's shape (this module sits below the app's own error handlers)."""
+    retry = [(b"retry-after", str(max(1, round(err.retry_after_s))).encode())] if err.retry_after_s else []
+    await _json(send, err.status, msgspec.json.encode(error_body(err)), retry)

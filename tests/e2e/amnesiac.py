@@ -32,12 +32,12 @@ def main() -> None:
         url=args.url, namespace=args.namespace, credentials=str(args.credentials), env="counter"
     )
 
-    async def serve_one(sock: Any, worker: int) -> None:
+    async def serve_one(sock: Any, worker: int, peers: Any) -> None:
         def make(log: Any, instance: str, participant: Any) -> Any:
             service = Amnesiac(log, Counter(), instance=instance, participant=participant)
             return create_resources_app(service), service
 
-        await serve_participant(opts, sock, worker, Counter.mode, make)
+        await serve_participant(opts, sock, worker, Counter.mode, make, peers=peers)
 
     run_servers(host="127.0.0.1", port=args.port, workers=1, child_argv=[], serve_one=serve_one)
 

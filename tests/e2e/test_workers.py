@@ -42,8 +42,8 @@ def _serve(servers: list[ServerProcess], argv: list[str], workers: int, logs: Pa
     return srv
 
 
-async def _post(url: str, **kw: Any) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=60) as fresh:  # a new connection for every call
+async def _post(url: str, cookies: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=60, cookies=cookies) as fresh:  # a new connection for every call
         return await fresh.post(url, **kw)
 
 

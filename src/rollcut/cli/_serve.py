@@ -150,5 +150,10 @@ def serve_one_worker(
 
     opts = decode_spec(spec)
     run_worker(
-        lambda sock, i, peers: serve_worker(opts, sock, i, peers), listen_fd, worker_index, peer_fd, peers_dir
+        lambda sock, i, peers: serve_worker(opts, sock, i, peers),
+        listen_fd,
+        worker_index,
+        opts.workers,
+        peer_fd,
+        peers_dir,
     )

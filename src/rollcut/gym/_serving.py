@@ -12,15 +12,12 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 
 from .._errors import ServerStartError
-from ._peers import bind_peer_sockets
-
-if TYPE_CHECKING:
-    from ._peers import Peers
+from ._peers import Peers, bind_peer_sockets
 
 __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
 
@@ -51,19 +48,18 @@ async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> Non
     await serving
 
 
-ServeOne = Callable[[socket.socket, int, "Peers | None"], Coroutine[Any, Any, None]]
+ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
 """The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
 
 
-def run_worker(serve_one: ServeOne, listen_fd: int, index: int, peer_fd: int | None, peers_dir: str) -> None:
-    """Blocking: the body of one worker process started by :func:`run_servers`."""
-    from ._peers import Peers
-
+def run_worker(
+    serve_one: ServeOne, listen_fd: int, index: int, count: int, peer_fd: int | None, peers_dir: str
+) -> None:
+    """Blocking: the body of worker ``index`` of ``count``, started by :func:`run_servers`."""
     sock = socket.socket(fileno=listen_fd)
     if peer_fd is None:
         asyncio.run(serve_one(sock, index, None))
         return
-    count = len([n for n in os.listdir(peers_dir) if n.endswith(".sock")])
     peers = Peers(index=index, count=count, directory=peers_dir, listener=socket.socket(fileno=peer_fd))
     asyncio.run(serve_one(sock, index, peers))
 

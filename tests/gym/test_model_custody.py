@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from rollcut.bus import ModelCallAdmitted, ModelCallCompleted, ModelCallReused
+from rollcut.bus import EventLog, ModelCallAdmitted, ModelCallCompleted, ModelCallReused
 from rollcut.gym.model import decode
 
 from .conftest import TOOLS, ModelRig
@@ -322,3 +322,30 @@ async def test_an_integer_the_log_cannot_hold_is_a_400_and_stores_nothing(rig: M
     resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
     assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
     assert await _events(rig, "r1") == []
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "where"),
+    [
+        ("/v1/chat/completions", {"messages": True}, "$.messages"),  # found by the fuzz: was a 500
+        ("/v1/chat/completions", {"messages": [{"content": "no role"}]}, "$.messages[0]"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"text": 5}]}]}, "$.messages[0]"),
+        (
+            "/v1/chat/completions",
+            {"messages": [], "tools": [{"function": {"name": "f", "parameters": {"properties": 5}}}]},
+            "$.tools[0]",
+        ),
+        ("/v1/responses", {"input": 7}, "$.input"),
+        ("/v1/responses", {"input": [{"role": 3, "content": "x"}]}, "$.messages[0].role"),
+    ],
+)
+async def test_a_body_of_the_wrong_shape_is_a_400_naming_the_field_and_nothing_is_logged(
+    rig: ModelRig, log: EventLog, route: str, body: dict[str, Any], where: str
+) -> None:
+    await log.dispatch("r1", {}, instance="collector")
+    before = [s.seq async for s in log.read(rollout_id="r1")]
+    resp = await rig.client.post(route, json=body, headers=rig.headers("r1"))
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["type"] == "bad_request" and where in err["message"], err
+    assert [s.seq async for s in log.read(rollout_id="r1")] == before

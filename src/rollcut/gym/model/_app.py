@@ -31,6 +31,7 @@ from ...tokens import call_store
 from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
 from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import decode, response_message
+from ._requests import check_chat, check_responses
 from ._service import CallResult, ModelService
 from ._shapes import (
     DEFAULT_MODEL,
@@ -80,6 +81,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         ident, body = await identified(request)
+        check_chat(body)
         if body.get("stream"):
             return await _chat_stream(service, ident, body, training)
         result = await service.call(ident, body)
@@ -88,7 +90,9 @@ def create_app(
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
         ident, body = await identified(request)
+        check_responses(body)
         chat_body = responses_input_to_chat(body)
+        check_chat(chat_body)
         if body.get("stream"):
             return await _responses_stream(service, ident, body, chat_body, training)
         result = await service.call(ident, chat_body)

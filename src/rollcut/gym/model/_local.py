@@ -51,7 +51,7 @@ def render_prompt(messages: list[dict[str, Any]]) -> str:
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
         calls = m.get("tool_calls") or []
         call_text = "".join(
             f"<call>{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})</call>"
@@ -75,7 +75,7 @@ class Plan:
 
 def _arg_for(schema: dict[str, Any], rng: random.Random) -> Any:
     t = schema.get("type")
-    if "enum" in schema:
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
         return rng.choice(schema["enum"])
     if t == "integer":
         return rng.randint(1, 9)

@@ -9,12 +9,13 @@ dict write per phase: the durations are always returned to the caller.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["PhaseTimer", "count_outcome"]
+__all__ = ["PhaseTimer", "count_outcome", "percentile"]
 
 try:  # pragma: no cover - exercised only where the package is installed
     from opentelemetry import trace as _trace
@@ -81,3 +82,11 @@ class PhaseTimer:
 def count_outcome(outcome: str) -> None:
     if _OUTCOMES is not None:
         _OUTCOMES.labels(outcome=outcome).inc()
+
+
+def percentile(values: list[float], q: int, digits: int = 1) -> float | None:
+    """The ``q``-th percentile (inclusive method) of ``values``, rounded; None if there are none.
+    One definition for the collector's checkpoint times, the demo and every benchmark."""
+    if len(values) < 2:
+        return round(values[0], digits) if values else None
+    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], digits)

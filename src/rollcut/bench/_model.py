@@ -9,7 +9,6 @@ calls, so the difference is the custody and transport cost itself.
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,14 +18,11 @@ from typing import Any
 
 import httpx
 
+from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
 from ..gym.model import LocalBackend
 
 __all__ = ["bench_model"]
-
-
-def _pct(values: list[float], q: float) -> float:
-    return round(statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1], 3)
 
 
 async def bench_model(*, calls: int = 1000) -> dict[str, Any]:
@@ -91,12 +87,12 @@ async def bench_model(*, calls: int = 1000) -> dict[str, Any]:
                 proc.terminate()
                 proc.wait(10)
                 await log.close()
-    out = {
+    out: dict[str, Any] = {
         "calls": calls,
-        "direct_p50_ms": _pct(direct, 50),
-        "direct_p99_ms": _pct(direct, 99),
-        "custody_p50_ms": _pct(custody, 50),
-        "custody_p99_ms": _pct(custody, 99),
+        "direct_p50_ms": percentile(direct, 50, 3),
+        "direct_p99_ms": percentile(direct, 99, 3),
+        "custody_p50_ms": percentile(custody, 50, 3),
+        "custody_p99_ms": percentile(custody, 99, 3),
     }
     out["added_p50_ms"] = round(out["custody_p50_ms"] - out["direct_p50_ms"], 3)
     out["added_p99_ms"] = round(out["custody_p99_ms"] - out["direct_p99_ms"], 3)

@@ -19,18 +19,13 @@ from typing import Any
 
 import httpx
 
+from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
 from ..gym import ServerProcess
 from ..gym._peers import FORWARDED_HEADER
 from ..gym.wire import SESSION_COOKIE, Identity, identity_headers
 
 __all__ = ["bench_workers"]
-
-
-def _p(values: list[float], q: int) -> float | None:
-    if len(values) < 2:
-        return round(values[0], 3) if values else None
-    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
 
 
 async def _calls(
@@ -53,6 +48,10 @@ async def _calls(
             resp.raise_for_status()
             (there if FORWARDED_HEADER in resp.headers else here).append(ms)
     return here, there
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": percentile(values, 50, 3), "p99": percentile(values, 99, 3)}
 
 
 async def bench_workers(*, rollouts: int = 20, calls: int = 25, repeat: int = 3) -> dict[str, Any]:
@@ -85,9 +84,17 @@ async def bench_workers(*, rollouts: int = 20, calls: int = 25, repeat: int = 3)
             await log.close()
     return {
         "calls": len(single) + len(here) + len(there),
-        "one_worker_ms": {"p50": _p(single, 50), "p99": _p(single, 99)},
-        "two_workers_in_place_ms": {"p50": _p(here, 50), "p99": _p(here, 99), "calls": len(here)},
-        "two_workers_forwarded_ms": {"p50": _p(there, 50), "p99": _p(there, 99), "calls": len(there)},
+        "one_worker_ms": {"p50": percentile(single, 50, 3), "p99": percentile(single, 99, 3)},
+        "two_workers_in_place_ms": {
+            "p50": percentile(here, 50, 3),
+            "p99": percentile(here, 99, 3),
+            "calls": len(here),
+        },
+        "two_workers_forwarded_ms": {
+            "p50": percentile(there, 50, 3),
+            "p99": percentile(there, 99, 3),
+            "calls": len(there),
+        },
         "forwarded_over_in_place_p50": {
             "median": round(statistics.median(ratios), 3) if ratios else None,
             "min": round(min(ratios), 3) if ratios else None,

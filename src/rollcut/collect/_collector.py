@@ -37,6 +37,7 @@ import msgspec
 
 from .._errors import CheckpointError, RollcutError, RolloutExistsError, StaleAttemptError, StorageError
 from .._files import append_private
+from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector
@@ -329,10 +330,8 @@ class Collector:
         """Collect every rollout that has no row yet, holding the namespace's collector lease."""
         async with self.lease:  # before anything is dispatched: a second collector changes nothing
             summary = await self._collect(resume)
-        if self.checkpoint_ms:
-            ms = sorted(self.checkpoint_ms)
-            summary.checkpoint_ms_p50 = round(ms[len(ms) // 2], 1)
-            summary.checkpoint_ms_p99 = round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1)
+        summary.checkpoint_ms_p50 = percentile(self.checkpoint_ms, 50)
+        summary.checkpoint_ms_p99 = percentile(self.checkpoint_ms, 99)
         if self._lost is not None:
             raise self._lost
         return summary

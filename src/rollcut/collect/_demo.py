@@ -23,6 +23,7 @@ import httpx
 
 from .._files import private_dir
 from .._runtime import credentials_for
+from .._telemetry import percentile
 from ..bus import (
     AttemptOpened,
     BusConfig,
@@ -245,8 +246,8 @@ async def run_demo(
         "tokens_regenerated": counts["tokens_regenerated"],
         "tool_calls": {"executed": counts["mutations"], "served_from_log": served_tools},
         "failed": summary.failed,
-        "checkpoint_ms_p50": _percentile(checkpoint_ms, 0.5),
-        "checkpoint_ms_p99": _percentile(checkpoint_ms, 0.99),
+        "checkpoint_ms_p50": percentile(checkpoint_ms, 50),
+        "checkpoint_ms_p99": percentile(checkpoint_ms, 99),
         "peak_rss_mb": peak,  # per server (its largest process), over the whole run
         "checkpoint_problems": problems,  # None: not verified; else every problem found (none: [])
         "wall_s": round(time.perf_counter() - t0, 2),
@@ -257,13 +258,6 @@ async def run_demo(
 def _note_peaks(stack: list[ServerProcess], peak: dict[str, float]) -> None:
     for p in stack:
         peak[p.name] = max(peak.get(p.name, 0.0), p.peak_rss_mb())
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
 
 
 async def _verify_all(log: EventLog, ledger: Ledger, tokens: LocalTokenStore) -> list[str]:

@@ -176,8 +176,12 @@ class PeerRouter:
             sent = True
             return dict(first)
 
-        local = any(k.lower() == _LOCAL for k, _ in scope.get("headers") or [])
-        if scope.get("path") == STATS_PATH and scope.get("method") == "GET" and not local:
+        # `and` short-circuits: the headers are scanned only for the stats route
+        if (
+            scope.get("path") == STATS_PATH
+            and scope.get("method") == "GET"
+            and not any(k.lower() == _LOCAL for k, _ in scope.get("headers") or [])
+        ):
             await self._all_stats(peers, send)
             return
         rid = None if more else routing_key(scope, body)

@@ -349,3 +349,27 @@ async def test_a_body_of_the_wrong_shape_is_a_400_naming_the_field_and_nothing_i
     err = resp.json()["error"]
     assert err["type"] == "bad_request" and where in err["message"], err
     assert [s.seq async for s in log.read(rollout_id="r1")] == before
+
+
+async def test_a_call_completed_after_the_cut_before_the_fence_moved_is_reused_not_generated(
+    rig: ModelRig,
+) -> None:
+    """A recovery seals the cut, then opens the next attempt; the old attempt runs in between. A call
+    it completed there is reused by the next attempt making the same request (seen in CI: a random
+    sequence's restore, with runs going on, generated three such calls twice)."""
+    await rig.log.dispatch("r1", {}, instance="collector")
+    res = await rig.coordinator.checkpoint(deadline_s=5)
+    body = {"messages": [{"role": "user", "content": "after the cut"}], "tools": TOOLS}
+    first = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))).json()
+    await rig.log.supersede(
+        "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+    )
+    generated = rig.service.stats["tokens_generated"]
+    again = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1", 2))).json()
+    assert again["rollcut"]["served_from_log"] is True
+    assert rig.service.stats["tokens_generated"] == generated
+    assert again["choices"][0]["message"] == first["choices"][0]["message"]
+    completed = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallCompleted)]
+    reused = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallReused)]
+    assert [c.attempt for c in completed] == [1]
+    assert [(r.attempt, r.source_call_id, r.source_attempt) for r in reused] == [(2, first["id"], 1)]

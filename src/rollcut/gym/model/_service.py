@@ -135,7 +135,7 @@ class ModelService:
         ctx = self._contexts.get(ident)
         if ctx is not None:
             return ctx
-        from_cut = 0
+        from_cut, opened_seq = 0, 0
         if ident.attempt > 1:
             opened = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
             ev = opened.event if opened else None
@@ -146,7 +146,8 @@ class ModelService:
                 raise GymError(
                     ErrorKind.STALE_ATTEMPT, str(stale), rollout_id=ident.rollout_id, attempt=ident.attempt
                 )
-            from_cut = ev.from_cut
+            assert opened is not None  # it holds ev
+            from_cut, opened_seq = ev.from_cut, opened.seq
         reusable: dict[str, tuple[int, ModelCall]] = {}
         r = None
         if from_cut:
@@ -158,6 +159,8 @@ class ModelService:
                 for call in a.sessions["model"].calls.values():
                     if call.status in ("completed", "reused", "prefix_cut") and call.receipt is not None:
                         reusable[call.request_digest] = (attempt, call)
+        if from_cut and opened_seq > from_cut:
+            await self._completed_after_cut(ident, from_cut, opened_seq, reusable)
         last_call: tuple[int, str] = (0, "")  # the conversation's last call at the cut
         for seg in r.lineage(from_cut) if from_cut and r is not None else []:
             a = r.attempts[seg.attempt]  # type: ignore[union-attr]
@@ -168,6 +171,36 @@ class ModelService:
         ctx = _AttemptContext(from_cut, reusable, last_call[1] or None)
         remember(self._contexts, ident, ctx, 4096)
         return ctx
+
+    async def _completed_after_cut(
+        self, ident: Identity, from_cut: int, opened_seq: int, reusable: dict[str, tuple[int, ModelCall]]
+    ) -> None:
+        """Calls an earlier attempt completed after the cut, before the fence moved to this attempt.
+
+        The cut is sealed first and the next attempt opened after it; between the two, the earlier
+        attempt still runs (a generation in flight at the seal finishes, an agent takes its next
+        step). A completion recorded there is a finished sample for its exact request: a call of
+        this attempt with the same request digest (the same conversation, to the byte) reuses it
+        instead of generating it again. Nothing after the fence can be an earlier attempt's: the
+        fence refuses it."""
+        async for s in self.log.read(rollout_id=ident.rollout_id, start=from_cut + 1, up_to=opened_seq):
+            ev = s.event
+            if not isinstance(ev, ModelCallCompleted) or ev.attempt >= ident.attempt:
+                continue
+            have = reusable.get(ev.request_digest)
+            if have is None or have[1].status not in ("completed", "reused"):
+                reusable[ev.request_digest] = (
+                    ev.attempt,
+                    ModelCall(
+                        call_id=ev.call_id,
+                        status="completed",
+                        request_digest=ev.request_digest,
+                        parent_call_id=ev.parent_call_id,
+                        receipt=ev.receipt,
+                        final_seq=s.seq,
+                        response=ev.response,
+                    ),
+                )
 
     async def _parent(self, ident: Identity) -> str | None:
         last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))

@@ -121,22 +121,46 @@ def test_checkpoint_commands_on_the_embedded_default(tmp_path: Path) -> None:
 
 
 def test_bench_checkpoint_prints_the_promised_fields() -> None:
-    out = json.loads(_run("bench", "checkpoint", "--rollouts", "200", "--json").stdout)
-    for key in (
-        "rollouts",
-        "participants",
-        "checkpoint_ms",
-        "files_created",
-        "baseline_checkpoint_ms",
-        "baseline_files_created",
-        "speedup",
-    ):
-        assert key in out, key
-    assert out["rollouts"] == 200 and out["participants"] == 3
-    assert out["baseline_files_created"] == 3 * 200 + 3 + 1  # a file per rollout per participant + manifests
-    assert out["validated_events"] < out["validated_events_first"]  # steady state checks only the delta
-    # the ratio of the printed (rounded) times, to within the rounding of the three numbers
-    assert abs(out["speedup"] - out["baseline_checkpoint_ms"] / out["checkpoint_ms"]) <= 0.15
+    out = json.loads(
+        _run(
+            "bench",
+            "checkpoint",
+            "--rollouts",
+            "200",
+            "--moved",
+            "1",
+            "--moved",
+            "100",
+            "--repeat",
+            "2",
+            "--json",
+        ).stdout
+    )
+    assert out["rollouts"] == 200 and out["participants"] == 3 and out["repeat"] == 2
+    assert out["per_file_files_created"] == 3 * 200 + 3 + 1  # a file per rollout per participant + manifests
+    assert out["nemo_files_created"] == 3 + 1  # a records file per participant + the manifest
+    assert sorted(out["cases"]) == ["cold", "moved_1", "moved_100"]
+    for case in out["cases"].values():
+        for key in ("pause_ms", "publish_ms", "checkpoint_ms", "nemo_ms", "vs_nemo_publish", "vs_nemo_pause"):
+            assert case[key]["min"] <= case[key]["median"] <= case[key]["max"], key
+        # the collection stands still only part of the checkpoint
+        assert case["pause_ms"]["max"] < case["checkpoint_ms"]["max"]
+    cold, one, every = (
+        out["cases"][c]["validated_events"]["median"] for c in ("cold", "moved_1", "moved_100")
+    )
+    assert one < every < cold  # a steady checkpoint validates only what moved since the last one
+
+
+def test_bench_model_compares_custody_with_the_same_server_without_it() -> None:
+    args = ("bench", "model", "--calls", "30", "--clients", "1", "--clients", "4", "--repeat", "1", "--json")
+    out = json.loads(_run(*args).stdout)
+    assert sorted(out["clients"]) == ["1", "4"] and out["calls"] == 30
+    assert out["calls_generated"] == 2 * 30  # every custody call generated once, none from the log
+    for c in out["clients"].values():
+        rate = c["custody_calls_per_s"]["median"] / c["plain_calls_per_s"]["median"]
+        assert abs(c["throughput_ratio"]["median"] - rate) <= 0.01 * rate + 0.002
+        for key in ("plain_p50_ms", "custody_p99_ms", "added_p50_ms", "added_p99_ms"):
+            assert c[key]["min"] <= c[key]["median"] <= c[key]["max"], key
 
 
 @pytest.mark.slow

@@ -50,6 +50,8 @@ PUBLISH = {
         ("fence.r", False),
         ("mark.checkpoint", False),
         ("ctl.model.model-w0", False),
+        ("hello.model", True),  # announces itself, as its own component only
+        ("hello.agent", False),
     ],
     "resources": [
         ("ev.r.1.resources", True),
@@ -86,8 +88,8 @@ SUBSCRIBE = {
     ],
     "resources": [("ctl.resources.counter-w0", True), ("ctl.model.model-w0", False)],
     "agent": [("ctl.agent.agent-w0", True), ("ctl.model.model-w0", False)],
-    "collector": [("ctl.model.model-w0", False)],
-    "coordinator": [("ctl.model.model-w0", False)],
+    "collector": [("ctl.model.model-w0", False), ("hello.*", False)],
+    "coordinator": [("ctl.model.model-w0", False), ("hello.*", True)],
 }
 
 

@@ -1,28 +1,32 @@
-"""``rollcut bench checkpoint``: a sealed cut against per-rollout checkpoint files.
+"""``rollcut bench checkpoint``: rollcut's checkpoint against file-based designs, on the same state.
 
 Setup: N active rollouts, each with a realistic history (dispatch, a model
 call with its token record in the store, a resources mutation, an agent
 boundary), and three participants (model, resources exported, agent) on
-their own connections. rollcut's checkpoint is measured twice: the first
-one validates the whole history (cold), the second only what happened since
-(steady state, after one more turn of 1% of the rollouts). ``checkpoint_ms``
-is the steady-state time from the start to publication.
+their own connections. Three cases, each repeated:
 
-Baseline, same run, same state: a file-based design as in the original
-proposal. Each participant writes each rollout's state to its own file
-(write, fsync, rename), then a manifest of digests (written last, fsynced);
-then an aggregate manifest. Participants write concurrently, one thread each,
-as separate processes would.
+- **cold**: the first checkpoint of a fresh ledger over the whole history
+  (every event projected and validated);
+- **moved 1%** and **moved 100%**: one more turn of that share of the rollouts
+  since the last checkpoint (with checkpoints every 30 s in a collection, most
+  rollouts move: 100% is the regime that matters).
+
+For each: ``pause_ms`` (the collection stands still: prepare, seal, release),
+``publish_ms`` (validation and the ledger write, after everyone went on) and
+``checkpoint_ms`` (start to publication); and, on the state at the same cut,
+the NeMo-style and per-file baselines (``_baselines``), which stop the world
+for their whole duration. Ratios are baseline time over rollcut's (above 1:
+rollcut is faster), taken per repeat; each figure is reported as its median
+and spread (min, max).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
+import statistics
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from ..ledger import Ledger
 from ..participants import Coordinator, Participant
 from ..replay import replay
 from ..tokens import LocalTokenStore, TokenRecord
+from ._baselines import BASELINES, baseline_checkpoint
 
 __all__ = ["bench_checkpoint"]
 
@@ -92,37 +97,11 @@ def _turn(rid: str, t: int, receipt: Any) -> list[Any]:
     ]
 
 
-def _files(*dirs: Path) -> set[str]:
-    return {str(p) for d in dirs if d.exists() for p in d.rglob("*") if p.is_file()}
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.rename(path)
-
-
-def _baseline_participant(root: Path, name: str, states: dict[str, bytes]) -> int:
-    d = root / name
-    d.mkdir(parents=True)
-    digests = {}
-    for rid, blob in states.items():
-        _write_durable(d / f"{rid}.msgpack", blob)
-        digests[rid] = hashlib.blake2b(blob, digest_size=16).hexdigest()
-    _write_durable(d / "manifest.json", msgspec.json.encode(digests))
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return len(states) + 1
-
-
-async def bench_checkpoint(*, rollouts: int = 10_000, url: str | None = None) -> dict[str, Any]:
-    """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
+async def bench_checkpoint(
+    *, rollouts: int = 10_000, url: str | None = None, moved: tuple[int, ...] = (1, 100), repeat: int = 3
+) -> dict[str, Any]:
+    """Pause and publication time of rollcut's checkpoint against the NeMo-style and per-file
+    designs on the same state: cold, and with ``moved`` percent of the rollouts moved since."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchck-") as tmp:
         root = Path(tmp)
         server = None
@@ -130,13 +109,21 @@ async def bench_checkpoint(*, rollouts: int = 10_000, url: str | None = None) ->
             server = EmbeddedServer(root / "nats").start()
             url = server.url
         try:
-            return await _run(root, url, rollouts)
+            return await _run(root, url, rollouts, moved, max(1, repeat))
         finally:
             if server is not None:
                 server.stop()
 
 
-async def _run(root: Path, url: str, n: int) -> dict[str, Any]:
+def _stats(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 2),
+        "min": round(min(values), 2),
+        "max": round(max(values), 2),
+    }
+
+
+async def _run(root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int) -> dict[str, Any]:
     cfg = BusConfig(url=url, namespace=f"benchck{os.urandom(3).hex()}")
     log = await EventLog.connect(cfg, name="bench-coordinator")
     plogs = [await EventLog.connect(cfg, name=f"bench-{name}") for name, _, _ in _PARTS]
@@ -145,73 +132,76 @@ async def _run(root: Path, url: str, n: int) -> dict[str, Any]:
         for pl, (name, comp, mode) in zip(plogs, _PARTS, strict=True)
     ]
     tokens = LocalTokenStore(root / "tokens")
-    ledger = Ledger(root / "ledger")
+    ledgers: list[Ledger] = []
+    cases: dict[str, dict[str, list[float]]] = {}
+    out: dict[str, Any] = {"rollouts": n, "participants": len(parts), "repeat": repeat}
     try:
         rids = [f"r{i:06d}" for i in range(n)]
         for rid in rids:
             await log.dispatch(rid, {"task": rid}, instance="collector-0")
+        turns = [0]
 
-        async def one_turn(ids: list[str], t: int) -> None:
-            evs = []
-            for rid in ids:
-                rc = tokens.put(
-                    f"{rid}-c{t}", TokenRecord(prompt_ids=list(range(32)), output_ids=list(range(16)))
-                )
-                evs += _turn(rid, t, rc)
-            by_part = {name: [e for e in evs if e.instance == name] for name, _, _ in _PARTS}
-            await asyncio.gather(*(p.log.append_many(by_part[p.instance]) for p in parts))
+        async def one_turn(ids: list[str]) -> None:
+            t = turns[0] = turns[0] + 1
+            for chunk in range(0, len(ids), 1000):
+                evs = []
+                for rid in ids[chunk : chunk + 1000]:
+                    rc = tokens.put(
+                        f"{rid}-c{t}", TokenRecord(prompt_ids=list(range(32)), output_ids=list(range(16)))
+                    )
+                    evs += _turn(rid, t, rc)
+                by_part = {name: [e for e in evs if e.instance == name] for name, _, _ in _PARTS}
+                await asyncio.gather(*(p.log.append_many(by_part[p.instance]) for p in parts))
 
-        for chunk in range(0, n, 1000):
-            await one_turn(rids[chunk : chunk + 1000], 0)
-        coord = Coordinator(log, ledger, tokens)
-        t0 = time.perf_counter()
-        first = await coord.checkpoint(deadline_s=120)
-        first_ms = (time.perf_counter() - t0) * 1000
-        await one_turn(rids[: max(1, n // 100)], 1)  # one more turn for 1% of the rollouts
-        watched = (root / "nats", root / "ledger", root / "tokens")
-        before = _files(*watched)
-        res = await coord.checkpoint(deadline_s=120)
-        files_created = len(_files(*watched) - before)
-        steady = res.phases_ms
-        checkpoint_ms = sum(
-            steady.get(k, 0.0) for k in ("acquire", "discover", "prepare", "seal", "validate", "publish")
-        )
+        async def measure(case: str, coord: Coordinator) -> None:
+            t0 = time.perf_counter()
+            res = await coord.checkpoint(deadline_s=600)
+            total = (time.perf_counter() - t0) * 1000
+            states = await _state(log, res.record.cut)
+            got = cases.setdefault(case, {})
+            for kind in BASELINES:
+                where = root / "baselines" / f"{kind}-{case}-{len(got.get('pause_ms', []))}"
+                ms, files = baseline_checkpoint(kind, where, states)
+                got.setdefault(f"{kind}_ms", []).append(ms)
+                got.setdefault(f"vs_{kind}_publish", []).append(ms / total)
+                got.setdefault(f"vs_{kind}_pause", []).append(ms / max(res.pause_ms, 1e-3))
+                out[f"{kind}_files_created"] = files
+            got.setdefault("pause_ms", []).append(res.pause_ms)
+            got.setdefault("publish_ms", []).append(res.publish_ms)
+            got.setdefault("checkpoint_ms", []).append(total)
+            got.setdefault("validated_events", []).append(res.validated_events)
+            out["events"] = res.record.cut
 
-        # baseline: the same per-participant state, as per-rollout files
-        state = await replay(log, up_to=res.record.cut)
-        blobs: dict[str, dict[str, bytes]] = {name: {} for name, _, _ in _PARTS}
-        for rid, st in state.rollouts.items():
-            a = st.current()
-            if a is None:
-                continue
-            for name, comp, _ in _PARTS:
-                blobs[name][rid] = msgspec.msgpack.encode(a.sessions.get(comp))
-        base_root = root / "baseline"
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(len(_PARTS)) as pool:
-            counts = list(pool.map(lambda kv: _baseline_participant(base_root, kv[0], kv[1]), blobs.items()))
-        _write_durable(base_root / "manifest.json", msgspec.json.encode({"participants": list(blobs)}))
-        baseline_ms = (time.perf_counter() - t0) * 1000
-        baseline_files = sum(counts) + 1
+        await one_turn(rids)
+        for i in range(repeat):  # cold: a fresh ledger over the whole history
+            ledgers.append(Ledger(root / f"ledger-cold-{i}"))
+            await measure("cold", Coordinator(log, ledgers[-1], tokens))
+        coord = Coordinator(log, ledgers[-1], tokens)
+        for pct in moved:
+            for _ in range(repeat):
+                await one_turn(rids[: max(1, n * pct // 100)])
+                await measure(f"moved_{pct}", coord)
     finally:
         for p in parts:
             await p.stop()
         for pl in plogs:
             await pl.close()
         await log.close()
-        ledger.close()
+        for led in ledgers:
+            led.close()
         tokens.close()
-    return {
-        "rollouts": n,
-        "participants": len(parts),
-        "events": res.record.cut,
-        "checkpoint_ms": round(checkpoint_ms, 1),
-        "first_checkpoint_ms": round(first_ms, 1),
-        "validated_events_first": first.validated_events,
-        "validated_events": res.validated_events,
-        "phases_ms": {k: v for k, v in steady.items() if ":" not in k},
-        "files_created": files_created,
-        "baseline_checkpoint_ms": round(baseline_ms, 1),
-        "baseline_files_created": baseline_files,
-        "speedup": round(baseline_ms / checkpoint_ms, 1),
-    }
+    out["cases"] = {case: {k: _stats(v) for k, v in got.items()} for case, got in cases.items()}
+    return out
+
+
+async def _state(log: EventLog, cut: int) -> dict[str, dict[str, bytes]]:
+    """Each participant's sessions at the cut, one JSON blob per rollout: what a baseline writes."""
+    state = await replay(log, up_to=cut)
+    blobs: dict[str, dict[str, bytes]] = {name: {} for name, _, _ in _PARTS}
+    for rid, st in state.rollouts.items():
+        a = st.current()
+        if a is None:
+            continue
+        for name, comp, _ in _PARTS:
+            blobs[name][rid] = msgspec.json.encode(a.sessions.get(comp))
+    return blobs

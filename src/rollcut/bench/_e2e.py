@@ -72,6 +72,8 @@ async def bench_e2e(
             "checkpoints_published": r["checkpoints_published"],
             "checkpoint_ms_p50": r["checkpoint_ms_p50"],
             "checkpoint_ms_p99": r["checkpoint_ms_p99"],
+            "checkpoint_pause_ms_p50": r["checkpoint_pause_ms_p50"],
+            "checkpoint_pause_ms_p99": r["checkpoint_pause_ms_p99"],
             "peak_rss_mb": r["peak_rss_mb"],
             "wall_s": r["wall_s"],
         }

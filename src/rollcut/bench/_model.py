@@ -1,14 +1,24 @@
-"""``rollcut bench model``: what durable custody adds to a model call.
+"""``rollcut bench model``: what durable custody costs a model server, under concurrent clients.
 
-``direct``: the local backend called in-process: plan and emit every token,
-no HTTP, no custody. ``custody``: the same requests through the model server
-process over HTTP, with the admitted event, the token-store write and the
-completed event before the reply. Both with zero per-token delay, sequential
-calls, so the difference is the custody and transport cost itself.
+Two server processes on the same machine, in the same run: the model server
+(``rollcut serve model``: the admitted event, the token-store write and the
+completed event before each reply) and the same server without custody
+(``_plain_model``: the same FastAPI app, uvicorn, backend and response shapes,
+nothing recorded). Both with the local backend and zero per-token delay, so
+the difference is custody and nothing else. Each is driven by 1, 8 and 64
+concurrent clients (keep-alive connections, one call per rollout), in
+alternating order, ``repeat`` times.
+
+Per client count: calls/s of each, their ratio (custody over plain) per
+repeat, and the latency custody adds at p50 and p99 (medians over repeats,
+with spreads).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,86 +30,113 @@ import httpx
 
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
-from ..gym.model import LocalBackend
 
 __all__ = ["bench_model"]
 
 
-async def bench_model(*, calls: int = 1000) -> dict[str, Any]:
-    """Latency that durable custody adds to a model call."""
-    bodies = [
-        {"messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 64} for i in range(calls)
-    ]
-    backend = LocalBackend(seed=0)
-    direct: list[float] = []
-    for body in bodies:
-        t0 = time.perf_counter()
-        plan = backend.plan(body)
-        async for _ in backend.generate(plan):
-            pass
-        direct.append((time.perf_counter() - t0) * 1000)
+def _spawn(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    url = ""
+    while True:
+        line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        if not line:
+            proc.kill()
+            raise RuntimeError(f"{' '.join(argv[:5])} did not start")
+        if line.startswith("LISTENING"):
+            url = line.split()[1]
+        if line.startswith("READY"):
+            return proc, url
 
+
+async def _load(
+    url: str, bodies: list[dict[str, Any]], rids: list[str], clients: int
+) -> tuple[list[float], float]:
+    """Every body once, ``clients`` at a time: each call's latency (ms) and the wall time (s)."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    lat: list[float] = []
+    todo = iter(range(len(bodies)))
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+
+        async def client() -> None:
+            for i in todo:
+                headers = {"x-rollout-id": rids[i], "x-rollout-attempt": "1"}
+                t0 = time.perf_counter()
+                resp = await http.post("/v1/chat/completions", json=bodies[i], headers=headers)
+                lat.append((time.perf_counter() - t0) * 1000)
+                resp.raise_for_status()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return lat, time.perf_counter() - t0
+
+
+def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
+
+
+async def bench_model(
+    *, calls: int = 600, clients: tuple[int, ...] = (1, 8, 64), repeat: int = 3
+) -> dict[str, Any]:
+    """Throughput and latency of the model server with custody against the same server without."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchmodel-") as tmp:
         root = Path(tmp)
         with EmbeddedServer(root / "nats") as nats:
-            log = await EventLog.connect(BusConfig(url=nats.url, namespace="benchmodel"))
-            proc = subprocess.Popen(  # noqa: ASYNC220 - started once, before timing
-                [
-                    sys.executable,
-                    "-m",
-                    "rollcut",
-                    "serve",
-                    "model",
-                    "--url",
-                    nats.url,
-                    "--namespace",
-                    "benchmodel",
-                    "--tokens",
-                    str(root / "tokens"),
-                    "--port",
-                    "0",
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+            ns = f"benchmodel{os.urandom(3).hex()}"
+            log = await EventLog.connect(BusConfig(url=nats.url, namespace=ns))
+            serve = ["serve", "model", "--url", nats.url, "--namespace", ns, "--tokens", str(root / "tokens")]
+            custody, custody_url = _spawn([sys.executable, "-m", "rollcut", *serve, "--port", "0"])
+            plain, plain_url = _spawn([sys.executable, "-m", "rollcut.bench._plain_model", "--port", "0"])
+            urls = {"plain": plain_url, "custody": custody_url}
+            runs: dict[int, dict[str, list[Any]]] = {}
             try:
-                url = ""
-                while True:
-                    line = proc.stdout.readline().strip()  # type: ignore[union-attr]
-                    if not line:
-                        raise RuntimeError("model server did not start")
-                    if line.startswith("LISTENING"):
-                        url = line.split()[1]
-                    if line.startswith("READY"):
-                        break
-                custody: list[float] = []
-                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                    for i, body in enumerate(bodies):
-                        rid = f"b{i}"
-                        await log.dispatch(rid, body, instance="bench")
-                        headers = {"x-rollout-id": rid, "x-rollout-attempt": "1"}
-                        t0 = time.perf_counter()
-                        resp = await client.post("/v1/chat/completions", json=body, headers=headers)
-                        custody.append((time.perf_counter() - t0) * 1000)
-                        resp.raise_for_status()
-                    stats = (await client.get("/rollcut/stats")).json()
+                run = 0
+                for c in clients:
+                    got = runs.setdefault(c, {"plain": [], "custody": []})
+                    for r in range(repeat):
+                        order = ("plain", "custody") if r % 2 == 0 else ("custody", "plain")
+                        for name in order:
+                            run += 1
+                            rids = [f"m{run}-{i}" for i in range(calls)]
+                            bodies = [
+                                {"messages": [{"role": "user", "content": f"q{run}-{i}"}], "max_tokens": 64}
+                                for i in range(calls)
+                            ]
+                            if name == "custody":
+                                for rid, body in zip(rids, bodies, strict=True):
+                                    await log.dispatch(rid, body, instance="bench")
+                            got[name].append(await _load(urls[name], bodies, rids, c))
+                async with httpx.AsyncClient() as http:
+                    stats = (await http.get(f"{custody_url}/rollcut/stats")).json()
             finally:
-                proc.terminate()
-                proc.wait(10)
+                for proc in (custody, plain):
+                    proc.terminate()
+                    proc.wait(10)
                 await log.close()
-    out: dict[str, Any] = {
-        "calls": calls,
-        "direct_p50_ms": percentile(direct, 50, 3),
-        "direct_p99_ms": percentile(direct, 99, 3),
-        "custody_p50_ms": percentile(custody, 50, 3),
-        "custody_p99_ms": percentile(custody, 99, 3),
-    }
-    out["added_p50_ms"] = round(out["custody_p50_ms"] - out["direct_p50_ms"], 3)
-    out["added_p99_ms"] = round(out["custody_p99_ms"] - out["direct_p99_ms"], 3)
-    out.update(
-        {
-            k: stats[k]
-            for k in ("calls_generated", "calls_served_from_log", "tokens_generated", "tokens_reused")
+    out: dict[str, Any] = {"calls": calls, "repeat": repeat, "clients": {}}
+    for c, got in runs.items():
+        plain_rate = [len(lat) / wall for lat, wall in got["plain"]]
+        custody_rate = [len(lat) / wall for lat, wall in got["custody"]]
+
+        def added(p: int, got: dict[str, list[Any]] = got) -> list[float]:
+            return [
+                (percentile(cl, p, 3) or 0.0) - (percentile(pl, p, 3) or 0.0)
+                for (cl, _), (pl, _) in zip(got["custody"], got["plain"], strict=True)
+            ]
+
+        out["clients"][str(c)] = {
+            "plain_calls_per_s": _spread(plain_rate, 1),
+            "custody_calls_per_s": _spread(custody_rate, 1),
+            "throughput_ratio": _spread([a / b for a, b in zip(custody_rate, plain_rate, strict=True)]),
+            "plain_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["plain"]]),
+            "plain_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["plain"]]),
+            "custody_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["custody"]]),
+            "custody_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["custody"]]),
+            "added_p50_ms": _spread(added(50)),
+            "added_p99_ms": _spread(added(99)),
         }
-    )
+    out.update({k: stats[k] for k in ("calls_generated", "calls_served_from_log", "tokens_generated")})
     return out

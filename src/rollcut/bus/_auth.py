@@ -4,10 +4,12 @@ Roles and what each may publish (namespace ``ns``, prefix ``rc.ns``):
 
 - admin: everything (operators and tools).
 - coordinator: the coordinator lane ``mark.checkpoint``, fences (tombstone
-  and open), ``ctl.>`` requests, ``$SRV.>`` pings, the stream's JetStream API.
+  and open), ``ctl.>`` requests, ``$SRV.>`` pings, the stream's JetStream API;
+  it hears announcements on ``hello.*``.
 - collector: fences (dispatch) and ``ev.*.*.collector`` (result hand-off).
 - model, agent, resources, environment: only ``ev.*.*.<its component>`` and a
-  marker lane of its own (never ``mark.checkpoint``), plus direct gets; they
+  marker lane of its own (never ``mark.checkpoint``), its announcement
+  ``hello.<its component>``, plus direct gets; they
   subscribe to their component's control subjects ``ctl.<component>.*`` (never
   another component's) and ``$SRV.>``, and may answer requests.
 
@@ -103,7 +105,7 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
                     "$JS.API.INFO",
                 ]
             },
-            "subscribe": {"allow": inbox},
+            "subscribe": {"allow": [*inbox, s.hello("*")]},
         }
     if role == "collector":
         return {
@@ -121,7 +123,7 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
     if role in PARTICIPANT_ROLES:
         return {
             "publish": {
-                "allow": [f"{p}.ev.*.*.{role}", f"{p}.mark.*", *js_read, "$JS.API.INFO"],
+                "allow": [f"{p}.ev.*.*.{role}", f"{p}.mark.*", s.hello(role), *js_read, "$JS.API.INFO"],
                 "deny": [s.mark(COORDINATOR_LANE), s.mark(COLLECTOR_LANE)],
             },
             # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds

@@ -72,6 +72,10 @@ class Subjects:
     def control(self, suffix: str) -> str:
         return f"{self.prefix}.ctl.{suffix}"
 
+    def hello(self, component: str) -> str:
+        """Where a participant announces itself to coordinators (core NATS, never stored)."""
+        return f"{self.prefix}.hello.{component}"
+
     def attempt_filter(self, rollout_id: str, attempt: int) -> str:
         return f"{self.prefix}.ev.{rollout_id}.{attempt}.*"
 

@@ -45,21 +45,38 @@ def bench_log_cmd(
 @bench_app.command("checkpoint")
 def bench_checkpoint_cmd(
     rollouts: Annotated[int, typer.Option(help="Active rollouts, each with a history.")] = 10_000,
+    moved: Annotated[
+        list[int] | None,
+        typer.Option(help="Percent of the rollouts moved since the last checkpoint (repeatable; 1 and 100)."),
+    ] = None,
+    repeat: Annotated[int, typer.Option(help="Checkpoints measured per case (median and spread).")] = 3,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Checkpoint time and files against a per-rollout-file checkpoint of the same state."""
-    status = f"benchmarking a checkpoint of {rollouts} rollouts"
-    _measure("bench_checkpoint", status, as_json, rollouts=rollouts, url=url)
+    """Pause and publication time of a checkpoint, cold and with rollouts moved, against the NeMo-style
+    and per-file designs on the same state."""
+    pcts = tuple(moved or (1, 100))
+    if any(not 0 < p <= 100 for p in pcts) or repeat < 1:
+        raise fail("--moved takes percents in 1..100, --repeat at least 1")
+    status = f"benchmarking checkpoints of {rollouts} rollouts"
+    _measure("bench_checkpoint", status, as_json, rollouts=rollouts, url=url, moved=pcts, repeat=repeat)
 
 
 @bench_app.command("model")
 def bench_model_cmd(
-    calls: Annotated[int, typer.Option(help="Sequential calls, each its own rollout.")] = 1000,
+    calls: Annotated[int, typer.Option(help="Calls per run, each its own rollout.")] = 600,
+    clients: Annotated[
+        list[int] | None, typer.Option(help="Concurrent clients (repeatable; default 1, 8 and 64).")
+    ] = None,
+    repeat: Annotated[int, typer.Option(help="Runs per client count and server (median and spread).")] = 3,
     as_json: JsonOpt = False,
 ) -> None:
-    """Latency that durable custody adds to a model call (p50/p99)."""
-    _measure("bench_model", f"benchmarking {calls} model calls", as_json, calls=calls)
+    """Throughput and latency of the model server with custody against the same server without."""
+    counts = tuple(clients or (1, 8, 64))
+    if any(c < 1 for c in counts) or repeat < 1 or calls < 1:
+        raise fail("--calls, --clients and --repeat take positive numbers")
+    status = f"benchmarking {calls} model calls per run at {', '.join(map(str, counts))} clients"
+    _measure("bench_model", status, as_json, calls=calls, clients=counts, repeat=repeat)
 
 
 @bench_app.command("e2e")

@@ -76,6 +76,8 @@ class Summary:
     wall_s: float = 0.0
     checkpoint_ms_p50: float | None = None  # how long a published checkpoint took, end to end
     checkpoint_ms_p99: float | None = None
+    checkpoint_pause_ms_p50: float | None = None  # how long each stood the collection still
+    checkpoint_pause_ms_p99: float | None = None
 
 
 class Collector:
@@ -107,6 +109,7 @@ class Collector:
         self.coordinator = Coordinator(log, ledger, tokens)
         self._ck_lock = asyncio.Lock()
         self.checkpoint_ms: list[float] = []  # each published checkpoint, end to end
+        self.pause_ms: list[float] = []  # ... and how long it stood the collection still
         self.restorer = Restorer(
             log,
             ledger,
@@ -216,6 +219,7 @@ class Collector:
                 self.summary.failed.setdefault("checkpoint", str(exc)[:300])
                 return None
             self.checkpoint_ms.append((time.perf_counter() - t0) * 1000)
+            self.pause_ms.append(res.pause_ms)
             self.summary.checkpoints_published += 1
             self.summary.last_checkpoint = res.record.checkpoint_id
             return res.record.checkpoint_id
@@ -332,6 +336,8 @@ class Collector:
             summary = await self._collect(resume)
         summary.checkpoint_ms_p50 = percentile(self.checkpoint_ms, 50)
         summary.checkpoint_ms_p99 = percentile(self.checkpoint_ms, 99)
+        summary.checkpoint_pause_ms_p50 = percentile(self.pause_ms, 50)
+        summary.checkpoint_pause_ms_p99 = percentile(self.pause_ms, 99)
         if self._lost is not None:
             raise self._lost
         return summary

@@ -204,6 +204,7 @@ async def run_demo(
                             first.stop()
                     s1 = await run
                     checkpoints, checkpoint_ms = s1.checkpoints_published, list(first.checkpoint_ms)
+                    pause_ms = list(first.pause_ms)
                     summary = s1
                     if crash and crashes:
                         stack = start_stack(
@@ -213,6 +214,7 @@ async def run_demo(
                         summary = await second.run(resume=True)
                         checkpoints += summary.checkpoints_published
                         checkpoint_ms += second.checkpoint_ms
+                        pause_ms += second.pause_ms
                     async with httpx.AsyncClient() as client:
                         served_tools = 0
                         for p in stack[1 : 1 + len(envs)]:  # each server's stats sum its workers'
@@ -248,6 +250,8 @@ async def run_demo(
         "failed": summary.failed,
         "checkpoint_ms_p50": percentile(checkpoint_ms, 50),
         "checkpoint_ms_p99": percentile(checkpoint_ms, 99),
+        "checkpoint_pause_ms_p50": percentile(pause_ms, 50),  # the collection stood still this long
+        "checkpoint_pause_ms_p99": percentile(pause_ms, 99),
         "peak_rss_mb": peak,  # per server (its largest process), over the whole run
         "checkpoint_problems": problems,  # None: not verified; else every problem found (none: [])
         "wall_s": round(time.perf_counter() - t0, 2),

@@ -3,7 +3,7 @@
 from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
-from ._validate import validate_references
+from ._validate import ReferenceCheck, validate_references
 from ._verify import verify_checkpoint
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointRecord",
     "Ledger",
     "Projector",
+    "ReferenceCheck",
     "RolloutIndex",
     "rebuild_ledger",
     "validate_references",

@@ -51,9 +51,16 @@ class Projector:
         self.log = log
 
     async def catch_up(
-        self, *, up_to: int | None = None, on_page: Callable[[int, int], None] | None = None
+        self,
+        *,
+        up_to: int | None = None,
+        on_page: Callable[[int, int], None] | None = None,
+        on_events: Callable[[list[StoredEvent]], None] | None = None,
     ) -> int:
-        """Project everything after the watermark (up to ``up_to``). Returns events applied."""
+        """Project everything after the watermark (up to ``up_to``). Returns events applied.
+
+        ``on_page`` hears progress (last applied, end); ``on_events`` gets each page once it is
+        applied (a reader that needs the ledger up to the page, without reading it again)."""
         self._check_stream()
         start = self.ledger.watermark + 1
         last = await self.log.last_seq()
@@ -69,6 +76,8 @@ class Projector:
         async for page in self.log.read_pages(start=start, up_to=end, strict=False):
             if page:
                 applied += self._apply_page(page)
+                if on_events:
+                    on_events(page)
                 if on_page:
                     on_page(page[-1].seq, end)
         return applied

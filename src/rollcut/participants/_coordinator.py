@@ -21,7 +21,6 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
 from nats.errors import Error as NatsError
@@ -41,10 +40,10 @@ from ..bus import (
     CheckpointSealed,
     EventLog,
 )
-from ..ledger import CheckpointRecord, Ledger, Projector, validate_references
+from ..ledger import CheckpointRecord, Ledger, Projector, ReferenceCheck
 from ..tokens import TokenSnapshot, TokenStore, call_store
+from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
-from ._runtime import service_name
 
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
@@ -58,19 +57,6 @@ def new_checkpoint_id() -> str:
     return f"ck-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(3).hex()}"
 
 
-class InstanceInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One live participant instance, as discovered by ``$SRV.PING``."""
-
-    service_id: str
-    instance: str
-    component: str
-    group: str
-    worker: int
-    workers: int
-    mode: str
-    control: str
-
-
 class CheckpointResult(msgspec.Struct, kw_only=True):
     """A published checkpoint: its record, participants and how long each phase took."""
 
@@ -80,6 +66,11 @@ class CheckpointResult(msgspec.Struct, kw_only=True):
     validated_events: int
     phases_ms: dict[str, float]
     resumed: list[str]
+    pause_ms: float = 0.0
+    """From the first prepare sent to the last participant released: how long the collection stood
+    still (an upper bound of the time any participant held admission closed)."""
+    publish_ms: float = 0.0
+    """From the seal to publication (validation and the ledger write), with everyone already running."""
 
 
 class Coordinator:
@@ -101,8 +92,7 @@ class Coordinator:
         self.ledger = ledger
         self.tokens = tokens
         self.instance = instance
-        self.discovery_s = discovery_s
-        self.discovery_idle_s = discovery_idle_s
+        self.membership = Membership(log, timeout_s=discovery_s, idle_s=discovery_idle_s)
         self.grace_s = grace_s
         self.per_try_s = per_try_s
         self.projector = Projector(ledger, log)
@@ -112,65 +102,14 @@ class Coordinator:
     # --- discovery ----------------------------------------------------------------
 
     async def discover(self, *, timeout: float | None = None) -> list[InstanceInfo]:
-        """Every live participant instance: replies to one ping, until replies stop coming."""
-        nc = self.log.nc
-        inbox = nc.new_inbox()
-        got: list[InstanceInfo] = []
-        first = asyncio.Event()
-        last_at = [0.0]
-
-        async def on_reply(msg: Any) -> None:
-            try:
-                ping = msgspec.json.decode(msg.data)
-                md = ping.get("metadata") or {}
-                got.append(
-                    InstanceInfo(
-                        service_id=ping["id"],
-                        instance=md["instance"],
-                        component=md["component"],
-                        group=md.get("group", md["instance"]),
-                        worker=int(md.get("worker", 0)),
-                        workers=int(md.get("workers", 1)),
-                        mode=md.get("mode", ""),
-                        control=md["control"],
-                    )
-                )
-            except (KeyError, ValueError, TypeError, msgspec.DecodeError):
-                return  # not one of ours
-            last_at[0] = time.monotonic()
-            first.set()
-
-        sub = await nc.subscribe(inbox, cb=on_reply)
-        try:
-            await nc.publish(f"$SRV.PING.{service_name(self.log.subjects.namespace)}", b"", reply=inbox)
-            await asyncio.shield(nc.flush())  # nats-py: a cancelled flush kills its read loop
-            limit = time.monotonic() + (timeout if timeout is not None else self.discovery_s)
-            while time.monotonic() < limit:
-                await asyncio.sleep(self.discovery_idle_s / 2)
-                # quiet is not enough while a group is short of a worker: under load a live worker
-                # answers late, and naming it missing would fail the checkpoint for nothing
-                quiet = first.is_set() and time.monotonic() - last_at[0] >= self.discovery_idle_s
-                if quiet and _groups_complete(got):
-                    break
-        finally:
-            await sub.unsubscribe()
-        by_name: dict[str, InstanceInfo] = {}
-        for info in got:
-            other = by_name.get(info.instance)
-            if other is not None and other.service_id != info.service_id:
-                raise CheckpointError(f"two live processes both claim instance name {info.instance!r}")
-            by_name[info.instance] = info
-        return sorted(by_name.values(), key=lambda i: i.instance)
+        """Every live participant instance (see :class:`Membership`: a round ends when every known
+        member answered)."""
+        return await self.membership.discover(timeout=timeout)
 
     @staticmethod
     def check_membership(found: list[InstanceInfo], expect: set[str]) -> None:
         """Every worker of every coordinated group, and every expected instance, must be live."""
-        names = {i.instance for i in found}
-        missing = sorted(expect - names)
-        for group, (want, have) in sorted(_groups(found).items()):
-            missing += [f"{group} worker {w} of {want}" for w in range(want) if w not in have]
-        if missing:
-            raise CheckpointFailedError(f"missing participant instances: {', '.join(missing)}")
+        check_membership(found, expect)
 
     # --- control calls ------------------------------------------------------------
 
@@ -282,29 +221,13 @@ class Coordinator:
         with timer.phase("acquire"):
             lane_seq = await self._acquire(cid, deadline)
         found: list[InstanceInfo] = []
+        resumed: list[str] | None = None  # set once the participants are released
         try:
             with timer.phase("discover"):
                 found = await self.discover()
                 self.check_membership(found, expect or set())
-            with timer.phase("prepare", participants=len(found)):
-                # agents park at a safe boundary first (they may still need the model and tools
-                # to finish a turn); then the servers they call close admission
-                first = [i for i in found if i.component in CALLERS]
-                rest = [i for i in found if i.component not in CALLERS]
-                replies = list(
-                    await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
-                )
-                if all(r.ok for r in replies):
-                    replies += await asyncio.gather(
-                        *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
-                    )
-            refused = [r for r in replies if not r.ok]
-            if refused:
-                raise CheckpointFailedError(
-                    "; ".join(f"{r.instance} refused prepare ({r.error_kind}): {r.error}" for r in refused),
-                    checkpoint_id=cid,
-                    participant=refused[0].instance,
-                ) from refused[0].refusal()
+            paused_at = time.perf_counter()
+            replies = await self._prepare(timer, found, cid, deadline)
             with timer.phase("seal"):
                 seal = CheckpointSealed(
                     component="coordinator",
@@ -320,30 +243,16 @@ class Coordinator:
                 lane_seq = cut
             if self.after_phase is not None:
                 await self.after_phase("seal")
+            # the cut is fixed: nothing after the seal needs anyone to wait. Everyone goes on now;
+            # validation and publication follow, and a checkpoint that fails them is not published
+            with timer.phase("release"):
+                resumed = await self._release(found, cid, deadline)
+            pause_ms = (time.perf_counter() - paused_at) * 1000
+            if self.after_phase is not None:
+                await self.after_phase("release")
+            sealed_at = time.perf_counter()
             with timer.phase("validate"):
-                await self.projector.catch_up(up_to=cut)
-                snapshot = await call_store(self.tokens, self.tokens.snapshot, cid) if self.tokens else None
-                await self._check_store_kept(snapshot, cid)
-                start = int(self.ledger.meta("validated_seq", 0)) + 1
-                reported = {
-                    r.instance: ({c.call_id for c in r.calls}, r.started_seq)
-                    for r in replies
-                    if r.calls is not None
-                }
-                problems, checked = await validate_references(
-                    self.log, self.ledger, self.tokens, snapshot, start=start, cut=cut, reported=reported
-                )
-                for r in replies:
-                    for c in r.calls or []:
-                        if c.receipt is not None and (self.tokens is None or not self.tokens.has(c.receipt)):
-                            problems.append(
-                                f"{r.instance}: call {c.call_id} ({c.disposition}) names receipt "
-                                f"{c.receipt.receipt_id}, which does not match the token store"
-                            )
-                if problems:
-                    raise CheckpointFailedError(
-                        "references do not resolve below the cut: " + "; ".join(problems), checkpoint_id=cid
-                    )
+                checked, snapshot = await self._validate(replies, cid, cut)
             if time.time() > deadline:
                 raise CheckpointFailedError("the deadline passed before publication", checkpoint_id=cid)
             with timer.phase("publish"):
@@ -358,8 +267,10 @@ class Coordinator:
                 with self.ledger.write() as wb:  # this transaction is the publication
                     wb.put_checkpoint(record)
                     wb.set_meta("validated_seq", cut)
+            publish_ms = (time.perf_counter() - sealed_at) * 1000
         except BaseException as exc:
-            await self._abort(cid, lane_seq, found, exc)
+            # participants already released are not told: their checkpoint ended at the release
+            await self._abort(cid, lane_seq, found if resumed is None else [], exc)
             count_outcome("aborted")
             if isinstance(exc, CheckpointFailedError):
                 raise
@@ -367,30 +278,91 @@ class Coordinator:
                 raise CheckpointFailedError(f"checkpoint {cid} aborted: {exc}", checkpoint_id=cid) from exc
             raise
         count_outcome("published")
-        with timer.phase("release"):
-            with contextlib.suppress(RollcutError):
-                await self.log.append_expecting(self._commit_marker(record), lane_seq)
-            release_by = time.time() + max(2.0, min(10.0, deadline - time.time()))
-            committed = await asyncio.gather(
-                *(self._best_effort(i, "commit", cid, release_by) for i in found)
-            )
-            # the reverse of prepare: the servers reopen before the agents that call them go on
-            # (released first, an agent would meet a still-closed model with its next call)
-            ok: dict[str, bool] = {}
-            for wave in (
-                [i for i in found if i.component not in CALLERS],
-                [i for i in found if i.component in CALLERS],
-            ):
-                done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in wave))
-                ok.update({i.instance: r for i, r in zip(wave, done, strict=True)})
+        with contextlib.suppress(RollcutError):
+            await self.log.append_expecting(self._commit_marker(record), lane_seq)
         return CheckpointResult(
             record=record,
             participants=record.participants,
             unreproducible={r.instance: r.unreproducible for r in replies if r.unreproducible},
             validated_events=checked,
             phases_ms=timer.ms,
-            resumed=[i.instance for i, c in zip(found, committed, strict=True) if c and ok.get(i.instance)],
+            resumed=resumed,
+            pause_ms=round(pause_ms, 2),
+            publish_ms=round(publish_ms, 2),
         )
+
+    async def _prepare(
+        self, timer: PhaseTimer, found: list[InstanceInfo], cid: str, deadline: float
+    ) -> list[ControlReply]:
+        """Every participant prepares, or the checkpoint fails naming who refused."""
+        with timer.phase("prepare", participants=len(found)):
+            # agents park at a safe boundary first (they may still need the model and tools to
+            # finish a turn); then the servers they call close admission
+            first = [i for i in found if i.component in CALLERS]
+            rest = [i for i in found if i.component not in CALLERS]
+            replies = list(
+                await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
+            )
+            if all(r.ok for r in replies):
+                replies += await asyncio.gather(
+                    *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
+                )
+        refused = [r for r in replies if not r.ok]
+        if refused:
+            raise CheckpointFailedError(
+                "; ".join(f"{r.instance} refused prepare ({r.error_kind}): {r.error}" for r in refused),
+                checkpoint_id=cid,
+                participant=refused[0].instance,
+            ) from refused[0].refusal()
+        return replies
+
+    async def _release(self, found: list[InstanceInfo], cid: str, deadline: float) -> list[str]:
+        """Reopen everyone, the reverse of prepare: servers before the agents that call them (released
+        first, an agent would meet a still-closed model with its next call). Best effort: a
+        participant that does not answer reopens when its lease runs out. Who answered."""
+        release_by = time.time() + max(2.0, min(10.0, deadline - time.time()))
+        ok: dict[str, bool] = {}
+        for wave in (
+            [i for i in found if i.component not in CALLERS],
+            [i for i in found if i.component in CALLERS],
+        ):
+            done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in wave))
+            ok.update({i.instance: r for i, r in zip(wave, done, strict=True)})
+        return [i.instance for i in found if ok.get(i.instance)]
+
+    async def _validate(
+        self, replies: list[ControlReply], cid: str, cut: int
+    ) -> tuple[int, TokenSnapshot | None]:
+        """Every reference below the cut resolves, and every model participant accounted for the
+        calls it admitted; raises naming the problems. How many events were checked, and the token
+        store's snapshot the checkpoint binds (taken after the release: a superset of every record
+        referenced below the cut, as records are stored before the events naming them)."""
+        snapshot = await call_store(self.tokens, self.tokens.snapshot, cid) if self.tokens else None
+        await self._check_store_kept(snapshot, cid)
+        reported = {
+            r.instance: ({c.call_id for c in r.calls}, r.started_seq) for r in replies if r.calls is not None
+        }
+        check = ReferenceCheck(self.ledger, self.tokens, snapshot, reported=reported)
+        validated = int(self.ledger.meta("validated_seq", 0))
+        projected = min(self.ledger.watermark, cut)
+        if validated < projected:  # projected meanwhile by someone else: those pages are read again
+            async for page in self.log.read_pages(start=validated + 1, up_to=projected, strict=False):
+                check.page(page)
+        # the rest is checked on the pages the projector applies: each event read once
+        await self.projector.catch_up(up_to=cut, on_events=check.page)
+        problems, checked = check.finish(), check.checked
+        for r in replies:
+            for c in r.calls or []:
+                if c.receipt is not None and (self.tokens is None or not self.tokens.has(c.receipt)):
+                    problems.append(
+                        f"{r.instance}: call {c.call_id} ({c.disposition}) names receipt "
+                        f"{c.receipt.receipt_id}, which does not match the token store"
+                    )
+        if problems:
+            raise CheckpointFailedError(
+                "references do not resolve below the cut: " + "; ".join(problems), checkpoint_id=cid
+            )
+        return checked, snapshot
 
     async def _check_store_kept(self, snapshot: TokenSnapshot | None, cid: str) -> None:
         """Validation is incremental, so it trusts that what the published checkpoints rely on is still
@@ -446,16 +418,3 @@ class Coordinator:
         by = time.time() + 3.0
         with contextlib.suppress(Exception):
             await asyncio.gather(*(self._best_effort(i, "abort", cid, by) for i in found))
-
-
-def _groups(found: list[InstanceInfo]) -> dict[str, tuple[int, set[int]]]:
-    """Each coordinated group: how many workers it declares, and which were heard from."""
-    groups: dict[str, tuple[int, set[int]]] = {}
-    for i in found:
-        groups.setdefault(i.group, (i.workers, set()))[1].add(i.worker)
-    return groups
-
-
-def _groups_complete(found: list[InstanceInfo]) -> bool:
-    """Whether every coordinated group heard from has every one of its workers."""
-    return all(have >= set(range(want)) for want, have in _groups(found).values())

@@ -155,6 +155,8 @@ class Participant:
             await self._watch.start()
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
+        # discoverable now: tell standing coordinators to wait for us from their next round on
+        await self.log.nc.publish(self.log.subjects.hello(self.component), self.instance.encode())
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 

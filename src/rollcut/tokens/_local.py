@@ -81,29 +81,46 @@ class LocalTokenStore:
     # --- sink ---------------------------------------------------------------------
 
     def put(self, call_id: str, record: TokenRecord) -> TokenReceipt:
+        prepared = self.prepare(call_id, record)
+        self.write_many([prepared], [])
+        return prepared[0]
+
+    def prepare(self, call_id: str, record: TokenRecord) -> tuple[TokenReceipt, bytes]:
+        """The receipt of a record and its stored form (digest, zstd body): everything but the write,
+        so a batch of writes can be committed elsewhere (another thread) in one transaction."""
         body = _enc.encode(record)
         dig = digest(body)
         receipt = TokenReceipt(
             receipt_id=f"{call_id}-{dig[:12]}", count=len(record.output_ids), digest=dig, store=self.name
         )
-        key = receipt.receipt_id.encode()
+        return receipt, bytes.fromhex(dig) + self._zc.compress(body)
+
+    def write_many(
+        self, puts: list[tuple[TokenReceipt, bytes]], links: list[tuple[str, str | None, str]]
+    ) -> None:
+        """Prepared records and lineage links, durable together: one transaction, one fsync. Thread
+        safe against the store's readers (LMDB: one writer, readers never blocked)."""
         try:
             with self.env.begin(write=True) as txn:
-                if txn.get(key, db=self._records) is not None:
-                    return receipt  # idempotent: same call, same content
                 count, acc = self._counters(txn)
-                value = struct.pack(">Q", count) + bytes.fromhex(dig) + self._zc.compress(body)
-                txn.put(key, value, db=self._records)
-                txn.put(b"count", struct.pack(">Q", count + 1), db=self._meta)
-                term = (acc + _term(receipt.receipt_id, dig)) % _MOD
-                txn.put(b"hash", term.to_bytes(32, "big"), db=self._meta)
+                for receipt, packed in puts:
+                    key = receipt.receipt_id.encode()
+                    if txn.get(key, db=self._records) is not None:
+                        continue  # idempotent: same call, same content
+                    txn.put(key, struct.pack(">Q", count) + packed, db=self._records)
+                    count += 1
+                    acc = (acc + _term(receipt.receipt_id, receipt.digest)) % _MOD
+                txn.put(b"count", struct.pack(">Q", count), db=self._meta)
+                txn.put(b"hash", acc.to_bytes(32, "big"), db=self._meta)
+                for call_id, parent, receipt_id in links:
+                    txn.put(call_id.encode(), _enc.encode((parent, receipt_id)), db=self._lineage)
         except lmdb.Error as exc:  # a full disk is a StorageError (the call is answered 503, retryable)
-            raise storage_error(exc, self.path, f"store the tokens of {call_id}") or TokenStoreError(
-                f"cannot store the tokens of {call_id} at {self.path}: {exc}",
+            what = puts[0][0].receipt_id if puts else links[0][0] if links else "nothing"
+            raise storage_error(exc, self.path, f"store the tokens of {what}") or TokenStoreError(
+                f"cannot store the tokens of {what} at {self.path}: {exc}",
                 store=str(self.path),
-                call_id=call_id,
+                call_id=what,
             ) from exc
-        return receipt
 
     def _counters(self, txn: lmdb.Transaction) -> tuple[int, int]:
         c = txn.get(b"count", db=self._meta)
@@ -151,8 +168,7 @@ class LocalTokenStore:
     # --- lineage ------------------------------------------------------------------
 
     def link(self, call_id: str, parent_call_id: str | None, receipt_id: str) -> None:
-        with self.env.begin(write=True) as txn:
-            txn.put(call_id.encode(), _enc.encode((parent_call_id, receipt_id)), db=self._lineage)
+        self.write_many([], [(call_id, parent_call_id, receipt_id)])
 
     def chain(self, call_id: str) -> list[str]:
         out: list[str] = []

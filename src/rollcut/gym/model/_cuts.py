@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from ...bus import ModelCallExcluded, ModelCallPrefixCut
 from ...participants import CallDisposition, ExportReport
-from ...tokens import TokenRecord, call_store
+from ...tokens import TokenRecord
 
 if TYPE_CHECKING:
     from ._service import ModelService
@@ -50,9 +50,7 @@ async def cut_in_flight(service: ModelService, checkpoint_id: str) -> ExportRepo
             frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
             fl.cuts += 1
             assert fl.plan is not None
-            receipt = await call_store(
-                service.tokens,
-                service.tokens.put,
+            receipt = await service.writes.put(
                 f"{fl.call_id}-p{len(frozen)}",
                 TokenRecord(
                     prompt_ids=fl.plan.prompt_ids,

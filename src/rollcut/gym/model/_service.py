@@ -45,7 +45,7 @@ from ...bus import (
 )
 from ...participants import ExportReport, Participant
 from ...replay import ModelCall, replay
-from ...tokens import TokenRecord, TokenStore, call_store
+from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend
@@ -101,6 +101,7 @@ class ModelService:
     ) -> None:
         self.log = log
         self.tokens = tokens
+        self.writes = TokenWrites(tokens)  # concurrent calls' records share a transaction
         self.backend = backend
         self.instance = instance
         self.participant = participant
@@ -315,7 +316,7 @@ class ModelService:
                 response=src.response,
             )
         )
-        await call_store(self.tokens, self.tokens.link, call_id, parent, src.receipt.receipt_id)
+        await self.writes.link(call_id, parent, src.receipt.receipt_id)
         self.stats["calls_served_from_log"] += 1
         self.stats["tokens_reused"] += len(record.output_ids)
         return CallResult(call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
@@ -387,9 +388,9 @@ class ModelService:
             parent = await parent_task
             if parent == _FIRST:
                 parent = ctx.last_call
-            receipt = await call_store(
-                self.tokens,
-                self.tokens.put,
+            # the record and its lineage link in one grouped transaction, durable before the
+            # completed event names the receipt
+            receipt = await self.writes.put(
                 call_id,
                 TokenRecord(
                     prompt_ids=plan.prompt_ids,
@@ -398,6 +399,8 @@ class ModelService:
                     logprobs=plan.logprobs[: len(out)],
                     policy_version=self._policy_version(),
                 ),
+                parent=parent,
+                link=True,
             )
             await self._append(
                 ModelCallCompleted(
@@ -411,7 +414,6 @@ class ModelService:
                     response=response_message(plan, out),
                 )
             )
-            await call_store(self.tokens, self.tokens.link, call_id, parent, receipt.receipt_id)
             fl.state = "done"
             self.stats["calls_generated"] += 1
             return CallResult(call_id, plan, out, receipt, continued_from=start)

@@ -1,0 +1,61 @@
+"""The baseline of ``bench model``: the same model server, without custody.
+
+Same FastAPI app (``create_app``: routes, request checks, response shapes),
+same uvicorn, same local backend and plans; the service answers each call
+from the backend alone: no admitted or completed event, no token-store write,
+no fence or lineage lookups. What ``bench model`` measures against it is the
+cost of custody itself. Run as ``python -m rollcut.bench._plain_model``; it
+prints ``LISTENING <url>`` and ``READY plain pid=<pid>`` like a Gym server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from ..bus import EventLog, TokenReceipt
+from ..gym._serving import bind, say, serve_on
+from ..gym.model import CallResult, LocalBackend, ModelService, create_app
+from ..gym.wire import Identity
+from ..tokens import TokenStore
+
+__all__ = ["PlainModelService"]
+
+_NO_RECEIPT = TokenReceipt(receipt_id="none", count=0, digest="0" * 32)
+
+
+class PlainModelService(ModelService):
+    """A model service that only generates: the baseline without custody."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        super().__init__(cast(EventLog, None), cast(TokenStore, None), backend, instance="plain")
+
+    async def call(
+        self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
+    ) -> CallResult:
+        _, call_id = self.call_identity(ident, body)
+        plan = await self.backend.start(body)
+        out: list[int] = []
+        async for tok in self.backend.generate(plan):
+            out.append(tok)
+            if on_token is not None:
+                await on_token(tok)
+        self.stats["calls_generated"] += 1
+        return CallResult(call_id, plan, out, _NO_RECEIPT)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    sock = bind("127.0.0.1", args.port)
+    say(f"LISTENING http://127.0.0.1:{sock.getsockname()[1]}")
+    app = create_app(PlainModelService(LocalBackend(seed=args.seed)))
+    asyncio.run(serve_on(app, [sock], "plain"))
+
+
+if __name__ == "__main__":
+    main()

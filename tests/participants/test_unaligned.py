@@ -1,0 +1,87 @@
+"""Unaligned checkpoints: everyone goes on right after the seal; validation and publication follow.
+
+And membership without waiting: a discovery round ends once every known member answered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rollcut import CheckpointFailedError
+from rollcut.bus import CheckpointAborted, EventLog, TokenReceipt
+from rollcut.ledger import Ledger, verify_checkpoint
+from rollcut.participants import Coordinator
+from rollcut.tokens import LocalTokenStore, TokenRecord
+
+from ..helpers import completed_event
+
+
+async def test_participants_go_on_before_validation_and_the_cut_excludes_what_they_do_meanwhile(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger, tokens: LocalTokenStore
+) -> None:
+    model = await participants("model-0", "event_sourced", component="model")
+    res_p = await participants("res-0", "exported")
+    await log.dispatch("r1", {}, instance="collector")
+    await model.append(
+        completed_event("r1", "c1", tokens.put("c1", TokenRecord(prompt_ids=[1], output_ids=[2])))
+    )
+    seen: dict[str, Any] = {}
+
+    async def between(phase: str) -> None:
+        seen[phase] = (res_p.gate.state, [c.checkpoint_id for c in ledger.checkpoints()])
+        if phase == "release":  # the collection goes on while the coordinator validates
+            rc = tokens.put("c2", TokenRecord(prompt_ids=[1], output_ids=[3]))
+            seen["later_seq"] = await model.append(completed_event("r1", "c2", rc))
+
+    coordinator.after_phase = between
+    res = await coordinator.checkpoint(deadline_s=5)
+    assert seen["seal"] == ("closed", [])  # sealed: the cut is fixed, nobody has gone on yet
+    assert seen["release"] == ("open", [])  # released before anything was validated or published
+    assert res.record.cut < seen["later_seq"]
+    assert [c.checkpoint_id for c in ledger.checkpoints()] == [res.record.checkpoint_id]
+    assert sorted(res.resumed) == ["model-0", "res-0"]
+    assert res.pause_ms > 0 and res.publish_ms > 0
+    assert await verify_checkpoint(log, ledger, tokens, res.record.checkpoint_id) == []
+    # the next checkpoint takes what was done meanwhile
+    coordinator.after_phase = None
+    nxt = await coordinator.checkpoint(deadline_s=5)
+    assert nxt.record.cut > seen["later_seq"]
+
+
+async def test_a_checkpoint_failing_validation_after_the_release_publishes_nothing_and_holds_nobody(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger
+) -> None:
+    res_p = await participants("res-0", "exported")
+    await log.dispatch("r1", {}, instance="c")
+    ghost = TokenReceipt(receipt_id="never-stored", count=3, digest="cd" * 16)
+    await log.append(completed_event("r1", "c9", ghost, instance="m"))
+    with pytest.raises(CheckpointFailedError, match="never-stored"):
+        await coordinator.checkpoint(deadline_s=3)
+    assert ledger.checkpoints() == []
+    assert res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    last = await log.last_on(log.subjects.mark())
+    assert last is not None and isinstance(last.event, CheckpointAborted)  # the lane is free again
+
+
+async def test_a_round_ends_once_every_known_member_answered(
+    participants: Any, coordinator: Coordinator
+) -> None:
+    m = coordinator.membership
+    await participants("res-0", "exported")
+    await participants("model-0", "event_sourced", component="model")
+    assert [i.instance for i in await coordinator.discover()] == ["model-0", "res-0"]
+    assert m.rounds_waited == 1  # nobody known yet: the first round waits for quiet
+    assert [i.instance for i in await coordinator.discover()] == ["model-0", "res-0"]
+    assert m.rounds_waited == 1  # everyone known answered: no wait
+    # a newcomer announces itself: the next round waits for it, and does not wait for quiet
+    late = await participants("agent-0", "event_sourced", component="agent")
+    assert [i.instance for i in await coordinator.discover()] == ["agent-0", "model-0", "res-0"]
+    assert m.rounds_waited == 1
+    # a member that left costs one round of waiting for quiet, then the view forgets it
+    await late.stop()
+    assert [i.instance for i in await coordinator.discover()] == ["model-0", "res-0"]
+    assert m.rounds_waited == 2
+    assert [i.instance for i in await coordinator.discover()] == ["model-0", "res-0"]
+    assert m.rounds_waited == 2 and m.known == {"model-0", "res-0"}

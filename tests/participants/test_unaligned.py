@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from rollcut import CheckpointFailedError
-from rollcut.bus import CheckpointAborted, EventLog, TokenReceipt
+from rollcut.bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    CheckpointAborted,
+    EventLog,
+    ResourcesMutated,
+    TokenReceipt,
+)
 from rollcut.ledger import Ledger, verify_checkpoint
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore, TokenRecord
@@ -85,3 +92,38 @@ async def test_a_round_ends_once_every_known_member_answered(
     assert m.rounds_waited == 2
     assert [i.instance for i in await coordinator.discover()] == ["model-0", "res-0"]
     assert m.rounds_waited == 2 and m.known == {"model-0", "res-0"}
+
+
+async def test_a_boundary_stored_before_the_call_it_names_validates_when_both_are_below_the_cut(
+    log: EventLog, coordinator: Coordinator, ledger: Ledger, tokens: LocalTokenStore
+) -> None:
+    """Writers on different connections land in either order; validation runs on the projector's
+    pages, and a boundary's model call may come pages later (found by ``bench checkpoint``)."""
+    await log.dispatch("r1", {}, instance="collector")
+    boundary = AgentBoundary(
+        component="agent",
+        instance="a",
+        rollout_id="r1",
+        attempt=1,
+        record=AgentBoundaryRecord(turn=1, last_model_call_id="c1", resources_revisions={"env": 3000}),
+    )
+    await log.append(boundary)
+    filler = [
+        ResourcesMutated(
+            component="resources",
+            instance="s",
+            rollout_id="r1",
+            attempt=1,
+            session="env",
+            revision=i,
+            tool="t",
+        )
+        for i in range(1, 3001)
+    ]
+    for chunk in range(0, len(filler), 500):  # more than a page of reads between the two
+        await log.append_many(filler[chunk : chunk + 500])
+    await log.append(
+        completed_event("r1", "c1", tokens.put("c1", TokenRecord(prompt_ids=[1], output_ids=[2])))
+    )
+    res = await coordinator.checkpoint(deadline_s=30)
+    assert res.validated_events == res.record.cut and ledger.latest_checkpoint() == res.record

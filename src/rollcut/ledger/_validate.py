@@ -26,8 +26,8 @@ __all__ = ["ReferenceCheck", "validate_references"]
 class ReferenceCheck:
     """The reference checks over pages of events, fed in stream order.
 
-    The ledger must be projected at least to the end of each page when it is fed (the projector
-    applies a page, then hands it here). ``reported`` maps a model participant instance to the
+    Receipts are checked as pages come; what an agent boundary names, at :meth:`finish`, against
+    the ledger projected to the cut. ``reported`` maps a model participant instance to the
     calls its prepare reply accounted for: a call that instance admitted in the range (after its
     process started) and did not finish below the cut must be among them, or the
     acknowledgement is partial. Calls a previous, crashed process of the same instance admitted
@@ -51,6 +51,7 @@ class ReferenceCheck:
         self.checked = 0
         # call_id -> (instance, seq, rollout, attempt) admitted, not yet ended
         self._open: dict[str, tuple[str, int, str, int]] = {}
+        self._boundaries: list[tuple[int, AgentBoundary]] = []
 
     def page(self, page: list[StoredEvent]) -> None:
         """Check one page (stops adding problems at the limit)."""
@@ -80,26 +81,38 @@ class ReferenceCheck:
                     f"seq {seq}: receipt {receipt.receipt_id} of call {call_id} "
                     f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {self.snapshot.snapshot_id}"
                 )
-        elif isinstance(ev, AgentBoundary):
-            rec = ev.record
-            if (
-                rec.last_model_call_id
-                and self.ledger.call_status(ev.rollout_id, ev.attempt, rec.last_model_call_id) is None
-            ):
+        elif isinstance(ev, AgentBoundary) and (
+            ev.record.last_model_call_id or ev.record.resources_revisions
+        ):
+            # checked once everything up to the cut is projected: what a boundary names must exist
+            # below the cut, and writers on different connections may land in either order
+            self._boundaries.append((seq, ev))
+
+    def _boundary(self, seq: int, ev: AgentBoundary) -> None:
+        rec = ev.record
+        if (
+            rec.last_model_call_id
+            and self.ledger.call_status(ev.rollout_id, ev.attempt, rec.last_model_call_id) is None
+        ):
+            self.problems.append(
+                f"seq {seq}: boundary of {ev.rollout_id}/{ev.attempt} names model call "
+                f"{rec.last_model_call_id}, which never completed"
+            )
+        for session, rev in rec.resources_revisions.items():
+            have = self.ledger.revision(ev.rollout_id, ev.attempt, session)
+            if have < rev:
                 self.problems.append(
-                    f"seq {seq}: boundary of {ev.rollout_id}/{ev.attempt} names model call "
-                    f"{rec.last_model_call_id}, which never completed"
+                    f"seq {seq}: boundary of {ev.rollout_id}/{ev.attempt} names {session} revision "
+                    f"{rev}, but only {have} was recorded"
                 )
-            for session, rev in rec.resources_revisions.items():
-                have = self.ledger.revision(ev.rollout_id, ev.attempt, session)
-                if have < rev:
-                    self.problems.append(
-                        f"seq {seq}: boundary of {ev.rollout_id}/{ev.attempt} names {session} revision "
-                        f"{rev}, but only {have} was recorded"
-                    )
 
     def finish(self) -> list[str]:
-        """Every problem found (at most ``limit``), once every page up to the cut was fed."""
+        """Every problem found (at most ``limit``), once every page up to the cut was fed (and the
+        ledger projected to the cut)."""
+        for seq, ev in self._boundaries:
+            if len(self.problems) >= self.limit:
+                break
+            self._boundary(seq, ev)
         for call_id, (instance, seq, rollout_id, attempt) in self._open.items():
             if self.reported is None or instance not in self.reported:
                 continue

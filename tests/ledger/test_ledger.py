@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from pathlib import Path
@@ -100,6 +101,24 @@ async def test_projection_resumes_from_its_watermark(log: EventLog, tmp_path: Pa
         assert await Projector(led, log).catch_up() == 0
         await _history_round(log, 2)
         assert await Projector(led, log).catch_up() == (await log.last_seq()) - first
+
+
+async def test_projectors_running_at_once_apply_each_event_once(log: EventLog, tmp_path: Path) -> None:
+    """The background validator and a recovery's plan each project the same ledger, interleaved page
+    by page on one event loop: the result is the ledger one projector would have built."""
+    for k in range(7):
+        await _history_round(log, k)
+    with Ledger(tmp_path / "one") as one, Ledger(tmp_path / "many") as many:
+        await Projector(one, log).catch_up()
+        seen: list[int] = []
+        applied = await asyncio.gather(
+            Projector(many, log).catch_up(),
+            Projector(many, log).catch_up(start=1, on_events=lambda page: seen.extend(s.seq for s in page)),
+            Projector(many, log).catch_up(up_to=20),
+        )
+        assert sum(applied) == many.watermark == await log.last_seq()  # each event applied once
+        assert seen == list(range(1, many.watermark + 1))  # a reader from 1 saw every page, in order
+        assert many.dump() == one.dump()
 
 
 def test_newer_schema_ledger_is_refused_and_untouched(tmp_path: Path) -> None:

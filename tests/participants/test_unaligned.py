@@ -22,7 +22,7 @@ from rollcut.ledger import Ledger, verify_checkpoint
 from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore, TokenRecord
 
-from ..helpers import completed_event
+from ..helpers import completed_event, until
 
 
 async def test_participants_go_on_before_validation_and_the_cut_excludes_what_they_do_meanwhile(
@@ -127,3 +127,43 @@ async def test_a_boundary_stored_before_the_call_it_names_validates_when_both_ar
     )
     res = await coordinator.checkpoint(deadline_s=30)
     assert res.validated_events == res.record.cut and ledger.latest_checkpoint() == res.record
+
+
+async def test_the_validator_keeps_up_in_the_background_and_never_passes_a_cut(
+    log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger, tokens: LocalTokenStore
+) -> None:
+    model = await participants("model-0", "event_sourced", component="model")
+    v = coordinator.validator
+    v.start(every_s=0.005)
+    try:
+        for i in range(50):
+            await log.dispatch(f"r{i}", {}, instance="collector")
+            rc = tokens.put(f"c{i}", TokenRecord(prompt_ids=[i], output_ids=[i + 1]))
+            await model.append(completed_event(f"r{i}", f"c{i}", rc))
+        last = await log.last_seq()
+        await until(lambda: v.fed_to >= last, what="the validator reached the stream's end")
+        assert ledger.watermark >= last  # projected in the background, before any checkpoint
+
+        async def busy(phase: str) -> None:  # the collection goes on, and the validator would too
+            if phase == "release":
+                for i in range(50, 80):
+                    await log.dispatch(f"r{i}", {}, instance="collector")
+
+        coordinator.after_phase = busy
+        first = await coordinator.checkpoint(deadline_s=5)
+        # exactly the events below the cut, each once: nothing past the seal was taken in
+        assert first.validated_events == first.record.cut
+        coordinator.after_phase = None
+        second = await coordinator.checkpoint(deadline_s=5)
+        assert second.validated_events == second.record.cut - first.record.cut
+        for ck in (first, second):
+            assert await verify_checkpoint(log, ledger, tokens, ck.record.checkpoint_id) == []
+        # a bad reference found while tailing fails every checkpoint until it is gone; nothing published
+        ghost = TokenReceipt(receipt_id="never-stored", count=3, digest="cd" * 16)
+        await model.append(completed_event("r0", "c-ghost", ghost))
+        for _ in range(2):
+            with pytest.raises(CheckpointFailedError, match="never-stored"):
+                await coordinator.checkpoint(deadline_s=5)
+        assert ledger.latest_checkpoint() == second.record
+    finally:
+        await v.stop()

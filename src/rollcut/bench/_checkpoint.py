@@ -13,7 +13,11 @@ their own connections. Three cases, each repeated:
 
 For each: ``pause_ms`` (the collection stands still: prepare, seal, release),
 ``publish_ms`` (validation and the ledger write, after everyone went on) and
-``checkpoint_ms`` (start to publication); and, on the state at the same cut,
+``checkpoint_ms`` (start to publication). In the moved cases the coordinator's
+validator keeps up with the stream between checkpoints, as in a collection
+(``background_ms``: the projection and reference checks it did before the
+checkpoint, off every critical path); cold is the worst case, a first
+checkpoint with all the history still to check. And, on the state at the same cut,
 the NeMo-style and per-file baselines (``_baselines``), which stop the world
 for their whole duration. Ratios are baseline time over rollcut's (above 1:
 rollcut is faster), taken per repeat; each figure is reported as its median
@@ -153,12 +157,17 @@ async def _run(root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int
                 by_part = {name: [e for e in evs if e.instance == name] for name, _, _ in _PARTS}
                 await asyncio.gather(*(p.log.append_many(by_part[p.instance]) for p in parts))
 
-        async def measure(case: str, coord: Coordinator) -> None:
+        async def measure(case: str, coord: Coordinator, *, tailing: bool) -> None:
+            got = cases.setdefault(case, {})
+            if tailing:  # what the validator does in the background between two checkpoints
+                t0 = time.perf_counter()
+                async with coord.validator.lock:
+                    await coord.validator.feed()
+                got.setdefault("background_ms", []).append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
             res = await coord.checkpoint(deadline_s=600)
             total = (time.perf_counter() - t0) * 1000
             states = await _state(log, res.record.cut)
-            got = cases.setdefault(case, {})
             for kind in BASELINES:
                 where = root / "baselines" / f"{kind}-{case}-{len(got.get('pause_ms', []))}"
                 ms, files = baseline_checkpoint(kind, where, states)
@@ -175,12 +184,12 @@ async def _run(root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int
         await one_turn(rids)
         for i in range(repeat):  # cold: a fresh ledger over the whole history
             ledgers.append(Ledger(root / f"ledger-cold-{i}"))
-            await measure("cold", Coordinator(log, ledgers[-1], tokens))
+            await measure("cold", Coordinator(log, ledgers[-1], tokens), tailing=False)
         coord = Coordinator(log, ledgers[-1], tokens)
         for pct in moved:
             for _ in range(repeat):
                 await one_turn(rids[: max(1, n * pct // 100)])
-                await measure(f"moved_{pct}", coord)
+                await measure(f"moved_{pct}", coord, tailing=True)
     finally:
         for p in parts:
             await p.stop()

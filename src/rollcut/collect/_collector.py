@@ -383,6 +383,8 @@ class Collector:
         total = len(rollouts)
         periodic_done = asyncio.Event()
         periodic = asyncio.ensure_future(self._periodic(periodic_done)) if self.every_s else None
+        if self.every_s:  # projection and reference checks keep up between checkpoints
+            self.coordinator.validator.start(min(0.5, self.every_s / 4))
         transport = httpx.AsyncHTTPTransport(socket_options=[(6, 1, 1)])  # IPPROTO_TCP, TCP_NODELAY
         async with httpx.AsyncClient(
             timeout=600, transport=transport, limits=httpx.Limits(max_connections=self.concurrency * 2)
@@ -418,6 +420,7 @@ class Collector:
         if periodic is not None:
             periodic_done.set()
             await periodic  # at most one checkpoint in flight, bounded by its deadline
+        await self.coordinator.validator.stop()
         self._written.clear()
         self._load_written()
         self.summary.results_written = len(self._written)

@@ -3,6 +3,7 @@
 from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
+from ._tail import TailValidator
 from ._validate import ReferenceCheck, validate_references
 from ._verify import verify_checkpoint
 
@@ -13,6 +14,7 @@ __all__ = [
     "Projector",
     "ReferenceCheck",
     "RolloutIndex",
+    "TailValidator",
     "rebuild_ledger",
     "validate_references",
     "verify_checkpoint",

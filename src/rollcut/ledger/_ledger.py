@@ -290,3 +290,8 @@ class _WriteBatch:
 
     def set_meta(self, key: str, value: Any) -> None:
         self.txn.put(key.encode(), _enc.encode(value), db=self.ledger._db["meta"])
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        """A meta value as this transaction sees it (another process may have moved it)."""
+        raw = self.txn.get(key.encode(), db=self.ledger._db["meta"])
+        return default if raw is None else msgspec.msgpack.decode(raw)

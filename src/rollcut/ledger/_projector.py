@@ -54,26 +54,31 @@ class Projector:
         self,
         *,
         up_to: int | None = None,
+        start: int | None = None,
         on_page: Callable[[int, int], None] | None = None,
         on_events: Callable[[list[StoredEvent]], None] | None = None,
     ) -> int:
         """Project everything after the watermark (up to ``up_to``). Returns events applied.
 
         ``on_page`` hears progress (last applied, end); ``on_events`` gets each page once it is
-        applied (a reader that needs the ledger up to the page, without reading it again)."""
+        applied (a reader that needs the ledger up to the page, without reading it again), from
+        ``start`` on if given (a reader behind the watermark gets the pages it missed too; only
+        events past the watermark are applied). Several projectors of one ledger may run at once:
+        each page applies only what is past the watermark inside its own transaction."""
         self._check_stream()
-        start = self.ledger.watermark + 1
+        watermark = self.ledger.watermark
         last = await self.log.last_seq()
-        if start > last + 1:
+        if watermark > last:
             raise LedgerError(
-                f"ledger at {self.ledger.path} is at seq {start - 1} but stream {self.log.stream} "
+                f"ledger at {self.ledger.path} is at seq {watermark} but stream {self.log.stream} "
                 f"ends at {last}: it belongs to another stream; rebuild it",
                 path=str(self.ledger.path),
                 stream=self.log.stream,
             )
+        first = watermark + 1 if start is None else start
         end = last if up_to is None else min(up_to, last)
         applied = 0
-        async for page in self.log.read_pages(start=start, up_to=end, strict=False):
+        async for page in self.log.read_pages(start=first, up_to=end, strict=False):
             if page:
                 applied += self._apply_page(page)
                 if on_events:
@@ -92,12 +97,17 @@ class Projector:
             )
 
     def _apply_page(self, page: list[StoredEvent]) -> int:
+        if page[-1].seq <= self.ledger.watermark:
+            return 0  # applied already (by another projector, or we started behind)
         with self.ledger.write() as wb:
-            for stored in page:
+            mark = int(wb.meta("watermark", 0))
+            fresh = [s for s in page if s.seq > mark]
+            for stored in fresh:
                 apply_event(wb, self.log.subjects, stored)
-            wb.set_meta("watermark", page[-1].seq)
-            wb.set_meta("stream", self.log.stream)
-        return len(page)
+            if fresh:
+                wb.set_meta("watermark", fresh[-1].seq)
+                wb.set_meta("stream", self.log.stream)
+        return len(fresh)
 
 
 def _dispatched(rec: RolloutIndex, seq: int, ev: RolloutDispatched) -> None:

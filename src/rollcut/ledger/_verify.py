@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..bus import CheckpointSealed, EventLog
-from ..tokens import LineageStore, TokenSnapshot
+from ..tokens import TokenSnapshot, TokenStore
 from ._ledger import Ledger
 from ._projector import Projector
 from ._validate import validate_references
@@ -12,7 +12,7 @@ __all__ = ["verify_checkpoint"]
 
 
 async def verify_checkpoint(
-    log: EventLog, ledger: Ledger, tokens: LineageStore | None, checkpoint_id: str
+    log: EventLog, ledger: Ledger, tokens: TokenStore | None, checkpoint_id: str
 ) -> list[str]:
     """Every problem found (empty: the checkpoint verifies).
 

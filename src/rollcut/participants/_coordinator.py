@@ -40,7 +40,7 @@ from ..bus import (
     CheckpointSealed,
     EventLog,
 )
-from ..ledger import CheckpointRecord, Ledger, Projector, ReferenceCheck
+from ..ledger import CheckpointRecord, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
@@ -95,7 +95,10 @@ class Coordinator:
         self.membership = Membership(log, timeout_s=discovery_s, idle_s=discovery_idle_s)
         self.grace_s = grace_s
         self.per_try_s = per_try_s
-        self.projector = Projector(ledger, log)
+        # projects the ledger and checks references; started in the background (``validator.start()``)
+        # it keeps up with the stream, and a checkpoint is left with the tail
+        self.validator = TailValidator(log, ledger, tokens)
+        self.projector = self.validator.projector
         # test seam: awaited after each phase (a fault test kills the process here)
         self.after_phase: Callable[[str], Awaitable[None]] | None = None
 
@@ -220,6 +223,12 @@ class Coordinator:
         timer = PhaseTimer(cid)
         with timer.phase("acquire"):
             lane_seq = await self._acquire(cid, deadline)
+        async with self.validator.lock:  # from before the seal: the validator stays at or below the cut
+            return await self._checkpoint(cid, deadline, timer, lane_seq, expect)
+
+    async def _checkpoint(
+        self, cid: str, deadline: float, timer: PhaseTimer, lane_seq: int, expect: set[str] | None
+    ) -> CheckpointResult:
         found: list[InstanceInfo] = []
         resumed: list[str] | None = None  # set once the participants are released
         try:
@@ -267,6 +276,7 @@ class Coordinator:
                 with self.ledger.write() as wb:  # this transaction is the publication
                     wb.put_checkpoint(record)
                     wb.set_meta("validated_seq", cut)
+                self.validator.published()
             publish_ms = (time.perf_counter() - sealed_at) * 1000
         except BaseException as exc:
             # participants already released are not told: their checkpoint ended at the release
@@ -342,15 +352,8 @@ class Coordinator:
         reported = {
             r.instance: ({c.call_id for c in r.calls}, r.started_seq) for r in replies if r.calls is not None
         }
-        check = ReferenceCheck(self.ledger, self.tokens, snapshot, reported=reported)
-        validated = int(self.ledger.meta("validated_seq", 0))
-        projected = min(self.ledger.watermark, cut)
-        if validated < projected:  # projected meanwhile by someone else: those pages are read again
-            async for page in self.log.read_pages(start=validated + 1, up_to=projected, strict=False):
-                check.page(page)
-        # the rest is checked on the pages the projector applies: each event read once
-        await self.projector.catch_up(up_to=cut, on_events=check.page)
-        problems, checked = check.finish(), check.checked
+        # whatever the validator has not reached yet (all of it, if it does not run in the background)
+        problems, checked = await self.validator.at_cut(cut, snapshot, reported)
         for r in replies:
             for c in r.calls or []:
                 if c.receipt is not None and (self.tokens is None or not self.tokens.has(c.receipt)):

@@ -1,9 +1,19 @@
 """Benchmarks behind ``rollcut bench``: each measures rollcut against a raw baseline in the same run."""
 
+from ._baselines import BASELINES
 from ._checkpoint import bench_checkpoint
 from ._e2e import WAYS, bench_e2e
 from ._log import bench_log, workload
 from ._model import bench_model
 from ._workers import bench_workers
 
-__all__ = ["WAYS", "bench_checkpoint", "bench_e2e", "bench_log", "bench_model", "bench_workers", "workload"]
+__all__ = [
+    "BASELINES",
+    "WAYS",
+    "bench_checkpoint",
+    "bench_e2e",
+    "bench_log",
+    "bench_model",
+    "bench_workers",
+    "workload",
+]

@@ -102,7 +102,12 @@ def _turn(rid: str, t: int, receipt: Any) -> list[Any]:
 
 
 async def bench_checkpoint(
-    *, rollouts: int = 10_000, url: str | None = None, moved: tuple[int, ...] = (1, 100), repeat: int = 3
+    *,
+    rollouts: int = 10_000,
+    url: str | None = None,
+    moved: tuple[int, ...] = (1, 100),
+    repeat: int = 3,
+    baselines: tuple[str, ...] = BASELINES,
 ) -> dict[str, Any]:
     """Pause and publication time of rollcut's checkpoint against the NeMo-style and per-file
     designs on the same state: cold, and with ``moved`` percent of the rollouts moved since."""
@@ -113,7 +118,7 @@ async def bench_checkpoint(
             server = EmbeddedServer(root / "nats").start()
             url = server.url
         try:
-            return await _run(root, url, rollouts, moved, max(1, repeat))
+            return await _run(root, url, rollouts, moved, max(1, repeat), baselines)
         finally:
             if server is not None:
                 server.stop()
@@ -127,7 +132,9 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
-async def _run(root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int) -> dict[str, Any]:
+async def _run(
+    root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int, baselines: tuple[str, ...]
+) -> dict[str, Any]:
     cfg = BusConfig(url=url, namespace=f"benchck{os.urandom(3).hex()}")
     log = await EventLog.connect(cfg, name="bench-coordinator")
     plogs = [await EventLog.connect(cfg, name=f"bench-{name}") for name, _, _ in _PARTS]
@@ -168,7 +175,7 @@ async def _run(root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int
             res = await coord.checkpoint(deadline_s=600)
             total = (time.perf_counter() - t0) * 1000
             states = await _state(log, res.record.cut)
-            for kind in BASELINES:
+            for kind in baselines:
                 where = root / "baselines" / f"{kind}-{case}-{len(got.get('pause_ms', []))}"
                 ms, files = baseline_checkpoint(kind, where, states)
                 got.setdefault(f"{kind}_ms", []).append(ms)

@@ -50,16 +50,31 @@ def bench_checkpoint_cmd(
         typer.Option(help="Percent of the rollouts moved since the last checkpoint (repeatable; 1 and 100)."),
     ] = None,
     repeat: Annotated[int, typer.Option(help="Checkpoints measured per case (median and spread).")] = 3,
+    baseline: Annotated[
+        list[str] | None, typer.Option(help="A baseline to run: nemo, per_file (repeatable; default both).")
+    ] = None,
     url: UrlOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Pause and publication time of a checkpoint, cold and with rollouts moved, against the NeMo-style
     and per-file designs on the same state."""
+    from ..bench import BASELINES
+
     pcts = tuple(moved or (1, 100))
-    if any(not 0 < p <= 100 for p in pcts) or repeat < 1:
-        raise fail("--moved takes percents in 1..100, --repeat at least 1")
+    kinds = tuple(baseline or BASELINES)
+    if any(not 0 < p <= 100 for p in pcts) or repeat < 1 or not set(kinds) <= set(BASELINES):
+        raise fail(f"--moved takes percents in 1..100, --repeat at least 1, --baseline one of {BASELINES}")
     status = f"benchmarking checkpoints of {rollouts} rollouts"
-    _measure("bench_checkpoint", status, as_json, rollouts=rollouts, url=url, moved=pcts, repeat=repeat)
+    _measure(
+        "bench_checkpoint",
+        status,
+        as_json,
+        rollouts=rollouts,
+        url=url,
+        moved=pcts,
+        repeat=repeat,
+        baselines=kinds,
+    )
 
 
 @bench_app.command("model")

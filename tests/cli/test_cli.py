@@ -66,6 +66,8 @@ def test_bench_log_prints_the_promised_fields() -> None:
         "append_events_per_s",
         "raw_publish_per_s",
         "append_vs_raw",
+        "ceiling_publish_per_s",
+        "append_vs_ceiling",
         "replay_events_per_s",
         "raw_read_per_s",
         "replay_vs_raw",
@@ -76,7 +78,7 @@ def test_bench_log_prints_the_promised_fields() -> None:
     assert out["events"] == 400 and out["ledger_rebuild_events"] >= 400
     # each ratio is the median of the per-run ratios, each run measured against its own raw baseline
     assert len(out["runs"]) == out["repeat"] == 3
-    for key in ("append_vs_raw", "replay_vs_raw"):
+    for key in ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw"):
         assert out[key] == statistics.median(r[key] for r in out["runs"]) > 0
 
 

@@ -5,7 +5,10 @@ admitted/completed events, resources mutations with tool arguments and
 results, and agent boundaries whose output items grow with the turn (so the
 larger ones cross the compression threshold). The raw baseline publishes
 byte strings of exactly the same sizes, with the same number of concurrent
-writers each awaiting its ack, to a second stream on the same server.
+writers each awaiting its ack, to a second stream on the same server. The
+engine's ceiling publishes the same frames without waiting for acks (core
+publishing, pipelined) to a third stream, timed until the server stored them
+all: what the server can take from one client.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ async def bench_log(
     for key in runs[0]:
         vals = [r[key] for r in runs if key in r]
         out[key] = statistics.median(vals) if isinstance(vals[0], int | float) else vals[0]
-    out["runs"] = [{k: r[k] for k in ("append_vs_raw", "replay_vs_raw")} for r in runs]
+    out["runs"] = [{k: r[k] for k in ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw")} for r in runs]
     return out
 
 
@@ -187,6 +190,13 @@ async def _run(
         raw_subjects = [f"raw.{ns}." + s.split(".", 2)[2] for s in subjects]
         raw_s = await _drive(concurrency, n, lambda k: js.publish(raw_subjects[k], frames[k]))
 
+        # the engine's ceiling: the same frames published without waiting for acks (core publishing,
+        # pipelined), timed until the server has stored them all
+        top_stream = f"TOP_{ns}"
+        await js.add_stream(StreamConfig(name=top_stream, subjects=[f"top.{ns}.>"], storage=StorageType.FILE))
+        top_subjects = [f"top.{ns}." + s.split(".", 2)[2] for s in subjects]
+        ceiling_s = await _ceiling(log.nc, js, top_stream, top_subjects, frames)
+
         info = await js.stream_info(log.stream)
         stream_bytes, stream_msgs = info.state.bytes, info.state.messages
 
@@ -207,16 +217,19 @@ async def _run(
                     "ledger_rebuild_s": round(time.perf_counter() - t0, 3),
                 }
         await js.delete_stream(raw_stream)
+        await js.delete_stream(top_stream)
         await js.delete_stream(log.stream)
     finally:
         stats = log.stats
         await log.close()
-    append_rate, raw_rate = n / append_s, n / raw_s
+    append_rate, raw_rate, ceiling_rate = n / append_s, n / raw_s, n / ceiling_s
     replay_rate, raw_read_rate = replayed / replay_s, n / raw_read_s
     return {
         "append_events_per_s": round(append_rate),
         "raw_publish_per_s": round(raw_rate),
         "append_vs_raw": round(append_rate / raw_rate, 3),
+        "ceiling_publish_per_s": round(ceiling_rate),
+        "append_vs_ceiling": round(append_rate / ceiling_rate, 3),
         "replay_events_per_s": round(replay_rate),
         "raw_read_per_s": round(raw_read_rate),
         "replay_vs_raw": round(replay_rate / raw_read_rate, 3),
@@ -227,6 +240,21 @@ async def _run(
         "commit_singles": stats["singles"],
         "commit_fallbacks": stats["fallbacks"],
     }
+
+
+async def _ceiling(nc: Any, js: Any, stream: str, subjects: list[str], frames: list[bytes]) -> float:
+    """Plain nats-py, no acks: every frame published back to back, the last one acknowledged (the
+    server stores one connection's messages in order, so its ack comes after all the others)."""
+    n = len(frames)
+    t0 = time.perf_counter()
+    for subject, frame in zip(subjects[:-1], frames[:-1], strict=True):
+        await nc.publish(subject, frame)
+    await js.publish(subjects[-1], frames[-1])
+    elapsed = time.perf_counter() - t0
+    stored = (await js.stream_info(stream)).state.messages
+    if stored != n:
+        raise RuntimeError(f"the ceiling run stored {stored} of {n} messages")
+    return elapsed
 
 
 async def _raw_read(js: Any, stream: str, subject: str, n: int) -> float:

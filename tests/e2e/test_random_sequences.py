@@ -210,7 +210,7 @@ async def _sequence(dep: Deployment, steps: list[Op]) -> None:
 
 
 @settings(
-    max_examples=8,
+    max_examples=6,  # each example restarts processes for half a minute; CI has 20
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # shrinking would restart processes for minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -13,6 +13,7 @@ from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFai
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
+    CheckpointAborted,
     CheckpointCommitted,
     EventLog,
     ParticipantLeaseExpired,
@@ -217,7 +218,10 @@ async def test_unresolved_receipt_fails_validation_and_publishes_nothing(
         await coordinator.checkpoint(deadline_s=3)
     msg = str(err.value)
     assert "never-stored" in msg and "c-missing" in msg and "env revision 4" in msg
-    assert ledger.checkpoints() == [] and res_p.gate.state == "open"
+    # failed after the release: nothing published, nobody held, and the lane is free again
+    assert ledger.checkpoints() == [] and res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    last = await log.last_on(log.subjects.mark())
+    assert last is not None and isinstance(last.event, CheckpointAborted)
 
 
 async def test_lease_expiry_reopens_admission_and_is_recorded(

@@ -40,11 +40,12 @@ from ...bus import (
     ModelCallContinued,
     ModelCallFailed,
     ModelCallReused,
+    RolloutEvent,
     TokenReceipt,
     input_digest,
 )
 from ...participants import ExportReport, Participant
-from ...replay import ModelCall, replay
+from ...replay import ModelCall, ModelFold, ModelSession, replay
 from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
@@ -184,24 +185,20 @@ class ModelService:
         this attempt with the same request digest (the same conversation, to the byte) reuses it
         instead of generating it again. Nothing after the fence can be an earlier attempt's: the
         fence refuses it."""
+        fold, after = (
+            ModelFold(),
+            dict[int, ModelSession](),
+        )  # earlier attempts' model sessions, past the cut, folded as replay does
         async for s in self.log.read(rollout_id=ident.rollout_id, start=from_cut + 1, up_to=opened_seq):
             ev = s.event
-            if not isinstance(ev, ModelCallCompleted) or ev.attempt >= ident.attempt:
-                continue
-            have = reusable.get(ev.request_digest)
-            if have is None or have[1].status not in ("completed", "reused"):
-                reusable[ev.request_digest] = (
-                    ev.attempt,
-                    ModelCall(
-                        call_id=ev.call_id,
-                        status="completed",
-                        request_digest=ev.request_digest,
-                        parent_call_id=ev.parent_call_id,
-                        receipt=ev.receipt,
-                        final_seq=s.seq,
-                        response=ev.response,
-                    ),
-                )
+            if isinstance(ev, RolloutEvent) and ev.component == "model" and ev.attempt < ident.attempt:
+                fold.apply(after.setdefault(ev.attempt, fold.initial()), s)
+        for attempt, session in sorted(after.items()):
+            for call in session.calls.values():
+                have = reusable.get(call.request_digest)
+                done = have is not None and have[1].status in ("completed", "reused")
+                if call.status == "completed" and call.receipt is not None and not done:
+                    reusable[call.request_digest] = (attempt, call)
 
     async def _parent(self, ident: Identity) -> str | None:
         last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))

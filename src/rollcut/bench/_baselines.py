@@ -25,6 +25,7 @@ import msgspec
 __all__ = ["BASELINES", "baseline_checkpoint"]
 
 BASELINES = ("nemo", "per_file")
+"""The file-based checkpoint designs ``bench checkpoint`` measures against, by name."""
 
 
 def _fsync_dir(d: Path) -> None:

@@ -384,7 +384,7 @@ class Collector:
         periodic_done = asyncio.Event()
         periodic = asyncio.ensure_future(self._periodic(periodic_done)) if self.every_s else None
         if self.every_s:  # projection and reference checks keep up between checkpoints
-            self.coordinator.validator.start(min(0.5, self.every_s / 4))
+            self.coordinator.validator.start(0.5)  # a round costs a few fsyncs: not more often
         transport = httpx.AsyncHTTPTransport(socket_options=[(6, 1, 1)])  # IPPROTO_TCP, TCP_NODELAY
         async with httpx.AsyncClient(
             timeout=600, transport=transport, limits=httpx.Limits(max_connections=self.concurrency * 2)

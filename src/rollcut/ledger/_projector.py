@@ -77,6 +77,8 @@ class Projector:
             )
         first = watermark + 1 if start is None else start
         end = last if up_to is None else min(up_to, last)
+        if end < first:
+            return 0  # nothing past where the reader is
         applied = 0
         async for page in self.log.read_pages(start=first, up_to=end, strict=False):
             if page:

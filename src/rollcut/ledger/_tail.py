@@ -81,10 +81,10 @@ class TailValidator:
     async def feed(self, *, up_to: int | None = None, limit: int | None = None) -> None:
         """Project and check from the last event checked to ``up_to`` (default: the stream's end),
         at most ``limit`` events. Call it holding :attr:`lock`."""
-        end = await self.log.last_seq() if up_to is None else up_to
+        end = up_to  # None: the stream's end, which catch_up reads anyway
         if limit is not None:
-            end = min(end, self.fed_to + limit)
-        if end > self.fed_to:  # from where we are, whoever projected the ledger meanwhile
+            end = self.fed_to + limit if end is None else min(end, self.fed_to + limit)
+        if end is None or end > self.fed_to:  # from where we are, whoever projected the ledger meanwhile
             await self.projector.catch_up(start=self.fed_to + 1, up_to=end, on_events=self._page)
         self.check.settle()
 

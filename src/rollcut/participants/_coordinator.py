@@ -98,7 +98,6 @@ class Coordinator:
         # projects the ledger and checks references; started in the background (``validator.start()``)
         # it keeps up with the stream, and a checkpoint is left with the tail
         self.validator = TailValidator(log, ledger, tokens)
-        self.projector = self.validator.projector
         # test seam: awaited after each phase (a fault test kills the process here)
         self.after_phase: Callable[[str], Awaitable[None]] | None = None
 

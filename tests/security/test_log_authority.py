@@ -60,6 +60,30 @@ async def test_forged_lifecycle_records_on_a_participants_own_subject_are_quaran
         assert "victim" not in plan.completed and "victim" in plan.fresh_dispatch  # its row will be written
 
 
+async def test_headers_a_writer_puts_on_its_record_do_not_change_where_it_is_read_from(
+    server: EmbeddedServer, creds: Credentials, admin: EventLog, raw_as: object
+) -> None:
+    """The reader takes a record's subject and sequence from the server's reply headers, which
+    the server sets by name: a writer claiming another rollout's fence in its own headers gets
+    its record read where it is stored (a lifecycle kind there: quarantined in its own rollout)."""
+    await admin.dispatch("victim", {"task": 1}, instance="collector-0")
+    await admin.dispatch("writer", {"task": 2}, instance="collector-0")
+    nc = await raw_as(server, creds, "model")  # type: ignore[operator]
+    own = admin.subjects.event("writer", 1, "model")
+    forged = RolloutRetired(component="collector", instance="c", rollout_id="victim", attempt=1, reason="x")
+    ack = await nc.jetstream().publish(
+        own,
+        Codec().encode(forged),
+        headers={"Nats-Subject": admin.subjects.fence("victim"), "Nats-Sequence": "1"},
+    )
+    stored = [s async for s in admin.read(strict=False) if s.seq == ack.seq]
+    assert [(s.seq, s.subject) for s in stored] == [(ack.seq, own)]
+    assert stored[0].event is None and "authority" in str(stored[0].error)
+    state = await replay(admin)
+    assert state.rollouts["victim"].retired is None and not state.rollouts["victim"].corrupt_seqs
+    assert state.rollouts["writer"].corrupt_seqs == [ack.seq]
+
+
 async def test_a_writer_cannot_claim_a_kind_its_subject_may_not_carry(
     server: EmbeddedServer, creds: Credentials, admin: EventLog
 ) -> None:

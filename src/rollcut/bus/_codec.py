@@ -62,6 +62,10 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 """Turns a raw record of one schema version into the next."""
 
 
+def _corrupt(reason: str, stream: str, seq: int, subject: str) -> CorruptEventError:
+    return CorruptEventError(reason, stream=stream, seq=seq, subject=subject)
+
+
 def digest(data: bytes) -> str:
     """Hex blake2b-128: content identity for rollout inputs and token receipts."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -118,44 +122,59 @@ class Codec:
 
     def decode(self, frame: bytes, *, stream: str = "", seq: int = 0, subject: str = "") -> Event:
         """Check the frame and decode it; every failure names where it happened."""
-
-        def corrupt(reason: str) -> CorruptEventError:
-            return CorruptEventError(reason, stream=stream, seq=seq, subject=subject)
-
         if len(frame) < _HEADER or frame[:2] != _MAGIC:
-            raise corrupt("not a rollcut frame (bad magic or too short)")
+            raise _corrupt("not a rollcut frame (bad magic or too short)", stream, seq, subject)
         if frame[2] != _FRAME_VERSION:
-            raise corrupt(f"frame version {frame[2]} is not {_FRAME_VERSION}")
+            raise _corrupt(f"frame version {frame[2]} is not {_FRAME_VERSION}", stream, seq, subject)
         flags = frame[3]
         body = frame[_HEADER:]  # a copy, but msgspec decodes bytes faster than a memoryview
         if zlib.crc32(body).to_bytes(4, "big") != frame[4:_HEADER]:
-            raise corrupt("payload checksum mismatch")
+            raise _corrupt("payload checksum mismatch", stream, seq, subject)
         if flags & _FLAG_ZSTD:
-            body = self._inflate(body, corrupt)
+            body = self._inflate(body, stream, seq, subject)
         elif len(body) > self.max_event_bytes:
-            raise corrupt(f"{len(body)} bytes, over the {self.max_event_bytes}-byte limit")
+            raise _corrupt(
+                f"{len(body)} bytes, over the {self.max_event_bytes}-byte limit", stream, seq, subject
+            )
         try:
             event = self._dec.decode(body)
         except msgspec.DecodeError as exc:
-            return self._slow_decode(body, exc, corrupt)
+            return self._slow_decode(body, exc, lambda why: _corrupt(why, stream, seq, subject))
         if event.schema_version != SCHEMA_VERSION:
-            return self._slow_decode(body, None, corrupt)
+            return self._slow_decode(body, None, lambda why: _corrupt(why, stream, seq, subject))
         return event
 
-    def _inflate(self, packed: bytes, corrupt: Callable[[str], CorruptEventError]) -> bytes:
+    def _inflate(self, packed: bytes, stream: str, seq: int, subject: str) -> bytes:
         """Decompress at most ``max_event_bytes``, whatever the frame's header declares: a small
-        frame that inflates to gigabytes is refused after the limit, never allocated."""
+        frame that inflates to gigabytes is refused after the limit, never allocated.
+
+        A frame that declares its size (rollcut's compressor always does) is inflated in one call
+        into a buffer of exactly that size (four times cheaper than a stream); one that does not
+        is read through a stream and counted.
+        """
         limit = self.max_event_bytes
         try:
             declared = zstandard.frame_content_size(packed)
             if declared > limit:  # -1: not declared, read and count
-                raise corrupt(f"zstd frame declares {declared} bytes, over the {limit}-byte limit")
+                raise _corrupt(
+                    f"zstd frame declares {declared} bytes, over the {limit}-byte limit", stream, seq, subject
+                )
+            if declared >= 0:
+                body = self._zd.decompress(packed, max_output_size=declared)
+                if len(body) != declared:
+                    raise _corrupt(
+                        f"zstd frame inflates to {len(body)} bytes, not the {declared} it declares",
+                        stream,
+                        seq,
+                        subject,
+                    )
+                return body
             with self._zd.stream_reader(packed) as reader:
                 body = reader.read(limit + 1)
         except zstandard.ZstdError as exc:
-            raise corrupt(f"zstd: {exc}") from exc
+            raise _corrupt(f"zstd: {exc}", stream, seq, subject) from exc
         if len(body) > limit:
-            raise corrupt(f"zstd frame inflates past the {limit}-byte limit")
+            raise _corrupt(f"zstd frame inflates past the {limit}-byte limit", stream, seq, subject)
         return body
 
     def _slow_decode(

@@ -23,6 +23,7 @@ stale.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 from dataclasses import dataclass, field
@@ -146,7 +147,7 @@ class GroupCommit:
             self._slots.release()
 
     async def _send_batch(self, items: list[_Item]) -> None:
-        bid = os.urandom(16).hex()
+        bid = base64.urlsafe_b64encode(os.urandom(12)).decode()  # 96 bits, 16 characters stored per event
         last = len(items)
         ack: PubAck | None = None
         body = [(it.subject, it.headers, it.header_lines, it.payload) for it in items[:-1]]

@@ -31,6 +31,7 @@ from .._errors import (
     SchemaError,
     StaleAttemptError,
 )
+from .._gc import paused
 from ._authority import authority_error
 from ._codec import Codec
 from ._commit import GroupCommit, Outcome
@@ -162,7 +163,7 @@ class EventLog(FenceOps):
         """
         if is_fence_kind(event):
             raise FenceError(f"{type(event).__name__} is written by dispatch/tombstone/open_attempt")
-        frame = self._encode(event)
+        subject, frame = self._encode(event)
         eid = event.event_id
         if isinstance(event, RolloutEvent):
             known = self._open.get(event.rollout_id)
@@ -176,7 +177,7 @@ class EventLog(FenceOps):
         else:
             headers = {_MSG_ID: eid}
             lines = f"{_MSG_ID}: {eid}\r\n".encode()
-        out = await self._commit.submit(self.subjects.for_event(event), frame, headers, lines)
+        out = await self._commit.submit(subject, frame, headers, lines)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE and isinstance(event, RolloutEvent):
             self._open.pop(event.rollout_id, None)
             state = await self.fence_state(event.rollout_id)
@@ -207,9 +208,9 @@ class EventLog(FenceOps):
 
     async def _append_if_last(self, event: Event, expect_last_seq: int) -> int | None:
         """The compare-and-set on the event's own subject; None when its last sequence moved."""
-        frame = self._encode(event)
+        subject, frame = self._encode(event)
         headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: str(expect_last_seq)}
-        out = await self._commit.submit(self.subjects.for_event(event), frame, headers)
+        out = await self._commit.submit(subject, frame, headers)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
             return None
         self._raise_other(out, event)
@@ -276,22 +277,27 @@ class EventLog(FenceOps):
             raise FenceError("reading one attempt needs its rollout_id too")
         if rollout_id is None:
             async for pg in scan(self.nc, self.stream, start=start, up_to=up_to):
-                yield [self._decode(m, strict) for m in pg]
+                with paused():
+                    decoded = [self._decode(m, strict) for m in pg]
+                yield decoded
             return
         if attempt is not None:
             filters = [self.subjects.attempt_filter(rollout_id, attempt)]
         else:
             filters = self.subjects.rollout_filters(rollout_id)
         msgs = await scan_merged(self.nc, self.stream, filters, start=start, up_to=up_to)
-        yield [self._decode(m, strict) for m in msgs]
+        with paused():
+            decoded = [self._decode(m, strict) for m in msgs]
+        yield decoded
 
-    def _encode(self, event: Event) -> bytes:
-        """The frame of an event this log may store where it goes: a body that disagrees with its
-        subject is refused here, before anything is sent (readers would quarantine it)."""
-        why = authority_error(self.subjects, self.subjects.for_event(event), event)
+    def _encode(self, event: Event) -> tuple[str, bytes]:
+        """Where an event goes and its frame: a body that disagrees with its subject is refused
+        here, before anything is sent (readers would quarantine it)."""
+        subject = self.subjects.for_event(event)
+        why = authority_error(self.subjects, subject, event)
         if why is not None:
             raise SchemaError(f"{type(event).__name__}: {why}")
-        return self.codec.encode(event)
+        return subject, self.codec.encode(event)
 
     def _decode(self, m: RawMessage, strict: bool) -> StoredEvent:
         """A stored record, or its quarantine: a bad frame, a kind or version this rollcut does not

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .._errors import BusError
+from ._stream import parse_headers
 
 __all__ = ["RawMessage", "scan", "scan_merged"]
 
@@ -29,6 +30,27 @@ class RawMessage(msgspec.Struct, frozen=True, gc=False):
     seq: int
     subject: str
     data: bytes
+
+
+_DATA_LINE = b"NATS/1.0\r\n"
+_SUBJECT = b"\r\nNats-Subject:"
+_SEQUENCE = b"\r\nNats-Sequence:"
+
+
+def _field(headers: bytes, name: bytes) -> bytes:
+    """One header's value from a raw header block.
+
+    The server sets ``Nats-Subject`` and ``Nats-Sequence`` on a direct-get reply by name,
+    replacing any a publisher put on its message (``tests/security/test_log_authority.py``
+    forges them), and no value can hold a line break: the one line that starts with the name
+    is the server's.
+    """
+    i = headers.rfind(name)
+    if i < 0:
+        return b""
+    i += len(name)
+    end = headers.find(b"\r\n", i)
+    return headers[i : end if end >= 0 else len(headers)].strip()
 
 
 class _Page:
@@ -43,22 +65,38 @@ class _Page:
         self.last = 0
         self.error: str | None = None
 
+    def on_raw(self, headers: bytes, data: bytes) -> None:
+        """A reply as it came off the socket (see ``_stream._Client._process_msg``)."""
+        if not headers.startswith(_DATA_LINE):  # a status line: the end of the batch, or an error
+            self._on_status(parse_headers(headers))
+            return
+        seq, subject = _field(headers, _SEQUENCE), _field(headers, _SUBJECT)
+        if not seq.isdigit() or not subject:
+            self.error = "a direct-get reply without its subject or sequence"
+            self.done.set()
+            return
+        self.messages.append(RawMessage(int(seq), subject.decode(), data))
+
     async def on_msg(self, msg: Msg) -> None:
+        """The same, through nats-py's message objects (a connection not made by ``connect``)."""
         hdrs = msg.headers
         if hdrs is None:
             self.error = "a direct-get reply without headers"
             self.done.set()
             return
         if "Status" in hdrs:
-            status = hdrs["Status"]
-            if status == "204":  # end of batch
-                self.pending = int(hdrs.get("Nats-Num-Pending", "0") or 0)
-                self.last = int(hdrs.get("Nats-Last-Sequence", "0") or 0)
-            elif status != "404":  # 404: nothing (more) matches
-                self.error = f"{status} {hdrs.get('Description', '')}"
-            self.done.set()
+            self._on_status(hdrs)
             return
         self.messages.append(RawMessage(int(hdrs["Nats-Sequence"]), hdrs["Nats-Subject"], msg.data))
+
+    def _on_status(self, hdrs: dict[str, str] | None) -> None:
+        status = (hdrs or {}).get("Status", "")
+        if hdrs is not None and status == "204":  # end of batch
+            self.pending = int(hdrs.get("Nats-Num-Pending", "0") or 0)
+            self.last = int(hdrs.get("Nats-Last-Sequence", "0") or 0)
+        elif status != "404":  # 404: nothing (more) matches
+            self.error = f"{status or 'no status'} {(hdrs or {}).get('Description', '')}"
+        self.done.set()
 
 
 async def _fetch(
@@ -67,6 +105,9 @@ async def _fetch(
     pg = _Page()
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=pg.on_msg, pending_msgs_limit=limit + 16)
+    raw = getattr(nc, "raw_handlers", None)
+    if raw is not None:
+        raw[sub._id] = pg.on_raw
     try:
         await nc.publish(api, msgspec.json.encode(req), reply=inbox)
         try:
@@ -78,6 +119,8 @@ async def _fetch(
                 seq=int(str(req["seq"])),
             ) from exc
     finally:
+        if raw is not None:
+            raw.pop(sub._id, None)
         await sub.unsubscribe()
     if pg.error:
         raise BusError(

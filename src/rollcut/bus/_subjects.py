@@ -29,6 +29,7 @@ COORDINATOR_LANE = "checkpoint"
 COLLECTOR_LANE = "collector"
 """The marker lane of the namespace's collector lease; no participant instance may be named so."""
 
+_PARSED_MAX = 1 << 16
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -54,6 +55,7 @@ class Subjects:
         self.namespace = check_token(namespace, "namespace")
         self.prefix = f"rc.{namespace}"
         self.stream = f"RC_{namespace}"
+        self._parsed: dict[str, ParsedSubject] = {}
         self.stream_subjects = [
             f"{self.prefix}.ev.>",
             f"{self.prefix}.fence.*",
@@ -95,6 +97,21 @@ class Subjects:
         raise ConfigError(f"{type(event).__name__} has no subject")
 
     def parse(self, subject: str) -> ParsedSubject:
+        """What a stored subject names; a ConfigError if it is not one of this namespace's.
+
+        Remembered: a replay asks for the same few subjects of every rollout once per event
+        (the cache is dropped whole when it reaches ``_PARSED_MAX`` entries).
+        """
+        hit = self._parsed.get(subject)
+        if hit is not None:
+            return hit
+        parsed = self._parse(subject)
+        if len(self._parsed) >= _PARSED_MAX:
+            self._parsed.clear()
+        self._parsed[subject] = parsed
+        return parsed
+
+    def _parse(self, subject: str) -> ParsedSubject:
         parts = subject.split(".")
         if len(parts) >= 4 and parts[0] == "rc" and parts[1] == self.namespace:
             fam = parts[2]

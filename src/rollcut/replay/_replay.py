@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from .._gc import paused
 from ..bus import (
     AttemptOpened,
     AttemptTombstoned,
@@ -209,7 +210,8 @@ async def replay(
     rp = Replayer(log.subjects, registry)
     apply = rp.apply
     async for page in log.read_pages(rollout_id=rollout_id, up_to=cut, strict=False):
-        for stored in page:
-            apply(stored)
+        with paused():
+            for stored in page:
+                apply(stored)
     rp.result.cut = cut
     return rp.result

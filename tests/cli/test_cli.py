@@ -71,14 +71,17 @@ def test_bench_log_prints_the_promised_fields() -> None:
         "replay_events_per_s",
         "raw_read_per_s",
         "replay_vs_raw",
+        "streaming_vs_raw",
         "bytes_per_event",
         "ledger_rebuild_s",
     ):
         assert key in out, key
     assert out["events"] == 400 and out["ledger_rebuild_events"] >= 400
+    # half the workload's rollouts finish: the streaming fold holds less than the full one
+    assert 0 < out["streaming_retained_bytes_per_event"] < out["replay_retained_bytes_per_event"]
     # each ratio is the median of the per-run ratios, each run measured against its own raw baseline
     assert len(out["runs"]) == out["repeat"] == 3
-    for key in ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw"):
+    for key in ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw", "streaming_vs_raw"):
         assert out[key] == statistics.median(r[key] for r in out["runs"]) > 0
 
 
@@ -163,6 +166,12 @@ def test_bench_model_compares_custody_with_the_same_server_without_it() -> None:
         assert abs(c["throughput_ratio"]["median"] - rate) <= 0.01 * rate + 0.002
         for key in ("plain_p50_ms", "custody_p99_ms", "added_p50_ms", "added_p99_ms"):
             assert c[key]["min"] <= c[key]["median"] <= c[key]["max"], key
+        # Linux: what each server process and the load generator spent per call
+        assert (
+            c["custody_server_cpu_us_per_call"]["median"] > 0
+            and c["plain_server_cpu_us_per_call"]["median"] > 0
+        )
+        assert c["plain_client_cpu_us_per_call"]["median"] > 0
 
 
 @pytest.mark.slow

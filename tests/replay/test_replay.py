@@ -6,7 +6,14 @@ import random
 
 import msgspec
 
-from rollcut.bus import EventLog, ModelCallCompleted, ResourcesMutated, StoredEvent, TokenReceipt
+from rollcut.bus import (
+    EventLog,
+    ModelCallCompleted,
+    ResourcesMutated,
+    ResultAccepted,
+    StoredEvent,
+    TokenReceipt,
+)
 from rollcut.replay import FoldRegistry, default_registry, replay
 
 from ..helpers import boundary_event, counter_event, model_event
@@ -128,3 +135,30 @@ async def test_corrupt_event_quarantines_only_its_rollout(log: EventLog) -> None
     assert res.rollouts["bad"].corrupt_seqs == [ack.seq]
     assert res.rollouts["good"].status == "running"
     assert res.rollouts["good"].corrupt_seqs == []
+
+
+async def test_the_streaming_fold_drops_what_finished_and_keeps_what_runs(log: EventLog) -> None:
+    """A restore's replay holds only the rollouts it may rebuild: one accepted and one retired
+    rollout keep their status and counts but no sessions; the running one is folded in full, and
+    equals the full replay of it."""
+    for r in ("done", "gone", "running"):
+        await log.dispatch(r, {"r": r}, instance="c")
+        for i in range(3):
+            await log.append(model_event(r, call_id=f"{r}{i}"))
+    await log.append(
+        ResultAccepted(
+            component="collector", instance="c", rollout_id="done", attempt=1, result_digest="ab" * 8
+        )
+    )
+    await log.append(model_event("done", call_id="late"))  # after acceptance: counted, not folded
+    await log.retire("gone", reason="poisoned", instance="c")
+    full = await replay(log)
+    lean = await replay(log, keep_finished=False)
+    assert lean.events == full.events and lean.cut == full.cut
+    for r in ("done", "gone"):
+        assert lean.rollouts[r].status == full.rollouts[r].status != "running"
+        assert full.rollouts[r].attempts[1].sessions and not lean.rollouts[r].attempts[1].sessions
+        assert lean.rollouts[r].attempts[1].events == full.rollouts[r].attempts[1].events
+    assert len(full.rollouts["done"].attempts[1].sessions["model"].calls) == 4
+    assert msgspec.to_builtins(lean.rollouts["running"]) == msgspec.to_builtins(full.rollouts["running"])
+    assert len(lean.rollouts["running"].attempts[1].sessions["model"].calls) == 3

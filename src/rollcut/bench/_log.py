@@ -14,11 +14,13 @@ all: what the server can take from one client.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 import statistics
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,12 +37,16 @@ from ..bus import (
     ModelCallAdmitted,
     ModelCallCompleted,
     ResourcesMutated,
+    ResultAccepted,
+    RolloutEvent,
     TokenReceipt,
 )
 from ..ledger import rebuild_ledger
 from ..replay import replay
 
 __all__ = ["bench_log", "workload"]
+
+_TURNS = 5  # turns per rollout in bench log's workload: half the history belongs to finished rollouts
 
 _WORDS = (
     "the", "agent", "calls", "a", "tool", "and", "reads",
@@ -52,16 +58,33 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n))
 
 
-def workload(events: int, *, rollouts: int, seed: int = 0) -> list[Event]:
-    """A deterministic list of ``events`` events spread over ``rollouts`` rollouts."""
+def workload(events: int, *, rollouts: int, seed: int = 0, turns: int = 0) -> list[Event]:
+    """A deterministic list of ``events`` events spread over ``rollouts`` concurrent rollouts.
+
+    With ``turns``, a rollout ends after that many turns (its result accepted) and a new one
+    takes its place, as in a collection; without, every rollout runs to the end of the list.
+    """
     rng = random.Random(seed)
     out: list[Event] = []
     turn = dict.fromkeys(range(rollouts), 0)
+    generation = dict.fromkeys(range(rollouts), 0)
     i = 0
     while len(out) < events:
         r = i % rollouts
         i += 1
-        rid, t = f"bench-{r:06d}", turn[r]
+        if turns and turn[r] == turns:
+            out.append(
+                ResultAccepted(
+                    component="collector",
+                    instance="collector-0",
+                    rollout_id=_rollout_id(r, generation[r]),
+                    attempt=1,
+                    result_digest=f"{rng.getrandbits(128):032x}",
+                )
+            )
+            turn[r], generation[r] = 0, generation[r] + 1
+            continue
+        rid, t = _rollout_id(r, generation[r]), turn[r]
         turn[r] += 1
         call = f"c{r}-{t}"
         digest = f"{rng.getrandbits(128):032x}"
@@ -121,6 +144,15 @@ def workload(events: int, *, rollouts: int, seed: int = 0) -> list[Event]:
     return out[:events]
 
 
+def _rollout_id(slot: int, generation: int) -> str:
+    return f"bench-{slot:06d}" if generation == 0 else f"bench-{slot:06d}-{generation}"
+
+
+def _rollout_ids(events: list[Event]) -> list[str]:
+    """Every rollout a workload names, in the order they first appear (the order to dispatch them)."""
+    return list(dict.fromkeys(e.rollout_id for e in events if isinstance(e, RolloutEvent)))
+
+
 async def _drive(concurrency: int, n: int, op: Callable[[int], Any]) -> float:
     """Run op(0..n-1) with ``concurrency`` workers each awaiting its own ops; returns seconds."""
     nxt = iter(range(n))
@@ -143,7 +175,7 @@ async def bench_log(
     neighbour slows both; the ratios are taken per run, then the median.
     """
     rollouts = max(1, events // 40)
-    evs = workload(events, rollouts=rollouts, seed=seed)
+    evs = workload(events, rollouts=rollouts, seed=seed, turns=_TURNS)
     with tempfile.TemporaryDirectory(prefix="rollcut-bench-") as tmp:
         server = None
         if url is None:
@@ -165,7 +197,8 @@ async def bench_log(
     for key in runs[0]:
         vals = [r[key] for r in runs if key in r]
         out[key] = statistics.median(vals) if isinstance(vals[0], int | float) else vals[0]
-    out["runs"] = [{k: r[k] for k in ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw")} for r in runs]
+    keys = ("append_vs_raw", "append_vs_ceiling", "replay_vs_raw", "streaming_vs_raw")
+    out["runs"] = [{k: r[k] for k in keys} for r in runs]
     return out
 
 
@@ -175,8 +208,8 @@ async def _run(
     ns = f"bench{os.urandom(4).hex()}"
     log = await EventLog.connect(BusConfig(url=url, namespace=ns), name="rollcut-bench")
     try:
-        for r in range(rollouts):
-            await log.dispatch(f"bench-{r:06d}", {"task": r}, instance="bench")
+        for i, rid in enumerate(_rollout_ids(evs)):
+            await log.dispatch(rid, {"task": i}, instance="bench")
         frames = [log.codec.encode(e) for e in evs]
         subjects = [log.subjects.for_event(e) for e in evs]
         n = len(evs)
@@ -204,18 +237,23 @@ async def _run(
         res = await replay(log)
         replay_s = time.perf_counter() - t0
         replayed = res.events
+        del res
+
+        t0 = time.perf_counter()
+        streamed = (await replay(log, keep_finished=False)).events
+        streaming_s = time.perf_counter() - t0
 
         raw_read_s = await _raw_read(js, raw_stream, f"raw.{ns}.>", n)
 
         extra: dict[str, Any] = {}
         if ledger:
+            extra["replay_retained_bytes_per_event"] = round(await _retained(log, True) / replayed)
+            extra["streaming_retained_bytes_per_event"] = round(await _retained(log, False) / replayed)
             with tempfile.TemporaryDirectory(prefix="rollcut-ledger-") as ltmp:
                 t0 = time.perf_counter()
                 projected, _ = await rebuild_ledger(log, Path(ltmp) / "ledger")
-                extra = {
-                    "ledger_rebuild_events": projected,
-                    "ledger_rebuild_s": round(time.perf_counter() - t0, 3),
-                }
+                extra["ledger_rebuild_events"] = projected
+                extra["ledger_rebuild_s"] = round(time.perf_counter() - t0, 3)
         await js.delete_stream(raw_stream)
         await js.delete_stream(top_stream)
         await js.delete_stream(log.stream)
@@ -233,6 +271,8 @@ async def _run(
         "replay_events_per_s": round(replay_rate),
         "raw_read_per_s": round(raw_read_rate),
         "replay_vs_raw": round(replay_rate / raw_read_rate, 3),
+        "streaming_replay_events_per_s": round(streamed / streaming_s),
+        "streaming_vs_raw": round(streamed / streaming_s / raw_read_rate, 3),
         **extra,
         "bytes_per_event": round(stream_bytes / max(1, stream_msgs), 1),
         "payload_bytes_per_event": round(sum(map(len, frames)) / n, 1),
@@ -240,6 +280,22 @@ async def _run(
         "commit_singles": stats["singles"],
         "commit_fallbacks": stats["fallbacks"],
     }
+
+
+async def _retained(log: EventLog, keep_finished: bool) -> int:
+    """Bytes a whole replay's result holds once it is done (Python allocations still alive).
+
+    Measured on a replay of its own: tracing allocations slows it several times."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        res = await replay(log, keep_finished=keep_finished)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del res
+    return held
 
 
 async def _ceiling(nc: Any, js: Any, stream: str, subjects: list[str], frames: list[bytes]) -> float:

@@ -11,7 +11,10 @@ alternating order, ``repeat`` times.
 
 Per client count: calls/s of each, their ratio (custody over plain) per
 repeat, and the latency custody adds at p50 and p99 (medians over repeats,
-with spreads).
+with spreads). Beside them the CPU each server process spent per call and the
+CPU the load generator spent per call (all on the same cores, so a ratio of
+throughputs is also a ratio of who got the cores; the CPU per call is not).
+Read from ``/proc`` (Linux); elsewhere these fields are absent.
 """
 
 from __future__ import annotations
@@ -85,6 +88,15 @@ async def _load(
     return lat, time.perf_counter() - t0
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None where /proc is not."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
     return {
         "median": round(statistics.median(values), digits),
@@ -106,6 +118,8 @@ async def bench_model(
             custody, custody_url = _spawn([sys.executable, "-m", "rollcut", *serve, "--port", "0"])
             plain, plain_url = _spawn([sys.executable, "-m", "rollcut.bench._plain_model", "--port", "0"])
             urls = {"plain": plain_url, "custody": custody_url}
+            pids = {"plain": plain.pid, "custody": custody.pid}
+            cpu: dict[int, dict[str, list[tuple[float, float]]]] = {}
             runs: dict[int, dict[str, list[Any]]] = {}
             try:
                 run = 0
@@ -123,7 +137,12 @@ async def bench_model(
                             if name == "custody":
                                 for rid, body in zip(rids, bodies, strict=True):
                                     await log.dispatch(rid, body, instance="bench")
+                            server0, client0 = _cpu_s(pids[name]), time.process_time()
                             got[name].append(await _load(urls[name], bodies, rids, c))
+                            server1, client1 = _cpu_s(pids[name]), time.process_time()
+                            if server0 is not None and server1 is not None:
+                                used = ((server1 - server0) / calls * 1e6, (client1 - client0) / calls * 1e6)
+                                cpu.setdefault(c, {}).setdefault(name, []).append(used)
                 async with httpx.AsyncClient() as http:
                     stats = (await http.get(f"{custody_url}/rollcut/stats")).json()
             finally:
@@ -153,5 +172,8 @@ async def bench_model(
             "added_p50_ms": _spread(added(50)),
             "added_p99_ms": _spread(added(99)),
         }
+        for name, spent in cpu.get(c, {}).items():
+            out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = _spread([u for u, _ in spent], 0)
+            out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = _spread([u for _, u in spent], 0)
     out.update({k: stats[k] for k in ("calls_generated", "calls_served_from_log", "tokens_generated")})
     return out

@@ -91,7 +91,8 @@ async def plan_recovery(
     if checkpoint_id and ck is None:
         raise ConfigError(f"no published checkpoint {checkpoint_id}")
     plan = RecoveryPlan(ck.checkpoint_id if ck else None, ck.cut if ck else 0)
-    at_cut = await replay(log, up_to=plan.cut) if ck else None
+    # a finished rollout is never rebuilt: the streaming fold holds only the running ones
+    at_cut = await replay(log, up_to=plan.cut, keep_finished=False) if ck else None
     for rid in rollouts:
         if rid in accepted:
             plan.completed.append(rid)

@@ -103,11 +103,20 @@ class ReplayResult(msgspec.Struct, kw_only=True):
 
 
 class Replayer:
-    """Folds stored events, one at a time, in stream order."""
+    """Folds stored events, one at a time, in stream order.
 
-    def __init__(self, subjects: Subjects, registry: FoldRegistry | None = None) -> None:
+    ``keep_finished=False`` is the streaming fold: once a rollout's result is accepted or it is
+    retired, its sessions are dropped and its later events only counted, so what a replay holds
+    is bounded by the rollouts still running, not by the length of the history. A restore wants
+    exactly that (a finished rollout is never rebuilt); an inspection of one rollout keeps all.
+    """
+
+    def __init__(
+        self, subjects: Subjects, registry: FoldRegistry | None = None, *, keep_finished: bool = True
+    ) -> None:
         self.subjects = subjects
         self.registry = registry or default_registry()
+        self.keep_finished = keep_finished
         self.result = ReplayResult(cut=0)
         self._lifecycle: dict[type, Callable[[StoredEvent, Any], None]] = {
             RolloutDispatched: self._dispatched,
@@ -155,6 +164,9 @@ class Replayer:
             a.first_seq = stored.seq
         if type(ev) is ResultAccepted:
             r.accepted, r.accepted_seq = ev, stored.seq
+            self._finished(r)
+            return
+        if not self.keep_finished and (r.accepted is not None or r.retired is not None):
             return
         fold = self.registry.get(ev.component)
         if fold is None:
@@ -196,6 +208,12 @@ class Replayer:
         r.last_seq = stored.seq
         r.open, r.retired = False, ev.reason
         self._attempt(r, ev.attempt).tombstoned_seq = stored.seq
+        self._finished(r)
+
+    def _finished(self, r: RolloutState) -> None:
+        if not self.keep_finished:
+            for a in r.attempts.values():
+                a.sessions = {}
 
 
 async def replay(
@@ -204,10 +222,12 @@ async def replay(
     up_to: int | None = None,
     rollout_id: str | None = None,
     registry: FoldRegistry | None = None,
+    keep_finished: bool = True,
 ) -> ReplayResult:
-    """The state of every rollout (or one) as of ``up_to`` (default: the end now)."""
+    """The state of every rollout (or one) as of ``up_to`` (default: the end now); with
+    ``keep_finished=False`` finished rollouts keep their status but not their sessions."""
     cut = up_to if up_to is not None else await log.last_seq()
-    rp = Replayer(log.subjects, registry)
+    rp = Replayer(log.subjects, registry, keep_finished=keep_finished)
     apply = rp.apply
     async for page in log.read_pages(rollout_id=rollout_id, up_to=cut, strict=False):
         with paused():

@@ -23,9 +23,7 @@ stale.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +32,7 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from .._errors import BusError, PermissionDeniedError
+from ._events import new_event_id
 from ._stream import Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
@@ -147,7 +146,7 @@ class GroupCommit:
             self._slots.release()
 
     async def _send_batch(self, items: list[_Item]) -> None:
-        bid = base64.urlsafe_b64encode(os.urandom(12)).decode()  # 96 bits, 16 characters stored per event
+        bid = new_event_id()  # 96 random bits in 16 characters, stored with every event of the batch
         last = len(items)
         ack: PubAck | None = None
         body = [(it.subject, it.headers, it.header_lines, it.payload) for it in items[:-1]]

@@ -153,6 +153,10 @@ class _Client(NATS):
         that calls back: about three quarters of the read's cost before a single event is
         decoded. A page reader registered in :attr:`raw_handlers` gets the header block and the
         payload as they came off the socket, in order, on the reading task.
+
+        Two private nats-py names are relied on: this method and a subscription's ``_id`` (its
+        sid, see ``_read._fetch``); a connection without ``raw_handlers`` reads through message
+        objects, slower and the same.
         """
         handler = self.raw_handlers.get(sid)
         if handler is None:

@@ -184,3 +184,16 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
             assert key in r, (way, key)
         assert r["results_written"] == 12 and r["duplicate_results"] == 0, (way, r)
     assert out["rollcut"]["model_calls_regenerated"] == 0 and out["rollcut"]["tokens_regenerated"] == 0
+
+
+def test_an_error_is_one_line_with_its_brackets_whatever_the_width(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A refusal names an event id and a server description; wrapped at 80 columns it was split
+    mid-phrase (a grep for the server's words missed it), and `[...]` was read as markup."""
+    from rollcut.cli._app import fail
+
+    message = "append of ResultAccepted Ke4xo-L9YO5_7NN3 refused: 10077 maximum bytes exceeded [limit 65536]"
+    exit_ = fail(message, 74)
+    err = capsys.readouterr().err
+    assert err == f"error: {message}\n" and exit_.exit_code == 74

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -228,8 +229,10 @@ def print_json(obj: Any) -> None:
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    """Say what went wrong on stderr; raise the returned exit to leave with ``code``."""
-    console.print(f"[red]error:[/red] {message}")
+    """Say what went wrong on stderr, on one line whatever the terminal's width (a log grepped for
+    an error must find it whole), with the message's own brackets shown, not read as markup;
+    raise the returned exit to leave with ``code``."""
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

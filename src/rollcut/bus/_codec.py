@@ -139,9 +139,9 @@ class Codec:
         try:
             event = self._dec.decode(body)
         except msgspec.DecodeError as exc:
-            return self._slow_decode(body, exc, lambda why: _corrupt(why, stream, seq, subject))
+            return self._slow_decode(body, exc, stream, seq, subject)
         if event.schema_version != SCHEMA_VERSION:
-            return self._slow_decode(body, None, lambda why: _corrupt(why, stream, seq, subject))
+            return self._slow_decode(body, None, stream, seq, subject)
         return event
 
     def _inflate(self, packed: bytes, stream: str, seq: int, subject: str) -> bytes:
@@ -178,18 +178,15 @@ class Codec:
         return body
 
     def _slow_decode(
-        self,
-        body: bytes,
-        fast_exc: Exception | None,
-        corrupt: Callable[[str], CorruptEventError],
+        self, body: bytes, fast_exc: Exception | None, stream: str, seq: int, subject: str
     ) -> Event:
         """Explain a failure precisely, or upcast an older record."""
         try:
             raw = self._raw.decode(body)
         except msgspec.DecodeError as exc:
-            raise corrupt(f"msgpack: {exc}") from exc
+            raise _corrupt(f"msgpack: {exc}", stream, seq, subject) from exc
         if not isinstance(raw, dict):
-            raise corrupt("body is not a map")
+            raise _corrupt("body is not a map", stream, seq, subject)
         kind = raw.get("kind")
         if kind not in KINDS:
             raise UnknownEventKindError(str(kind), list(KINDS))

@@ -218,7 +218,7 @@ class GroupCommit:
             pending: list[asyncio.Future[Any]] = [req, denied]
             await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._denials.unwatch(watch, denied)
+            self._denials.unwatch(denied)
         if req.done():
             return req.result().data
         req.cancel()

@@ -122,7 +122,7 @@ class Denials:
         self._waiters[id(fut)] = (watched, fut)
         return fut
 
-    def unwatch(self, subjects: list[str], fut: asyncio.Future[str]) -> None:
+    def unwatch(self, fut: asyncio.Future[str]) -> None:
         self._waiters.pop(id(fut), None)
 
 

@@ -11,10 +11,12 @@ from rollcut.bus import (
     AgentBoundary,
     EventLog,
     ModelCallCompleted,
+    ModelCallPrefixCut,
     ModelCallReused,
     ResourcesMutated,
 )
 from rollcut.gym.agent import create_agent_app
+from rollcut.tokens import call_store
 
 from .conftest import TASK
 
@@ -94,27 +96,28 @@ async def test_a_changed_agent_falls_back_to_fresh_dispatch(log: EventLog, stack
     assert "differs from logged" in resp.json()["error"]["message"]
 
 
-async def test_a_checkpoint_parks_running_episodes_at_a_boundary_and_releases_them(
+async def test_a_checkpoint_does_not_wait_for_a_model_call_in_flight_and_both_episodes_go_on(
     log: EventLog, stack: Any
 ) -> None:
-    s = await stack(token_delay=0.01)
+    s = await stack(token_delay=0.01)  # a model call takes about a second
     for r in ("p1", "p2"):
         await log.dispatch(r, TASK, instance="collector")
     runs = [asyncio.ensure_future(s.run(r, 1)) for r in ("p1", "p2")]
-    for _ in range(300):  # bounded: until both are under way
-        if s.agent.stats["boundaries"] >= 1 and len(s.agent._runs) == 2:
+    for _ in range(300):  # bounded: until both are under way, one of them generating
+        if s.agent.stats["boundaries"] >= 1 and len(s.agent._runs) == 2 and s.model.stats["tokens_generated"]:
             break
         await asyncio.sleep(0.01)
+    generating = [r for r in s.agent._runs.values() if r.calling_model]
     res = await s.coordinator.checkpoint(deadline_s=10)
-    assert s.agent.stats["parks"] >= 1
+    assert generating and s.model.stats["prefix_cuts"] >= 1  # its call was cut, not waited for
+    below = [e.event async for e in log.read(up_to=res.record.cut)]
+    cuts = [e for e in below if isinstance(e, ModelCallPrefixCut)]
+    assert cuts and not any(isinstance(e, ModelCallCompleted) and e.call_id == cuts[0].call_id for e in below)
     outs = [(await r).json() for r in runs]
-    assert all(o["turns"] == 3 for o in outs)
-    # every boundary a parked episode stopped at is below the seal
-    parked_at = [e.seq async for e in log.read(up_to=res.record.cut) if isinstance(e.event, AgentBoundary)]
-    assert parked_at and max(parked_at) < res.record.cut
+    assert all(o["turns"] == 3 for o in outs)  # released, both went on to their answers
 
 
-async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redone(
+async def test_an_episode_whose_answer_is_generating_at_a_checkpoint_is_cut_not_waited_for_and_ends_once(
     log: EventLog, stack: Any
 ) -> None:
     from rollcut.bus import RolloutCompleted
@@ -138,13 +141,20 @@ async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redon
             if s.agent.stats["boundaries"] >= 3:
                 break
             await asyncio.sleep(0.01)
-        res = await s.coordinator.checkpoint(deadline_s=10)  # its final turn ends inside this prepare
+        res = await s.coordinator.checkpoint(deadline_s=10)  # its final answer is generating
         out = await episode
     assert out.status_code == 200 and out.json()["turns"] == 3  # not lost
     completed = [e async for e in log.read(rollout_id="r1") if isinstance(e.event, RolloutCompleted)]
-    assert len(completed) == 1 and completed[0].seq < res.record.cut  # completed below the cut: not redone
-    answers = [e async for e in log.read(rollout_id="r1") if isinstance(e.event, ModelCallCompleted)]
-    assert len(answers) == 4 and answers[-1].seq < res.record.cut
+    assert len(completed) == 1  # ended once
+    events = [e async for e in log.read(rollout_id="r1")]
+    answers = [e for e in events if isinstance(e.event, ModelCallCompleted)]
+    cut = [e for e in events if isinstance(e.event, ModelCallPrefixCut)]
+    # the answer was cut below the seal, not waited for; it completed after, once
+    assert len(answers) == 4 and len(cut) == 1 and cut[0].event.call_id == answers[-1].event.call_id
+    assert cut[0].seq < res.record.cut < answers[-1].seq
+    record = await call_store(s.model.tokens, s.model.tokens.get, answers[-1].event.receipt)
+    prefix = await call_store(s.model.tokens, s.model.tokens.get, cut[0].event.receipt)
+    assert record.output_ids[: len(prefix.output_ids)] == prefix.output_ids
 
 
 async def test_concurrent_runs_of_one_attempt_on_two_agents_run_it_once(log: EventLog, stack: Any) -> None:

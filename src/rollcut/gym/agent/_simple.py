@@ -52,6 +52,7 @@ class FreshDispatchNeeded(GymError):
 class Run:
     ident: Identity
     parked: bool = False
+    calling_model: bool = False  # awaiting the policy model: the model server's prepare covers the call
     release: asyncio.Event = field(default_factory=asyncio.Event)
     retired: str | None = None
 
@@ -96,11 +97,16 @@ class SimpleAgent:
     # --- parking (checkpoint hooks) ----------------------------------------------------
 
     def _check_all_parked(self) -> None:
-        if self._park_for is not None and all(r.parked for r in self._runs.values()):
+        if self._park_for is not None and all(r.parked or r.calling_model for r in self._runs.values()):
             self._all_parked.set()
 
     async def export(self, checkpoint_id: str) -> ExportReport:
-        """Aligned prepare: every running loop parks at its next boundary (or finishes)."""
+        """Prepare: every running loop parks at its next boundary (or finishes), except one awaiting
+        the policy model, which is settled as it is. Its call gets its own disposition in the model
+        server's prepare (completed, or cut at a durable prefix), and a continuation re-issues it
+        from the loop's last boundary: reused, or continued from the prefix. Waiting for it instead
+        would stand the whole collection still for the longest generation in flight (seconds to
+        minutes on a real engine) and leave generation cuts nothing to cut."""
         self._park_for = checkpoint_id
         self._all_parked.clear()
         self._check_all_parked()
@@ -152,6 +158,19 @@ class SimpleAgent:
     ) -> httpx.Response:
         """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
         a refusal the rollout cannot continue past becomes FreshDispatchNeeded."""
+        run = self._runs.get(ident)
+        if run is None or not url.startswith(self.model_url.rstrip("/")):
+            return await self._send_waiting(url, ident, body, cookies)
+        run.calling_model = True
+        self._check_all_parked()
+        try:
+            return await self._send_waiting(url, ident, body, cookies)
+        finally:
+            run.calling_model = False
+
+    async def _send_waiting(
+        self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None
+    ) -> httpx.Response:
         give_up = time.monotonic() + self.admission_wait_s
         while True:
             headers = identity_headers(ident)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
+
+from .engine import Engine
 
 _ns = itertools.count()
 
@@ -60,3 +63,13 @@ async def log(bus_config: BusConfig) -> AsyncIterator[EventLog]:
         yield lg
     finally:
         await lg.close()
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """A real inference engine process (llama.cpp's server on a tiny model, or ROLLCUT_ENGINE_*)."""
+    eng = Engine(tmp_path).start()
+    try:
+        yield eng
+    finally:
+        eng.kill()

@@ -32,6 +32,7 @@ PACKAGES = [
     "rollcut.gym",
     "rollcut.gym.wire",
     "rollcut.gym.model",
+    "rollcut.gym.model.engine",
     "rollcut.gym.resources",
     "rollcut.gym.agent",
     "rollcut.collect",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from rollcut.bus import BusConfig, EventLog
 from rollcut.gym.agent import SimpleAgent, create_agent_app
-from rollcut.gym.model import LocalBackend, ModelService, create_app
+from rollcut.gym.model import Backend, LocalBackend, ModelService, create_app
 from rollcut.gym.resources import Counter, ResourcesService, create_resources_app
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
@@ -42,11 +43,13 @@ class ModelRig:
         return {"x-rollout-id": rollout_id, "x-rollout-attempt": str(attempt)}
 
 
-@pytest.fixture
-async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIterator[ModelRig]:
+@contextlib.asynccontextmanager
+async def rig_for(
+    log: EventLog, bus_config: BusConfig, tmp_path: Path, backend: Backend
+) -> AsyncIterator[ModelRig]:
+    """A model worker over ``backend``, registered as a participant, called over ASGI."""
     mlog = await EventLog.connect(bus_config, name="model-w0")
     tokens = LocalTokenStore(tmp_path / "tokens")
-    backend = LocalBackend(seed=7, token_delay_s=0.0)
     participant = Participant(
         mlog,
         component="model",
@@ -71,6 +74,12 @@ async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIter
         await mlog.close()
         ledger.close()
         tokens.close()
+
+
+@pytest.fixture
+async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIterator[ModelRig]:
+    async with rig_for(log, bus_config, tmp_path, LocalBackend(seed=7, token_delay_s=0.0)) as r:
+        yield r
 
 
 # --- the agent with a model and a counter resources server, all in process on the real bus ---

@@ -3,6 +3,7 @@
 from ._baselines import BASELINES
 from ._checkpoint import bench_checkpoint
 from ._e2e import WAYS, bench_e2e
+from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
 from ._workers import bench_workers
@@ -14,6 +15,7 @@ __all__ = [
     "bench_e2e",
     "bench_log",
     "bench_model",
+    "bench_model_engine",
     "bench_workers",
     "workload",
 ]

@@ -6,7 +6,11 @@
   partial-rollout checkpointing does).
 
 Each way runs the same task set with the same seed and crash rule, on fresh
-servers, one after the other in this process. ``workers`` gives every server
+servers, one after the other in this process. With ``engine`` the policy model is a
+real inference engine (llama.cpp's server on the tiny model, started per way), and a
+fourth way is possible: ``excluded``, rollcut's recovery with generation cuts off (a
+call running at a checkpoint is generated again from its start), with what the engine
+generated for nothing in each way from its own token counter. ``workers`` gives every server
 that many worker processes (before the crash and after it); ``mixed`` runs
 every bundled environment instead of the demo's three, so growth with the
 number of rollouts, workers and servers shows in ``wall_s``, the checkpoint
@@ -28,6 +32,7 @@ WAYS = {
     "rollcut": RecoveryMode.TAIL,
     "last_checkpoint": RecoveryMode.CHECKPOINT,
     "restart": RecoveryMode.RESTART,
+    "excluded": RecoveryMode.TAIL,  # with an engine: rollcut's recovery, generation cuts off
 }
 """The recoveries compared, by name."""
 
@@ -41,8 +46,12 @@ async def bench_e2e(
     ways: tuple[str, ...] = tuple(WAYS),
     checkpoint_every_s: float = 0.5,
     concurrency: int = 16,
+    engine: str | None = None,
 ) -> dict[str, Any]:
-    """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input."""
+    """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (and,
+    on an engine, rollcut without generation cuts)."""
+    if engine is None and "excluded" in ways:
+        raise ValueError("the excluded way compares generation cuts on an engine: give engine")
     envs = tuple(ENVIRONMENTS) if mixed else DEMO_ENVIRONMENTS
     out: dict[str, Any] = {
         "rollouts": rollouts,
@@ -50,6 +59,7 @@ async def bench_e2e(
         "environments": list(envs),
         "checkpoint_every_s": checkpoint_every_s,
         "concurrency": concurrency,
+        "engine": engine,
     }
     for name in ways:
         r = await run_demo(
@@ -61,6 +71,8 @@ async def bench_e2e(
             workers=(workers, workers),
             checkpoint_every_s=checkpoint_every_s,
             concurrency=concurrency,
+            engine=engine,
+            engine_cuts=name != "excluded",
         )
         out[name] = {
             "model_calls_regenerated": r["model_calls"]["regenerated_after_crash"],
@@ -76,5 +88,6 @@ async def bench_e2e(
             "checkpoint_pause_ms_p99": r["checkpoint_pause_ms_p99"],
             "peak_rss_mb": r["peak_rss_mb"],
             "wall_s": r["wall_s"],
+            "engine": r["engine"],
         }
     return out

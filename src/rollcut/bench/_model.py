@@ -76,7 +76,8 @@ async def _load(
                 t0 = time.perf_counter()
                 resp = await http.post("/v1/chat/completions", json=bodies[i], headers=headers)
                 lat.append((time.perf_counter() - t0) * 1000)
-                resp.raise_for_status()
+                if resp.status_code != 200:  # a benchmark of failures measures nothing: stop, say why
+                    raise RuntimeError(f"{url} answered {resp.status_code}: {resp.text[:300]}")
 
     started, all_ready = asyncio.Event(), asyncio.Event()
     ready: list[int] = []

@@ -33,7 +33,10 @@ class PlainModelService(ModelService):
         super().__init__(cast(EventLog, None), cast(TokenStore, None), backend, instance="plain")
 
     async def call(
-        self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
+        self,
+        ident: Identity,
+        body: dict[str, Any],
+        on_token: Callable[[int, str], Awaitable[None]] | None = None,
     ) -> CallResult:
         _, call_id = self.call_identity(ident, body)
         plan = await self.backend.start(body)
@@ -41,7 +44,7 @@ class PlainModelService(ModelService):
         async for tok in self.backend.generate(plan):
             out.append(tok)
             if on_token is not None:
-                await on_token(tok)
+                await on_token(tok, "")
         self.stats["calls_generated"] += 1
         return CallResult(call_id, plan, out, _NO_RECEIPT)
 

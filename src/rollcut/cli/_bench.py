@@ -79,19 +79,40 @@ def bench_checkpoint_cmd(
 
 @bench_app.command("model")
 def bench_model_cmd(
-    calls: Annotated[int, typer.Option(help="Calls per run, each its own rollout.")] = 600,
+    calls: Annotated[
+        int | None, typer.Option(help="Calls per run, each its own rollout (default 600; engine: 64).")
+    ] = None,
     clients: Annotated[
-        list[int] | None, typer.Option(help="Concurrent clients (repeatable; default 1, 8 and 64).")
+        list[int] | None,
+        typer.Option(help="Concurrent clients (repeatable; default 1, 8 and 64; engine: 1 and 8)."),
     ] = None,
     repeat: Annotated[int, typer.Option(help="Runs per client count and server (median and spread).")] = 3,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="local: custody against the same server without it; engine: against calling llama.cpp's "
+            "server directly, and tokens regenerated after a crash with cuts and without."
+        ),
+    ] = "local",
     as_json: JsonOpt = False,
 ) -> None:
     """Throughput and latency of the model server with custody against the same server without."""
-    counts = tuple(clients or (1, 8, 64))
-    if any(c < 1 for c in counts) or repeat < 1 or calls < 1:
+    engine = backend == "engine"
+    if backend not in ("local", "engine"):
+        raise fail(f"--backend {backend!r}: local or engine")
+    n = calls or (64 if engine else 600)
+    counts = tuple(clients or ((1, 8) if engine else (1, 8, 64)))
+    if any(c < 1 for c in counts) or repeat < 1 or n < 1:
         raise fail("--calls, --clients and --repeat take positive numbers")
-    status = f"benchmarking {calls} model calls per run at {', '.join(map(str, counts))} clients"
-    _measure("bench_model", status, as_json, calls=calls, clients=counts, repeat=repeat)
+    status = f"benchmarking {n} model calls per run at {', '.join(map(str, counts))} clients"
+    _measure(
+        "bench_model_engine" if engine else "bench_model",
+        status,
+        as_json,
+        calls=n,
+        clients=counts,
+        repeat=repeat,
+    )
 
 
 @bench_app.command("e2e")
@@ -110,12 +131,24 @@ def bench_e2e_cmd(
     ] = None,
     every: Annotated[float, typer.Option("--every", help="Seconds between periodic checkpoints.")] = 0.5,
     concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 16,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="llama.cpp: the policy model is llama.cpp's server on a tiny model (`rollcut engine "
+            "build`), and the excluded way (cuts off) runs too.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
     from ..bench import WAYS
 
-    ways = tuple(way or WAYS)
+    if engine not in (None, "llama.cpp"):
+        raise fail(f"--engine {engine!r}: llama.cpp (the one rollcut can start here)")
+    ways = tuple(way or (WAYS if engine else [w for w in WAYS if w != "excluded"]))
+    if engine is None and "excluded" in ways:
+        raise fail("--way excluded compares generation cuts on an engine: add --engine llama.cpp")
     unknown = [w for w in ways if w not in WAYS]
     if unknown:
         raise fail(f"unknown recovery {', '.join(unknown)}; have: {', '.join(WAYS)}")
@@ -130,6 +163,7 @@ def bench_e2e_cmd(
         ways=ways,
         checkpoint_every_s=every,
         concurrency=concurrency,
+        engine=engine,
     )
 
 

@@ -34,10 +34,22 @@ def demo_cmd(
             "rollcut-demo-<time> directory here).",
         ),
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Generate with a real inference engine: llama.cpp (its server on a tiny model, built "
+            "once: `rollcut engine build`) or vllm with --engine-url.",
+        ),
+    ] = None,
+    engine_url: Annotated[
+        str, typer.Option("--engine-url", help="An engine already running (its base URL).")
+    ] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
     from ..collect import run_demo
+    from ..gym.model.engine import DIALECTS
 
     home = home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")
 
@@ -51,7 +63,20 @@ def demo_cmd(
                 description=f"collecting ({running} running, {summary.checkpoints_published} checkpoints)",
             )
 
-        out = run(run_demo(rollouts=rollouts, seed=seed, crash=not no_crash, home=home, progress=progress))
+        if engine is not None and engine not in DIALECTS:
+            raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
+        if engine == "vllm" and not engine_url:
+            raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
+        demo = run_demo(
+            rollouts=rollouts,
+            seed=seed,
+            crash=not no_crash,
+            home=home,
+            progress=progress,
+            engine=engine,
+            engine_url=engine_url,
+        )
+        out = run(demo)
     if as_json:
         print_json(out)
         return

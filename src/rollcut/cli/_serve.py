@@ -77,8 +77,19 @@ def serve_model(
     tokens: Annotated[Path, typer.Option("--tokens", help="Token store directory.")] = Path(
         ".rollcut/tokens"
     ),
-    backend: Annotated[str, typer.Option(help="Generation backend: local | openai.")] = "local",
-    upstream: Annotated[str, typer.Option(help="openai backend: the upstream's base URL.")] = "",
+    backend: Annotated[str, typer.Option(help="Generation backend: local | openai | engine.")] = "local",
+    upstream: Annotated[str, typer.Option(help="openai and engine backends: the engine's base URL.")] = "",
+    engine_dialect: Annotated[
+        str, typer.Option("--engine-dialect", help="engine backend: llama.cpp | vllm.")
+    ] = "llama.cpp",
+    engine_model: Annotated[str, typer.Option("--engine-model", help="engine backend: the model name.")] = "",
+    engine_no_cuts: Annotated[
+        bool,
+        typer.Option("--engine-no-cuts", help="engine backend: running calls are excluded at a checkpoint."),
+    ] = False,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="engine backend: a call's budget when it names none.")
+    ] = 1024,
     seed: Annotated[int, typer.Option(help="Seed of the local backend.")] = 0,
     token_delay: Annotated[float, typer.Option("--token-delay", help="Seconds per generated token.")] = 0.0,
     tool_turns: Annotated[int, typer.Option("--tool-turns", help="Tool calls before a final answer.")] = 3,
@@ -96,6 +107,10 @@ def serve_model(
         tokens=str(tokens),
         backend=backend,
         upstream=upstream,
+        engine_dialect=engine_dialect,
+        engine_model=engine_model,
+        engine_no_cuts=engine_no_cuts,
+        max_tokens=max_tokens,
         seed=seed,
         token_delay=token_delay,
         tool_turns=tool_turns,

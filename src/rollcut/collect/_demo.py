@@ -11,6 +11,7 @@ published checkpoint, and the demo prints what was saved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import tempfile
@@ -30,6 +31,7 @@ from ..bus import (
     EmbeddedServer,
     EventLog,
     ModelCallCompleted,
+    ModelCallContinued,
     ModelCallReused,
     ResourcesMutated,
 )
@@ -135,8 +137,15 @@ async def run_demo(
     verify: bool = False,
     checkpoint_every_s: float = 0.5,
     concurrency: int = 16,
+    engine: str | None = None,
+    engine_url: str = "",
+    engine_cuts: bool = True,
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
+
+    With ``engine`` (a dialect: ``llama.cpp``, ``vllm``) the policy model is a real inference engine:
+    the one at ``engine_url``, or else llama.cpp's server on a tiny model started here for the run.
+    The engine is not a Gym process: the crash spares it, as a node's failure spares a remote one.
 
     ``envs`` are the resources servers (and the task mix); ``workers`` every
     server's worker count before and after the crash (None: the demo's); with
@@ -144,8 +153,18 @@ async def run_demo(
     checkpoints every half second on purpose (many cuts, many in-flight generations).
     """
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp, contextlib.ExitStack() as engines:
         root = private_dir(home or Path(tmp))
+        model: dict[str, Any] = {}
+        local_engine = None
+        if engine is not None:
+            from ..gym.model.engine import tiny_engine
+
+            if not engine_url:
+                local_engine = engines.enter_context(tiny_engine(root / "engine"))
+            url = local_engine.url if local_engine else engine_url
+            model = {"backend": "engine", "upstream": url, "engine_dialect": engine}
+            model["engine_no_cuts"] = not engine_cuts
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
         tasks = demo_rows(rollouts, seed, envs)
@@ -158,7 +177,13 @@ async def run_demo(
                 BusConfig(url=nats.url).as_role(creds, "admin"), name="demo-collector"
             )
             logs = root / "logs"
-            opts: dict[str, Any] = {"namespace": DEMO_NAMESPACE, "seed": seed, "logs": logs, "envs": envs}
+            opts: dict[str, Any] = {
+                "namespace": DEMO_NAMESPACE,
+                "seed": seed,
+                "logs": logs,
+                "envs": envs,
+                "model_options": model,
+            }
             stack = start_stack(nats.url, creds_path, root / "tokens", workers=workers[0], **opts)
             ports = {p.name: p.port for p in stack}
             crashes = 0
@@ -222,6 +247,7 @@ async def run_demo(
                                 "tool_calls_served_from_log"
                             ]
                     counts = await count_work(log)
+                    engine_tokens = local_engine.tokens_predicted() if local_engine else None
                     problems = await _verify_all(log, ledger, tokens) if verify else None
             finally:
                 _note_peaks(stack, peak)
@@ -256,6 +282,22 @@ async def run_demo(
         "checkpoint_problems": problems,  # None: not verified; else every problem found (none: [])
         "wall_s": round(time.perf_counter() - t0, 2),
         "rows": str(output) if home is not None else None,  # NeMo Gym's row format, one per rollout
+        "engine": None if engine is None else _engine_work(engine, engine_cuts, engine_tokens, counts),
+    }
+
+
+def _engine_work(dialect: str, cuts: bool, total: int | None, counts: dict[str, int]) -> dict[str, Any]:
+    """What the engine generated (its own counter, when rollcut started it) against what completed
+    calls needed: the rest was generated for nothing (tails of calls in flight at the crash past
+    their last cut, or whole calls without cuts; tokens past a cut's boundary before the abort)."""
+    needed = counts["completed_tokens"] - counts["continued_tokens"]
+    return {
+        "dialect": dialect,
+        "cuts": cuts,
+        "tokens_generated": total,
+        "tokens_for_completed_calls": needed,
+        "tokens_kept_by_cuts": counts["continued_tokens"],
+        "tokens_wasted": None if total is None else total - needed,
     }
 
 
@@ -278,16 +320,20 @@ async def _verify_all(log: EventLog, ledger: Ledger, tokens: LocalTokenStore) ->
 async def count_work(log: EventLog) -> dict[str, int]:
     """What the log says happened: model calls generated and reused, tool mutations, and any completed
     model call generated twice (``regenerated``; ``regenerated_continuing``: in an attempt that
-    continued from a cut, where it is a loss, not in a fresh dispatch, where it was asked for)."""
+    continued from a cut, where it is a loss, not in a fresh dispatch, where it was asked for); the
+    tokens of completed calls and the durable prefixes continuations started from."""
     completed: dict[str, list[tuple[int, str, int]]] = {}  # rollout -> (attempt, request digest, tokens)
     opened_from: dict[tuple[str, int], int] = {}
     out = dict.fromkeys(("generated", "reused", "mutations", "regenerated", "tokens_regenerated"), 0)
-    out["regenerated_continuing"] = 0
+    out.update(regenerated_continuing=0, completed_tokens=0, continued_tokens=0)
     async for s in log.read():
         ev = s.event
         if isinstance(ev, ModelCallCompleted):
             out["generated"] += 1
+            out["completed_tokens"] += ev.receipt.count
             completed.setdefault(ev.rollout_id, []).append((ev.attempt, ev.request_digest, ev.receipt.count))
+        elif isinstance(ev, ModelCallContinued):
+            out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
         elif isinstance(ev, ModelCallReused):
             out["reused"] += 1
         elif isinstance(ev, ResourcesMutated):

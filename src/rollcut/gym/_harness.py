@@ -164,12 +164,14 @@ def start_stack(
     workers: int | None = None,
     return_token_ids: bool = True,
     envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
+    model_options: dict[str, Any] | None = None,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, one resources server per
     environment in ``envs``, the Simple Agent and the environment server, in that order (each
     process's ``name`` is its kind, or its environment). ``ports`` pins a server's port by name (a
     supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
-    the agent has ``agent_workers`` and the rest one)."""
+    the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
+    engine backend: ``{"backend": "engine", "upstream": URL}``)."""
     ports = ports or {}
     common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
     each: dict[str, Any] = {"workers": workers} if workers is not None else {}
@@ -191,6 +193,7 @@ def start_stack(
                 tool_turns=tool_turns,
                 return_token_ids=return_token_ids,  # the rows a collection writes are training data
                 **each,
+                **(model_options or {}),
             )
         )
         servers = {

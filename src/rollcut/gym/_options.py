@@ -59,6 +59,10 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     tokens: str = ".rollcut/tokens"
     backend: str = "local"
     upstream: str = ""
+    engine_dialect: str = "llama.cpp"
+    engine_model: str = ""
+    engine_no_cuts: bool = False
+    max_tokens: int = 1024
     seed: int = 0
     token_delay: float = 0.0
     tool_turns: int = 3

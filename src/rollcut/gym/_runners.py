@@ -32,6 +32,7 @@ from ._serving import run_servers, serve_on
 from .agent import SimpleAgent, create_agent_app
 from .model import LocalBackend, ModelService, OpenAIBackend, create_app
 from .model._backend import Backend
+from .model.engine import DIALECTS, engine_backend
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
 __all__ = ["Make", "serve", "serve_participant", "serve_worker"]
@@ -91,6 +92,14 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers
     backend: Backend
     if opts.backend == "openai":
         backend = OpenAIBackend(httpx.AsyncClient(base_url=opts.upstream, timeout=600))
+    elif opts.backend == "engine":
+        backend = engine_backend(
+            opts.upstream,
+            opts.engine_dialect,
+            model=opts.engine_model,
+            max_tokens=opts.max_tokens,
+            cuts=not opts.engine_no_cuts,
+        )
     else:
         backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay, tool_turns=opts.tool_turns)
 
@@ -168,9 +177,11 @@ def check(opts: ServeSpec) -> None:
     if not opts.url:
         raise ConfigError(f"serve {opts.kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)")
     if isinstance(opts, ModelServe) and (
-        opts.backend not in ("local", "openai") or (opts.backend == "openai" and not opts.upstream)
+        opts.backend not in ("local", "openai", "engine") or (opts.backend != "local" and not opts.upstream)
     ):
-        raise ConfigError(f"backend {opts.backend!r}: use local, or openai with --upstream URL")
+        raise ConfigError(f"backend {opts.backend!r}: use local, or openai or engine with --upstream URL")
+    if isinstance(opts, ModelServe) and opts.backend == "engine" and opts.engine_dialect not in DIALECTS:
+        raise ConfigError(f"unknown engine dialect {opts.engine_dialect!r}; have: {', '.join(DIALECTS)}")
     if isinstance(opts, ResourcesServe) and opts.env not in ENVIRONMENTS:
         raise ConfigError(f"unknown environment {opts.env!r}; have: {', '.join(ENVIRONMENTS)}")
     if isinstance(opts, AgentServe) and opts.agent != "simple":

@@ -103,6 +103,11 @@ class ErrorKind(StrEnum):
     ADMISSION_CLOSED = "admission_closed"
     STORAGE_UNAVAILABLE = "storage_unavailable"
     """The bus or a disk refused the write (out of room, failing); nothing was stored: retry later."""
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    """The inference engine behind the model server went away mid-call; the call was recorded as failed
+    and is safe to send again (``Retry-After``)."""
+    ENGINE_ERROR = "engine_error"
+    """The inference engine failed the call or answered in a shape rollcut does not keep."""
     WORKER_UNAVAILABLE = "worker_unavailable"
     """The worker of this server that holds the rollout did not answer (it died and is restarting)."""
     FRESH_DISPATCH = "fresh_dispatch"
@@ -129,6 +134,8 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.ADMISSION_CLOSED: 503,
     ErrorKind.STORAGE_UNAVAILABLE: 503,
     ErrorKind.WORKER_UNAVAILABLE: 503,
+    ErrorKind.ENGINE_UNAVAILABLE: 503,
+    ErrorKind.ENGINE_ERROR: 502,
     ErrorKind.FRESH_DISPATCH: 409,
     ErrorKind.NOT_CONTINUABLE: 409,
     ErrorKind.REPLAY_MISMATCH: 409,

@@ -28,9 +28,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from ...tokens import call_store
-from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body
 from ..wire import ErrorKind, GymError, Identity, error_body
-from ._local import decode, response_message
+from ._local import response_message
+from ._openai import UpstreamError, upstream_error
 from ._requests import check_chat, check_responses
 from ._service import CallResult, ModelService
 from ._shapes import (
@@ -62,6 +63,14 @@ def create_app(
 ) -> FastAPI:
     """The OpenAI-compatible FastAPI app over a model service."""
     app = gym_app("rollcut policy model", max_body_bytes=max_body_bytes)
+
+    async def on_upstream(request: Request, exc: Exception) -> JSONResponse:
+        # the call is recorded as failed; an engine that went away is waited for by the client's own
+        # retry policy (the OpenAI SDK retries a 503 after Retry-After), a wrong answer is not retried
+        assert isinstance(exc, UpstreamError)
+        return error_response(upstream_error(exc))
+
+    app.add_exception_handler(UpstreamError, on_upstream)
 
     async def identified(request: Request) -> tuple[Identity, dict[str, Any]]:
         body = await json_body(request)
@@ -124,16 +133,21 @@ def create_app(
     return app
 
 
+def _refusal(exc: GymError | UpstreamError) -> GymError:
+    """A call that failed once its stream had begun: the error event it ends with."""
+    return upstream_error(exc) if isinstance(exc, UpstreamError) else exc
+
+
 class _Tokens:
     """A call running in the background, its tokens as they come; custody runs to the end."""
 
     def __init__(self, service: ModelService, ident: Identity, body: dict[str, Any]) -> None:
-        self.queue: asyncio.Queue[int | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
         self.task = asyncio.ensure_future(service.call(ident, body, on_token=self._on_token))
         self.task.add_done_callback(lambda _: self.queue.put_nowait(None))
 
-    async def _on_token(self, tok: int) -> None:
-        await self.queue.put(tok)
+    async def _on_token(self, tok: int, text: str) -> None:
+        await self.queue.put((tok, text))
 
     async def started(self) -> None:
         """Wait for the first token or the end; a call refused before it ran raises here, so the
@@ -147,7 +161,7 @@ class _Tokens:
             raise exc
         self._first = first
 
-    async def __aiter__(self) -> AsyncIterator[int]:
+    async def __aiter__(self) -> AsyncIterator[tuple[int, str]]:
         tok = await self._first
         while tok is not None:
             yield tok
@@ -162,18 +176,18 @@ async def _chat_stream(
     _, call_id = service.call_identity(ident, body)
     created, model = int(time.time()), body.get("model") or DEFAULT_MODEL
     # content streams token by token when the plan is known to be text; tool calls come whole at the end
-    hold = not service.backend.plans_ahead or bool((await service.backend.start(body)).tool_calls)
+    hold = not service.backend.streams_text(body)
     with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
     async def events() -> AsyncIterator[str]:
         yield _sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
-        async for tok in tokens:
+        async for _, text in tokens:
             if not hold:
-                yield _sse(chat_chunk(call_id, created, model, {"content": decode([tok])}))
+                yield _sse(chat_chunk(call_id, created, model, {"content": text}))
         try:
             result = await tokens.task  # the completed event is durable before the last chunk leaves
-        except GymError as exc:
-            yield _sse(error_body(exc))
+        except (GymError, UpstreamError) as exc:
+            yield _sse(error_body(_refusal(exc)))
             return
         msg = response_message(result.plan, result.output_ids)
         delta: dict[str, Any] = (
@@ -203,7 +217,7 @@ async def _responses_stream(
     await tokens.started()
     _, call_id = service.call_identity(ident, chat_body)
     created_at = time.time()
-    hold = not service.backend.plans_ahead or bool((await service.backend.start(chat_body)).tool_calls)
+    hold = not service.backend.streams_text(chat_body)
     seq = iter(range(1 << 30))
     msg_id = f"msg_{call_id}"
 
@@ -231,13 +245,13 @@ async def _responses_stream(
             yield event(
                 "response.content_part.added", item_id=msg_id, output_index=0, content_index=0, part=part
             )
-            async for tok in tokens:
+            async for _, text in tokens:
                 yield event(
                     "response.output_text.delta",
                     item_id=msg_id,
                     output_index=0,
                     content_index=0,
-                    delta=decode([tok]),
+                    delta=text,
                     logprobs=[],
                 )
         else:
@@ -245,8 +259,9 @@ async def _responses_stream(
                 pass
         try:
             result = await tokens.task
-        except GymError as exc:
-            yield event("error", message=str(exc), code=str(exc.kind), param=None)
+        except (GymError, UpstreamError) as exc:
+            err = _refusal(exc)
+            yield event("error", message=str(err), code=str(err.kind), param=None)
             return
         items = response_items(result, await training(result))
         for index, done in enumerate(items):

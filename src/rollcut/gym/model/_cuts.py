@@ -10,6 +10,7 @@ from that prefix). A backend that cannot cut marks a running call ``excluded``
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, TypedDict
 
 from ...bus import ModelCallExcluded, ModelCallPrefixCut
@@ -17,7 +18,8 @@ from ...participants import CallDisposition, ExportReport
 from ...tokens import TokenRecord
 
 if TYPE_CHECKING:
-    from ._service import ModelService
+    from ._local import Plan
+    from ._service import ModelService, _InFlight
 
 __all__ = ["cut_in_flight"]
 
@@ -29,8 +31,14 @@ class _Base(TypedDict):
 
 
 async def cut_in_flight(service: ModelService, checkpoint_id: str) -> ExportReport:
-    """Give every in-flight call one disposition; swap the buffers of running ones."""
+    """Give every in-flight call one disposition; swap the buffers of running ones.
+
+    Every swap happens in one synchronous pass (no await between reading one call's boundary and
+    the next), so all cuts are taken at the same instant; their records are then written together,
+    one grouped token-store transaction and concurrent appends, not one fsync per running call."""
     calls: list[CallDisposition] = []
+    excluded: list[tuple[_InFlight, _Base]] = []
+    frozen: list[tuple[_InFlight, _Base, list[int], Plan]] = []
     for fl in list(service._inflight.values()):
         base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
         if fl.state in ("admitting", "queued") or (
@@ -38,43 +46,56 @@ async def cut_in_flight(service: ModelService, checkpoint_id: str) -> ExportRepo
         ):
             calls.append(CallDisposition(**base, disposition="never_started"))
         elif fl.state == "generating" and not service.backend.can_cut:
-            await service._append(
-                ModelCallExcluded(
-                    **service._ev(fl.ident),
-                    call_id=fl.call_id,
-                    reason=f"the {service.backend.name} backend cannot cut a running generation",
-                )
-            )
-            calls.append(CallDisposition(**base, disposition="excluded"))
+            excluded.append((fl, base))
         elif fl.state == "generating":
-            frozen = list(fl.emitted)  # the swap: no await between reading and recording the boundary
-            fl.cuts += 1
             assert fl.plan is not None
-            receipt = await service.writes.put(
-                f"{fl.call_id}-p{len(frozen)}",
-                TokenRecord(
-                    prompt_ids=fl.plan.prompt_ids,
-                    output_ids=frozen,
-                    mask=[1] * len(frozen),
-                    logprobs=fl.plan.logprobs[: len(frozen)],
-                    policy_version=service.backend.policy_version,
-                ),
-            )
-            await service._append(
-                ModelCallPrefixCut(
-                    **service._ev(fl.ident),
-                    call_id=fl.call_id,
-                    receipt=receipt,
-                    token_boundary=len(frozen),
-                    buffer_id=f"{fl.call_id}-b{fl.cuts}",
-                )
-            )
-            service.stats["prefix_cuts"] += 1
-            calls.append(
-                CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(frozen))
-            )
+            frozen.append((fl, base, list(fl.emitted), fl.plan))  # the swap
+            fl.cuts += 1
+            service.backend.interrupt(fl.plan)  # an engine's request stops here; the rest is asked anew
         elif fl.state == "done":
             calls.append(CallDisposition(**base, disposition="completed"))
         else:
             calls.append(CallDisposition(**base, disposition="failed"))
+    reason = f"the {service.backend.name} backend cannot cut a running generation"
+    await asyncio.gather(
+        *(
+            service._append(ModelCallExcluded(**service._ev(fl.ident), call_id=fl.call_id, reason=reason))
+            for fl, _ in excluded
+        )
+    )
+    calls += [CallDisposition(**base, disposition="excluded") for _, base in excluded]
+    receipts = await asyncio.gather(
+        *(
+            service.writes.put(
+                f"{fl.call_id}-p{len(tokens)}",
+                TokenRecord(
+                    prompt_ids=plan.prompt_ids,
+                    output_ids=tokens,
+                    mask=[1] * len(tokens),
+                    logprobs=plan.logprobs[: len(tokens)],
+                    policy_version=service.backend.policy_version,
+                ),
+            )
+            for fl, _, tokens, plan in frozen
+        )
+    )
+    await asyncio.gather(
+        *(
+            service._append(
+                ModelCallPrefixCut(
+                    **service._ev(fl.ident),
+                    call_id=fl.call_id,
+                    receipt=receipt,
+                    token_boundary=len(tokens),
+                    buffer_id=f"{fl.call_id}-b{fl.cuts}",
+                )
+            )
+            for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True)
+        )
+    )
+    service.stats["prefix_cuts"] += len(frozen)
+    calls += [
+        CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
+        for (_, base, tokens, _), receipt in zip(frozen, receipts, strict=True)
+    ]
     return ExportReport(calls=calls)

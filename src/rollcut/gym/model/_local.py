@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,7 @@ class Plan:
     finish_reason: str
     text: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    handle: Any = None  # the backend's own state of a running call (an engine's open request)
 
 
 def _arg_for(schema: dict[str, Any], rng: random.Random) -> Any:
@@ -168,16 +169,25 @@ class LocalBackend:
     async def start(self, body: dict[str, Any]) -> Plan:
         return self.plan(body)
 
-    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncIterator[int]:
+    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncGenerator[int, None]:
         """Emit the plan's tokens from ``start``, one at a time."""
         for i in range(start, len(plan.output_ids)):
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)  # the time a real model would take
             yield plan.output_ids[i]
 
-    def check_prefix(self, plan: Plan, prefix: list[int]) -> bool:
+    async def adopt_prefix(self, plan: Plan, record: TokenRecord) -> bool:
         """Whether a durable prefix belongs to this plan (so continuing it is sound)."""
-        return plan.output_ids[: len(prefix)] == prefix
+        return plan.output_ids[: len(record.output_ids)] == list(record.output_ids)
+
+    def streams_text(self, body: dict[str, Any]) -> bool:
+        return not self.plan(body).tool_calls  # tool calls are sent whole at the end
+
+    def piece(self, plan: Plan, index: int) -> str:
+        return decode(plan.output_ids[index : index + 1])
+
+    def interrupt(self, plan: Plan) -> None:
+        """Nothing to stop: the plan goes on from the frozen boundary by itself."""
 
 
 def replayed_plan(record: TokenRecord, response: Any) -> Plan:

@@ -13,19 +13,35 @@ at a cut, a running call is ``excluded``, never a false prefix.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ..._errors import RollcutError
+from ..wire import ErrorKind, GymError
 from ._local import Plan, encode, render_prompt
 
-__all__ = ["OpenAIBackend", "UpstreamError"]
+if TYPE_CHECKING:
+    from ...tokens import TokenRecord
+
+__all__ = ["ENGINE_RETRY_AFTER_S", "OpenAIBackend", "UpstreamError", "upstream_error"]
+
+ENGINE_RETRY_AFTER_S = 1.0
+"""The Retry-After of an ``engine_unavailable`` answer: an engine restarts in seconds."""
 
 
 class UpstreamError(RollcutError):
     """The upstream model server failed a call."""
+
+    lost = False  # the upstream went away (not: it refused or answered wrongly)
+
+
+def upstream_error(exc: UpstreamError) -> GymError:
+    """The answer for a call the engine failed: 503 and Retry-After when it went away, else 502."""
+    if exc.lost:
+        return GymError(ErrorKind.ENGINE_UNAVAILABLE, str(exc), retry_after_s=ENGINE_RETRY_AFTER_S)
+    return GymError(ErrorKind.ENGINE_ERROR, str(exc))
 
 
 class OpenAIBackend:
@@ -52,7 +68,9 @@ class OpenAIBackend:
         try:
             resp = await self.client.post("/v1/chat/completions", json=req)
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"upstream unreachable: {exc!r}") from exc
+            err = UpstreamError(f"upstream unreachable: {exc!r}")
+            err.lost = True
+            raise err from exc
         if resp.status_code != 200:
             raise UpstreamError(f"upstream answered {resp.status_code}: {resp.text[:300]}")
         out = resp.json()
@@ -82,9 +100,18 @@ class OpenAIBackend:
             tool_calls=msg.get("tool_calls") or [],
         )
 
-    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncIterator[int]:
+    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncGenerator[int, None]:
         for tok in plan.output_ids[start:]:
             yield tok
 
-    def check_prefix(self, plan: Plan, prefix: list[int]) -> bool:
+    async def adopt_prefix(self, plan: Plan, record: TokenRecord) -> bool:
         return False  # never continues a prefix: it never made one
+
+    def streams_text(self, body: dict[str, Any]) -> bool:
+        return False  # the upstream answers whole
+
+    def piece(self, plan: Plan, index: int) -> str:
+        return ""
+
+    def interrupt(self, plan: Plan) -> None:
+        """Never cuts, so never interrupts."""

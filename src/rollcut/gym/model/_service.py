@@ -220,7 +220,10 @@ class ModelService:
         return digest, "c" + hashlib.blake2b(key, digest_size=10).hexdigest()
 
     async def call(
-        self, ident: Identity, body: dict[str, Any], on_token: Callable[[int], Awaitable[None]] | None = None
+        self,
+        ident: Identity,
+        body: dict[str, Any],
+        on_token: Callable[[int, str], Awaitable[None]] | None = None,
     ) -> CallResult:
         digest, call_id = self.call_identity(ident, body)
         # the same request in the same attempt is the same call: join it while it runs, answer it
@@ -254,7 +257,7 @@ class ModelService:
         body: dict[str, Any],
         digest: str,
         call_id: str,
-        on_token: Callable[[int], Awaitable[None]] | None,
+        on_token: Callable[[int, str], Awaitable[None]] | None,
     ) -> CallResult:
         ctx = await self._context(ident)
         # lineage is looked up while the call runs: only the completed event needs it
@@ -326,7 +329,7 @@ class ModelService:
         parent_task: asyncio.Future[str | None],
         body: dict[str, Any],
         source: tuple[int, ModelCall] | None,
-        on_token: Callable[[int], Awaitable[None]] | None,
+        on_token: Callable[[int, str], Awaitable[None]] | None,
         ctx: _AttemptContext,
     ) -> CallResult:
         # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
@@ -338,8 +341,9 @@ class ModelService:
             if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
                 src_attempt, src = source
                 assert src.receipt is not None
-                prefix = list((await call_store(self.tokens, self.tokens.get, src.receipt)).output_ids)
-                if self.backend.check_prefix(plan, prefix):
+                record = await call_store(self.tokens, self.tokens.get, src.receipt)
+                prefix = list(record.output_ids)
+                if await self.backend.adopt_prefix(plan, record):
                     await self._append(
                         ModelCallContinued(
                             **self._ev(ident),
@@ -365,22 +369,23 @@ class ModelService:
                 )
             fl.state = "queued"
             if on_token is not None:
-                for tok in fl.emitted:
-                    await on_token(tok)
+                for i, tok in enumerate(fl.emitted):
+                    await on_token(tok, self.backend.piece(plan, i) if plan is not None else "")
             fl.state = "generating"
             if plan is None:
                 plan = fl.plan = await self.backend.start(body)
-            async for tok in self.backend.generate(plan, start=start):
-                if self._retired and ident.rollout_id in self._retired:
-                    self.stats["calls_stopped_by_retirement"] += 1
-                    raise GymError(
-                        ErrorKind.RETIRED,
-                        f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
-                    )
-                fl.emitted.append(tok)
-                self.stats["tokens_generated"] += 1
-                if on_token is not None:
-                    await on_token(tok)
+            async with contextlib.aclosing(self.backend.generate(plan, start=start)) as tokens:
+                async for tok in tokens:
+                    if self._retired and ident.rollout_id in self._retired:
+                        self.stats["calls_stopped_by_retirement"] += 1
+                        raise GymError(
+                            ErrorKind.RETIRED,
+                            f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
+                        )
+                    fl.emitted.append(tok)
+                    self.stats["tokens_generated"] += 1
+                    if on_token is not None:
+                        await on_token(tok, self.backend.piece(plan, len(fl.emitted) - 1))
             out = list(fl.emitted)
             parent = await parent_task
             if parent == _FIRST:

@@ -1,0 +1,54 @@
+"""A real inference engine behind the policy model: dialects, the cutting backend, llama.cpp here.
+
+See ``docs/engines.md``: which engines, what each can do, how a cut works on an engine, and how to
+run the engine suite against vLLM or SGLang on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from ._backend import EngineBackend
+from ._dialects import DIALECTS, VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
+from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
+from ._tiny import TinyModel, write_tiny_gguf
+
+__all__ = [
+    "DIALECTS",
+    "LLAMA_CPP_SDIST",
+    "VLLM",
+    "Capabilities",
+    "Dialect",
+    "EngineBackend",
+    "EngineError",
+    "EngineUnavailableError",
+    "LlamaCpp",
+    "LlamaServer",
+    "Piece",
+    "TinyModel",
+    "engine_backend",
+    "llama_server_binary",
+    "tiny_engine",
+    "write_tiny_gguf",
+]
+
+
+def engine_backend(
+    url: str, dialect: str, *, model: str = "", max_tokens: int = 1024, cuts: bool = True
+) -> EngineBackend:
+    """The backend for an engine at ``url`` speaking ``dialect`` (a name in ``DIALECTS``); without
+    ``cuts`` a running call is ``excluded`` at a checkpoint (the baseline cuts are measured against)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown engine dialect {dialect!r}: one of {', '.join(sorted(DIALECTS))}")
+    if not url:
+        raise ValueError("the engine backend needs the engine's URL (--upstream)")
+    speaker: Dialect = VLLM(model or None) if dialect == "vllm" else LlamaCpp()
+    # no read timeout: a generation streams for as long as it runs; a dead engine closes the socket.
+    # Idle connections are dropped before an engine drops them (llama.cpp's server: after 5 s), so a
+    # request is never sent on a socket the engine is closing.
+    client = httpx.AsyncClient(
+        base_url=url,
+        timeout=httpx.Timeout(10.0, read=None),
+        limits=httpx.Limits(max_connections=None, keepalive_expiry=2.0),
+    )
+    return EngineBackend(client, speaker, default_max_tokens=max_tokens, cuts=cuts)

@@ -1,0 +1,263 @@
+"""The ``engine`` backend: a real inference engine generates, and its generations can be cut.
+
+Every call streams from the engine; each received token's id and log-prob go into the call's
+buffer (the plan) before the model service sees the token, so what the service holds is always
+exactly what the engine sent. At a checkpoint's prepare, a running call is cut where its buffer
+ends: the service makes those tokens the durable prefix, and the backend stops the engine's
+request (closing the stream aborts it in vLLM, SGLang and llama.cpp's server) and at once asks
+again for the rest, with the prompt plus the prefix as a token-id prompt and ``max_tokens``
+reduced by the prefix. So after a cut the engine's state is the prefix, nothing the engine sent
+past it is kept, and a continuation after a crash is the very request the call would have made
+anyway. Tokens the engine sampled past the boundary before the abort reached it are discarded
+(``engine_tokens_discarded``): the price of an exact boundary.
+
+A call's prompt is tokenized by the engine itself, with the model's own chat template, never by
+rollcut's byte-level stand-in, so prompt ids in the rows are the ones the engine saw.
+
+Never a false prefix: a token is kept only with its id and log-prob; if the engine's count of
+generated tokens disagrees with the ids it streamed (llama.cpp's server merges tokens that end
+mid-character into one piece and drops their ids), the call fails, naming why, rather than keep
+arrays that are not what was sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .._local import Plan
+from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
+
+if TYPE_CHECKING:
+    from ....tokens import TokenRecord
+
+__all__ = ["EngineBackend"]
+
+_MAX_LINE = 1 << 20  # one stream chunk; an engine sends a few hundred bytes per token
+_END = object()
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+@dataclass
+class _Run:
+    """One call's live state on the engine side."""
+
+    body: dict[str, Any]
+    limit: int
+    turn: int = 0  # bumped by a cut: whatever the current request still sends is not kept
+    reader: asyncio.Task[None] | None = None
+    texts: list[str] = field(default_factory=list)  # each kept token's text, as streamed
+
+
+class EngineBackend:
+    """An inference engine over HTTP, spoken to in its dialect; cuts where the engine can continue."""
+
+    name = "engine"
+    plans_ahead = True  # start() only tokenizes: it runs before admission and generates nothing
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        dialect: Dialect,
+        *,
+        policy_version: str | None = None,
+        default_max_tokens: int = 1024,
+        cuts: bool = True,
+    ) -> None:
+        self.client = client
+        self.dialect = dialect
+        self.can_cut = cuts and dialect.capabilities.can_cut
+        self.dispositions: tuple[str, ...] = (
+            ("never_started", "completed", "prefix_cut", "failed", "excluded")
+            if self.can_cut
+            else ("never_started", "completed", "failed", "excluded")
+        )
+        self.policy_version = policy_version or f"engine:{dialect.name}"
+        self.last_policy_version: str | None = None
+        self.default_max_tokens = default_max_tokens
+        self.stats = {"engine_requests": 0, "engine_aborts": 0, "engine_tokens_discarded": 0}
+
+    def _limit(self, body: dict[str, Any]) -> int:
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+            if isinstance(body.get(key), int) and not isinstance(body[key], bool):
+                return int(body[key])
+        return self.default_max_tokens
+
+    async def start(self, body: dict[str, Any]) -> Plan:
+        prompt = await self.dialect.tokenize(self.client, body)
+        return Plan(prompt, [], [], "stop", None, handle=_Run(body, self._limit(body)))
+
+    def streams_text(self, body: dict[str, Any]) -> bool:
+        return not body.get("tools")  # a reply that may be a tool call is sent whole, parsed
+
+    def piece(self, plan: Plan, index: int) -> str:
+        run: _Run = plan.handle
+        return run.texts[index] if index < len(run.texts) else ""
+
+    async def adopt_prefix(self, plan: Plan, record: TokenRecord) -> bool:
+        """Continue from a durable prefix only if it was generated for this very prompt."""
+        if list(record.prompt_ids) != plan.prompt_ids or len(record.logprobs) != len(record.output_ids):
+            return False
+        plan.output_ids, plan.logprobs = list(record.output_ids), list(record.logprobs)
+        run: _Run = plan.handle
+        text = await self.dialect.detokenize(self.client, plan.output_ids) if plan.output_ids else ""
+        run.texts = [text] + [""] * (len(plan.output_ids) - 1) if plan.output_ids else []
+        return True
+
+    def interrupt(self, plan: Plan) -> None:
+        """A cut took the buffer as the prefix: stop the engine's request; the rest is asked anew."""
+        run: _Run | None = plan.handle
+        if run is None:
+            return
+        run.turn += 1
+        if run.reader is not None and not run.reader.done():
+            run.reader.cancel()
+            self.stats["engine_aborts"] += 1
+
+    async def _read(self, prompt: list[int], n: int, body: dict[str, Any], out: asyncio.Queue[Any]) -> None:
+        path, req = self.dialect.request(prompt, n, body)
+        self.stats["engine_requests"] += 1
+        try:
+            async with self._opened(path, req) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread())[:300].decode("utf-8", "replace")
+                    raise EngineError(
+                        f"{path} answered {resp.status_code}: {text}",
+                        engine=self.dialect.name,
+                        status=resp.status_code,
+                    )
+                async for line in resp.aiter_lines():
+                    if len(line) > _MAX_LINE:
+                        raise EngineError(f"a stream line over {_MAX_LINE} bytes", engine=self.dialect.name)
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as exc:
+                        raise EngineError("a stream chunk is not JSON", engine=self.dialect.name) from exc
+                    if isinstance(chunk, dict) and "error" in chunk:
+                        raise EngineError(
+                            f"error in stream: {str(chunk['error'])[:300]}", engine=self.dialect.name
+                        )
+                    out.put_nowait(self.dialect.parse(chunk) if isinstance(chunk, dict) else Piece())
+            out.put_nowait(_END)
+        except asyncio.CancelledError:
+            out.put_nowait(_END)
+            raise
+        except httpx.HTTPError as exc:
+            out.put_nowait(
+                EngineError(f"lost the engine mid-call: {exc!r}", engine=self.dialect.name, lost=True)
+            )
+        except Exception as exc:  # the reader's failure is the call's: handed over, never lost
+            out.put_nowait(exc)
+
+    @contextlib.asynccontextmanager
+    async def _opened(self, path: str, req: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """The generation request, its answer begun. Sent again only if it met a kept-alive
+        connection the engine had closed (no answer at all: nothing was generated)."""
+        for attempt in range(STALE_RETRIES + 1):
+            try:
+                stream = self.client.stream("POST", path, json=req)
+                resp = await stream.__aenter__()
+            except httpx.RemoteProtocolError:
+                if attempt == STALE_RETRIES:
+                    raise
+                continue
+            try:
+                yield resp
+            finally:
+                await stream.__aexit__(None, None, None)
+            return
+
+    async def generate(self, plan: Plan, *, start: int = 0) -> AsyncGenerator[int, None]:
+        """Stream the rest of the call from the engine, from ``plan.output_ids[:start]`` on."""
+        run: _Run = plan.handle
+        del plan.output_ids[start:], plan.logprobs[start:], run.texts[start:]
+        finished: str | None = None
+        while finished is None:
+            remaining = run.limit - len(plan.output_ids)
+            if remaining <= 0:
+                finished = "length"
+                break
+            turn, queue = run.turn, asyncio.Queue[Any]()
+            run.reader = asyncio.ensure_future(
+                self._read(plan.prompt_ids + plan.output_ids, remaining, run.body, queue)
+            )
+            received, ended = 0, None
+            try:
+                while run.turn == turn:
+                    item = await queue.get()
+                    if item is _END:
+                        break
+                    if isinstance(item, Exception):
+                        raise item
+                    self._check(item, received)
+                    received += len(item.ids)
+                    for i, (tok, lp) in enumerate(zip(item.ids, item.logprobs, strict=True)):
+                        if run.turn != turn:  # cut while the last token was being sent on
+                            self.stats["engine_tokens_discarded"] += len(item.ids) - i
+                            break
+                        plan.output_ids.append(tok)
+                        plan.logprobs.append(lp)
+                        run.texts.append(item.text if i == 0 else "")
+                        yield tok
+                    ended = item.finish_reason or ended
+            finally:
+                if run.reader is not None and not run.reader.done():
+                    run.reader.cancel()
+            if run.turn == turn:  # not cut: the request ran to its end
+                if ended is None:
+                    raise EngineError("the stream ended before the generation did", engine=self.dialect.name)
+                finished = ended
+        plan.finish_reason = finished
+        plan.text = await self.dialect.detokenize(self.client, plan.output_ids) if plan.output_ids else ""
+        self._tool_calls(plan, run.body)
+
+    def _check(self, piece: Piece, received: int) -> None:
+        """Every kept token has its id and log-prob, as many as the engine says it generated."""
+        lost = len(piece.ids) != len(piece.logprobs) or (
+            piece.engine_count is not None and piece.engine_count != received + len(piece.ids)
+        )
+        if lost:
+            raise EngineError(
+                f"the engine generated {piece.engine_count} tokens but streamed "
+                f"{received + len(piece.ids)} ids and {len(piece.logprobs)} log-probs in this chunk: "
+                "it merged tokens that end mid-character and dropped their ids, so this call's arrays "
+                "would not be what was sampled (see docs/engines.md)",
+                engine=self.dialect.name,
+            )
+
+    @staticmethod
+    def _tool_calls(plan: Plan, body: dict[str, Any]) -> None:
+        """A reply naming a declared tool in ``<tool_call>{...}</tool_call>`` (the Hermes convention
+        Qwen and Llama templates use) becomes OpenAI tool calls; anything else stays text."""
+        names = {
+            (t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)
+        }
+        calls = []
+        for n, m in enumerate(_TOOL_CALL.finditer(plan.text or "")):
+            try:
+                obj = json.loads(m.group(1))
+            except ValueError:
+                return
+            if not isinstance(obj, dict) or obj.get("name") not in names:
+                return
+            calls.append(
+                {
+                    "id": f"call_{n}_{len(plan.output_ids)}",
+                    "type": "function",
+                    "function": {"name": obj["name"], "arguments": json.dumps(obj.get("arguments") or {})},
+                }
+            )
+        if calls:
+            plan.tool_calls, plan.text, plan.finish_reason = calls, None, "tool_calls"

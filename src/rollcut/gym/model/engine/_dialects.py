@@ -1,0 +1,246 @@
+"""How each inference engine is asked for tokens: its routes, parameter names and stream shape.
+
+vLLM, SGLang and llama.cpp's server all speak OpenAI's API for text, but a generation cut needs
+more than text: every generated token's id and log-prob as it streams, a prompt given as token
+ids (so a continuation is the prompt plus the durable prefix, tokenized once, never re-tokenized
+text), and the engine's own tokenizer and chat template (so the prompt ids in a row are the ones
+the engine saw). Each engine names these differently; a dialect maps one request and one stream
+chunk to rollcut's terms, and says what its engine can do (``Capabilities``), so that a call is
+never cut where the engine cannot continue it exactly.
+
+Facts per engine are from their public sources and, for llama.cpp, from running its server:
+- llama.cpp (``llama-server``): ``POST /completion`` with ``prompt`` as token ids, ``n_predict``,
+  ``n_probs``, ``return_tokens``, ``stream``; each chunk carries ``tokens``,
+  ``completion_probabilities`` and ``tokens_predicted`` (the engine's own count, which shows when
+  it merged tokens that end mid-character into one piece and dropped their ids);
+  ``/apply-template``, ``/tokenize``, ``/detokenize``.
+- vLLM: ``POST /v1/completions`` with a token-id ``prompt``, ``logprobs``,
+  ``return_tokens_as_token_ids`` (tokens come back as ``"token_id:N"``), usage in the last chunk
+  with ``stream_options.include_usage``; ``/tokenize`` takes chat ``messages`` with
+  ``add_generation_prompt``; ``/detokenize``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from .._openai import UpstreamError
+
+__all__ = ["DIALECTS", "STALE_RETRIES", "VLLM", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
+
+
+class EngineError(UpstreamError):
+    """The inference engine failed a call, or answered in a shape its dialect does not take."""
+
+    def __init__(self, message: str, *, engine: str, status: int | None = None, lost: bool = False) -> None:
+        super().__init__(f"{engine}: {message}")
+        self.engine = engine
+        self.status = status
+        self.lost = lost  # the engine went away (it may come back: the same call is safe to send again)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do for custody; a cut needs all of the first three."""
+
+    token_prompt: bool  # takes a prompt as token ids (a continuation is prompt + prefix, exactly)
+    streamed_ids: bool  # streams each generated token's id and log-prob
+    counts_tokens: bool  # says per chunk how many tokens it generated (a dropped id is seen at once)
+    tokenize_route: bool  # tokenizes and templates chat messages itself
+
+    @property
+    def can_cut(self) -> bool:
+        return self.token_prompt and self.streamed_ids
+
+
+@dataclass
+class Piece:
+    """One stream chunk in rollcut's terms."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    engine_count: int | None = None  # tokens generated so far by this request, as the engine counts
+    finish_reason: str | None = None  # "stop" | "length" once the request is over
+
+
+class Dialect(Protocol):
+    """One engine's routes, parameter names and chunk shape."""
+
+    name: str
+    capabilities: Capabilities
+
+    async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]: ...
+
+    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str: ...
+
+    def request(
+        self, prompt: list[int], max_tokens: int, body: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]: ...
+
+    def parse(self, chunk: dict[str, Any]) -> Piece: ...
+
+
+STALE_RETRIES = 2
+"""How often a request that met a kept-alive connection the engine had just closed is sent again.
+llama.cpp's server closes a kept-alive connection after a few requests or seconds; the request was
+never read, so sending it again on a new connection is safe (these routes only read)."""
+
+
+async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict[str, Any]) -> Any:
+    for attempt in range(STALE_RETRIES + 1):
+        try:
+            resp = await client.post(path, json=payload)
+            break
+        except httpx.RemoteProtocolError as exc:  # a closed kept-alive connection, or the engine died
+            if attempt == STALE_RETRIES:
+                raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
+        except httpx.HTTPError as exc:
+            raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
+    if resp.status_code != 200:
+        raise EngineError(
+            f"{path} answered {resp.status_code}: {resp.text[:300]}", engine=engine, status=resp.status_code
+        )
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise EngineError(f"{path} answered with no JSON", engine=engine) from exc
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat messages as an engine's template takes them: text content parts joined, nulls as ''."""
+    out = []
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        out.append({**m, "content": content or ""})
+    return out
+
+
+def _ints(value: Any, what: str, engine: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise EngineError(f"{what} is not a list of token ids", engine=engine)
+    return value
+
+
+_SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "stop")
+
+
+class LlamaCpp:
+    """llama.cpp's own server (``llama-server``): its native ``/completion`` route."""
+
+    name = "llama.cpp"
+    capabilities = Capabilities(token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True)
+
+    async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
+        templ: dict[str, Any] = {"messages": _messages(body)}
+        if body.get("tools"):
+            templ["tools"] = body["tools"]
+        prompt = (await _post(client, self.name, "/apply-template", templ)).get("prompt")
+        if not isinstance(prompt, str):
+            raise EngineError("/apply-template gave no prompt", engine=self.name)
+        tok = await _post(
+            client, self.name, "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+        )
+        return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
+
+    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
+        return str((await _post(client, self.name, "/detokenize", {"tokens": ids})).get("content") or "")
+
+    def request(self, prompt: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        req: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": max_tokens,
+            "stream": True,
+            "n_probs": 1,  # the sampled token's log-prob (and the top one)
+            "return_tokens": True,
+            "cache_prompt": True,  # a continuation's prompt shares the original's cached prefix
+        }
+        req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
+        if isinstance(body.get("logit_bias"), dict):  # OpenAI's {"id": bias} as llama.cpp's pairs
+            req["logit_bias"] = [[int(k), float(v)] for k, v in body["logit_bias"].items()]
+        return "/completion", req
+
+    def parse(self, chunk: dict[str, Any]) -> Piece:
+        ids = _ints(chunk.get("tokens") or [], "a chunk's tokens", self.name)
+        probs = chunk.get("completion_probabilities") or []
+        logprobs = [float(p["logprob"]) for p in probs if isinstance(p, dict) and "logprob" in p]
+        count = chunk.get("tokens_predicted")
+        finish = None
+        if chunk.get("stop"):
+            finish = "length" if chunk.get("stop_type") == "limit" else "stop"
+        return Piece(
+            ids=ids,
+            logprobs=logprobs,
+            text=str(chunk.get("content") or ""),
+            engine_count=count if isinstance(count, int) else None,
+            finish_reason=finish,
+        )
+
+
+class VLLM:
+    """vLLM's OpenAI-compatible server: ``/v1/completions`` with a token-id prompt."""
+
+    name = "vllm"
+    capabilities = Capabilities(
+        token_prompt=True, streamed_ids=True, counts_tokens=False, tokenize_route=True
+    )
+
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
+
+    def _with_model(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"model": self.model, **payload} if self.model else payload
+
+    async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
+        req: dict[str, Any] = {"messages": _messages(body), "add_generation_prompt": True}
+        if body.get("tools"):
+            req["tools"] = body["tools"]
+        tok = await _post(client, self.name, "/tokenize", self._with_model(req))
+        return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
+
+    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
+        out = await _post(client, self.name, "/detokenize", self._with_model({"tokens": ids}))
+        return str(out.get("prompt") or "")
+
+    def request(self, prompt: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        req: dict[str, Any] = {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
+        req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
+        if isinstance(body.get("logit_bias"), dict):
+            req["logit_bias"] = body["logit_bias"]
+        return "/v1/completions", self._with_model(req)
+
+    def parse(self, chunk: dict[str, Any]) -> Piece:
+        piece = Piece()
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            piece.engine_count = usage["completion_tokens"]
+        for choice in chunk.get("choices") or []:
+            lp = choice.get("logprobs") or {}
+            for tok in lp.get("tokens") or []:
+                if not (isinstance(tok, str) and tok.startswith("token_id:")):
+                    raise EngineError(
+                        "tokens come back as text: start vLLM with --return-tokens-as-token-ids",
+                        engine=self.name,
+                    )
+                piece.ids.append(int(tok.split(":", 1)[1]))
+            piece.logprobs.extend(float(x) for x in lp.get("token_logprobs") or [])
+            piece.text += str(choice.get("text") or "")
+            if choice.get("finish_reason"):
+                piece.finish_reason = "length" if choice["finish_reason"] == "length" else "stop"
+        return piece
+
+
+DIALECTS: dict[str, type[LlamaCpp] | type[VLLM]] = {"llama.cpp": LlamaCpp, "vllm": VLLM}
+"""The engines a backend can speak to, by the name ``--engine-dialect`` takes."""

@@ -1,0 +1,173 @@
+"""Generation cuts on a real inference engine, with real processes: the model server SIGKILLed while
+the engine lives, continuation after restore, reuse, and several workers cut at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused
+from rollcut.gym import ServerProcess, owner_of
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator
+from rollcut.tokens import LocalTokenStore, call_store
+
+from ..engine import Engine
+
+
+def engine_model_server(
+    url: str, namespace: str, tokens: Path, engine: Engine, *, workers: int = 1
+) -> ServerProcess:
+    """`rollcut serve model --backend engine` as its own process tree, training data on."""
+    argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
+    argv += ["--workers", str(workers), "--return-token-ids", *engine.serve_args()]
+    return ServerProcess(argv, workers=workers).start()
+
+
+def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
+    return {"x-rollout-id": rollout_id, "x-rollout-attempt": str(attempt)}
+
+
+async def _bounded(cond: Any, what: str, tries: int = 1500) -> None:
+    for _ in range(tries):  # polling what a process does not announce, with a bound
+        if await cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def _stream(
+    client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str], seen: list[str]
+) -> None:
+    """A streamed chat call; every content delta lands in ``seen`` as it arrives."""
+    async with client.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+    ) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        seen.append(choice["delta"]["content"])
+
+
+async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_server_with_only_the_rest(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], engine: Engine
+) -> None:
+    tokens_dir = tmp_path / "tokens"
+    short = {"messages": [{"role": "user", "content": "the tool"}], "max_tokens": 30}
+    long: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "the agent, at length"}],
+        "max_tokens": 1500,
+        "logit_bias": engine.no_eos,
+    }
+    srv = engine_model_server(nats_url, namespace, tokens_dir, engine)
+    servers.append(srv)
+    await log.dispatch("r1", {"task": 1}, instance="collector")
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        coord = Coordinator(log, led, tokens)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
+            first = (await client.post("/v1/chat/completions", json=short, headers=_headers("r1", 1))).json()
+            seen: list[str] = []
+            call = asyncio.ensure_future(_stream(client, long, _headers("r1", 1), seen))
+
+            async def streaming() -> bool:
+                return len(seen) >= 30
+
+            await _bounded(streaming, "30 tokens streamed to the client")
+            res = await coord.checkpoint(deadline_s=10)
+            srv.kill()  # SIGKILL the model server; the engine lives on
+            with contextlib.suppress(httpx.HTTPError):  # the stream broke with its server
+                await call  # what it had seen is in `seen`
+        cuts = [
+            s.event
+            async for s in log.read(rollout_id="r1", up_to=res.record.cut)
+            if isinstance(s.event, ModelCallPrefixCut)
+        ]
+        assert len(cuts) == 1 and 30 <= cuts[0].token_boundary < 1500
+        k = cuts[0].token_boundary
+        prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
+        # the durable prefix is what the client was streamed before the cut, token for token
+        async with httpx.AsyncClient(base_url=engine.url) as eng:
+            said = (await eng.post("/detokenize", json={"tokens": prefix.output_ids})).json()["content"]
+        assert len(seen) >= k and "".join(seen[:k]) == said
+        assert len(prefix.logprobs) == k
+
+        async def engine_idle() -> bool:
+            return engine.idle()
+
+        await _bounded(engine_idle, "the engine stopped the dead server's request")
+        restarted = engine_model_server(nats_url, namespace, tokens_dir, engine)
+        servers.append(restarted)
+        await log.supersede(
+            "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        )
+        async with httpx.AsyncClient(base_url=restarted.url, timeout=120) as client:
+            before = engine.tokens_predicted()
+            again = (await client.post("/v1/chat/completions", json=short, headers=_headers("r1", 2))).json()
+            assert engine.tokens_predicted() == before  # a reused call: zero tokens generated
+            msg, msg0 = again["choices"][0]["message"], first["choices"][0]["message"]
+            assert again["rollcut"]["served_from_log"]
+            for field in ("generation_token_ids", "generation_log_probs", "prompt_token_ids", "content"):
+                assert msg[field] == msg0[field]
+            out = (await client.post("/v1/chat/completions", json=long, headers=_headers("r1", 2))).json()
+            generated = engine.tokens_predicted() - before
+        ids = out["choices"][0]["message"]["generation_token_ids"]
+        assert out["rollcut"]["continued_from"] == k
+        assert ids[:k] == prefix.output_ids and len(ids) == 1500
+        assert out["choices"][0]["message"]["generation_log_probs"][:k] == prefix.logprobs
+        assert len(out["choices"][0]["message"]["generation_log_probs"]) == 1500
+        assert generated == 1500 - k  # the engine generated only the rest
+        kinds = [type(s.event) async for s in log.read(rollout_id="r1", attempt=2)]
+        assert ModelCallReused in kinds and ModelCallContinued in kinds
+
+
+async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint_and_all_finish(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], engine: Engine
+) -> None:
+    tokens_dir = tmp_path / "tokens"
+    srv = engine_model_server(nats_url, namespace, tokens_dir, engine, workers=2)
+    servers.append(srv)
+    rollouts = [f"r{i}" for i in range(8)]
+    assert {owner_of(r, 2) for r in rollouts} == {0, 1}  # both workers hold calls
+    for r in rollouts:
+        await log.dispatch(r, {}, instance="collector")
+    body: dict[str, Any] = {"max_tokens": 1500, "logit_bias": engine.no_eos}
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        coord = Coordinator(log, led, tokens)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
+            before = engine.tokens_predicted()
+            calls = [
+                asyncio.ensure_future(
+                    client.post(
+                        "/v1/chat/completions",
+                        json={**body, "messages": [{"role": "user", "content": f"the call {r}"}]},
+                        headers=_headers(r, 1),
+                    )
+                )
+                for r in rollouts
+            ]
+
+            async def under_way() -> bool:
+                decoding = engine.decoding(at_least=20)
+                return decoding == 8 if decoding is not None else engine.tokens_predicted() - before >= 160
+
+            await _bounded(under_way, "the eight generations under way")
+            res = await coord.checkpoint(deadline_s=10)
+            outs = {r: (await c).json() for r, c in zip(rollouts, calls, strict=True)}
+        assert {"model-w0", "model-w1"} <= set(res.record.participants)
+        cut_calls = 0
+        for r in rollouts:
+            ids = outs[r]["choices"][0]["message"]["generation_token_ids"]
+            assert len(ids) == len(outs[r]["choices"][0]["message"]["generation_log_probs"]) == 1500
+            for s in [s async for s in log.read(rollout_id=r, up_to=res.record.cut)]:
+                if isinstance(s.event, ModelCallPrefixCut):
+                    prefix = await call_store(tokens, tokens.get, s.event.receipt)
+                    assert ids[: s.event.token_boundary] == prefix.output_ids
+                    cut_calls += 1
+        # every call was generating when the checkpoint came (the engine said so): each was cut
+        assert cut_calls == 8 if engine.server is not None else cut_calls >= 1

@@ -4,13 +4,13 @@ By default: llama.cpp's ``llama-server`` (built once from the package index and 
 ``rollcut.gym.model.engine._llamacpp``) on a tiny model this suite writes itself. On a machine
 with a GPU and a real model, the same tests run against vLLM or SGLang:
 
-    ROLLCUT_ENGINE_CMD="vllm serve Qwen/Qwen3-0.6B --port 8000 --return-tokens-as-token-ids" \\
+    ROLLCUT_ENGINE_CMD="vllm serve Qwen/Qwen3-0.6B --port 8000" \\
     ROLLCUT_ENGINE_URL=http://127.0.0.1:8000 ROLLCUT_ENGINE_DIALECT=vllm \\
     ROLLCUT_ENGINE_MODEL=Qwen/Qwen3-0.6B ROLLCUT_ENGINE_EOS=151645 \\
     .venv/bin/python -m pytest tests -k engine
 
 (``ROLLCUT_ENGINE_EOS`` is the model's end-of-sequence id: tests that need a long generation
-forbid it with ``logit_bias``.)
+forbid it with ``logit_bias``.) More in ``docs/engines.md``.
 """
 
 from __future__ import annotations

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused
 from rollcut.gym import ServerProcess, owner_of
@@ -171,3 +174,43 @@ async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint
                     cut_calls += 1
         # every call was generating when the checkpoint came (the engine said so): each was cut
         assert cut_calls == 8 if engine.server is not None else cut_calls >= 1
+
+
+ROLLCUT = [sys.executable, "-m", "rollcut"]
+
+
+def _json(*args: str) -> dict[str, Any]:
+    done = subprocess.run([*ROLLCUT, *args, "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
+@pytest.mark.slow
+def test_the_demo_on_the_engine_writes_every_row_once_with_the_engines_tokens(tmp_path: Path) -> None:
+    out = _json("demo", "--engine", "llama.cpp", "--rollouts", "16", "--home", str(tmp_path / "demo"))
+    assert out["results_written"] == 16 and out["duplicate_results"] == 0 and out["crashes"] == 1
+    assert out["model_calls"]["regenerated_after_crash"] == 0  # no completed call generated twice
+    eng = out["engine"]
+    assert eng["dialect"] == "llama.cpp" and eng["cuts"] is True
+    assert eng["tokens_generated"] >= eng["tokens_for_completed_calls"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "demo" / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and all(r["response"]["output"] for r in rows)
+
+
+@pytest.mark.slow
+def test_bench_model_on_the_engine_measures_custody_and_what_cuts_save_after_a_crash() -> None:
+    out = _json("bench", "model", "--backend", "engine", "--calls", "8", "--clients", "1", "--repeat", "1")
+    lat = out["clients"]["1"]
+    for key in ("direct_p50_ms", "custody_p99_ms", "added_p50_ms", "added_p99_ms"):
+        assert lat[key]["min"] <= lat[key]["median"] <= lat[key]["max"], key
+    crash = out["crash"]
+    n, per_call = crash["calls"], crash["tokens_per_call"]
+    cuts, excluded = crash["cuts"], crash["excluded"]
+    # every call was a quarter through at the cut: with cuts, the engine generated only the rest
+    assert cuts["kept_by_cuts"] >= n * per_call // 4
+    assert cuts["generated_after_restart"] == n * per_call - cuts["kept_by_cuts"]
+    assert 0 <= cuts["regenerated"] == cuts["generated_before_crash"] - cuts["kept_by_cuts"]
+    # without cuts, every call in flight starts over
+    assert excluded["kept_by_cuts"] == 0 and excluded["generated_after_restart"] == n * per_call
+    assert excluded["regenerated"] == excluded["generated_before_crash"] > cuts["regenerated"]

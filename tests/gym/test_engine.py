@@ -80,10 +80,24 @@ async def test_an_engine_call_keeps_what_the_engine_tokenized_and_streamed(
     async with httpx.AsyncClient(base_url=engine.url) as eng:
         backend = engine.backend()
         assert msg["prompt_token_ids"] == await backend.dialect.tokenize(eng, {"messages": messages})
-        assert msg["content"] == await backend.dialect.detokenize(eng, ids)
+        ended = out.choices[0].finish_reason == "stop"  # on the end token: in the ids, not in the text
+        assert msg["content"] == await backend.dialect.detokenize(eng, ids[:-1] if ended else ids)
     done = [e for e in await events(erig.log, "r1") if isinstance(e, ModelCallCompleted)]
     record = await call_store(erig.tokens, erig.tokens.get, done[0].receipt)
     assert (record.output_ids, record.logprobs) == (ids, lps)
+
+
+async def test_a_call_that_ends_on_the_end_token_keeps_it_with_its_log_prob_and_says_nothing_of_it(
+    erig: ModelRig, engine: Engine
+) -> None:
+    await erig.log.dispatch("r1", {}, instance="collector")
+    (eos,) = engine.no_eos
+    out = await sdk(erig, "r1").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}], max_tokens=5, logit_bias={eos: 100}
+    )
+    msg = out.choices[0].message.model_dump()
+    assert msg["generation_token_ids"] == [int(eos)] and len(msg["generation_log_probs"]) == 1
+    assert msg["content"] == "" and out.choices[0].finish_reason == "stop"
 
 
 async def test_a_cut_keeps_the_streamed_tokens_stops_the_engine_request_and_the_call_goes_on(

@@ -220,7 +220,9 @@ class EngineBackend:
                     raise EngineError("the stream ended before the generation did", engine=self.dialect.name)
                 finished = ended
         plan.finish_reason = finished
-        plan.text = await self.dialect.detokenize(self.client, plan.output_ids) if plan.output_ids else ""
+        # the text as the engine streamed it (an end token has no text; a detokenized one would say
+        # "</s>"), after the prefix's text when the call continued one
+        plan.text = "".join(run.texts)
         self._tool_calls(plan, run.body)
 
     def _check(self, piece: Piece, received: int) -> None:

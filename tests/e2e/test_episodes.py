@@ -18,9 +18,9 @@ import pytest
 
 from rollcut.bus import (
     AgentBoundary,
-    CheckpointPrepared,
     ModelCallAdmitted,
     ModelCallCompleted,
+    ModelCallPrefixCut,
     ModelCallReused,
     ResourcesMutated,
     ResourcesRetired,
@@ -28,6 +28,7 @@ from rollcut.bus import (
     RolloutCompleted,
 )
 from rollcut.gym import ServerProcess
+from rollcut.ledger import verify_checkpoint
 from rollcut.participants import plan_recovery
 
 from ..helpers import until
@@ -175,7 +176,9 @@ async def test_token_lineage_continues_across_a_crash(ep: Episodes) -> None:
     assert first_attempt_calls & set(chain)  # the lineage reaches back into attempt 1
 
 
-async def test_a_checkpoint_without_a_crash_parks_and_then_releases_every_episode(ep: Episodes) -> None:
+async def test_a_checkpoint_without_a_crash_takes_every_episode_as_it_stands_and_releases_them(
+    ep: Episodes,
+) -> None:
     ref = await ep.reference(COUNTER)
     ids = [f"p{i}" for i in range(6)]
     for rid in ids:
@@ -184,20 +187,22 @@ async def test_a_checkpoint_without_a_crash_parks_and_then_releases_every_episod
     for rid in ids:
         await ep.boundaries(rid, 1, at_least=1)
     ck = await ep.checkpoint()
-    for rid in ids:  # at the cut every running episode stood at a boundary: no call or turn half done
+    for rid in ids:  # at the cut each episode stood at a boundary or in one model call the cut covers
         evs = [(s, e) for s, e in await ep.events(rid) if s <= ck.cut]
         if any(isinstance(e, ResourcesRetired | RolloutCompleted) for _, e in evs):
-            continue  # it finished during the prepare
-        admitted = {e.call_id for _, e in evs if isinstance(e, ModelCallAdmitted)}
+            continue  # it finished before the cut
+        admitted = [e.call_id for _, e in evs if isinstance(e, ModelCallAdmitted)]
         completed = {e.call_id for _, e in evs if isinstance(e, ModelCallCompleted)}
-        assert admitted == completed, rid
+        open_calls = [c for c in admitted if c not in completed]
+        # at most the latest call is open: cut at a durable prefix, or not yet started (the validator
+        # found it in the model worker's prepare reply, or the checkpoint would not be published)
+        assert open_calls in ([], admitted[-1:]), rid
         turns = [e.record.turn for _, e in evs if isinstance(e, AgentBoundary)]
-        assert len(completed) == turns[-1], rid
+        assert turns[-1] <= len(completed), rid  # a boundary names only completed turns
     outs = await asyncio.gather(*runs)  # released: every one finishes, as if nothing happened
     for o in outs:
         assert o.status_code == 200 and o.json()["answer"] == ref["answer"]
-    agents = [s for s in await ep.stats() if "parks" in s]
-    assert sum(s["parks"] for s in agents) >= 1
+    assert await verify_checkpoint(ep.log, ep.ledger, ep.tokens, ck.checkpoint_id) == []
 
 
 async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: Episodes) -> None:
@@ -247,7 +252,9 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
     assert plan.retired == ["r"] and not plan.continue_ and not plan.fresh_dispatch
 
 
-async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redone(ep: Episodes) -> None:
+async def test_an_episode_whose_answer_is_generating_at_a_checkpoint_is_neither_lost_nor_redone(
+    ep: Episodes,
+) -> None:
     ref = await ep.reference(COUNTER)
     await ep.log.dispatch("r", COUNTER, instance="collector")
     run = ep.start_run("r", 1, COUNTER)
@@ -258,18 +265,14 @@ async def test_an_episode_that_finishes_during_prepare_is_neither_lost_nor_redon
         return admitted == ref["turns"] + 1
 
     await until(final_call_running, timeout=60, what="the final turn")
-    ck = await ep.checkpoint()  # the agent cannot park this run: prepare waits for it to finish
+    ck = await ep.checkpoint()  # the answer is generating: the checkpoint does not wait for it
     resp = await run
     assert resp.status_code == 200 and resp.json()["answer"] == ref["answer"]  # not lost
-    marks = [
-        s.seq
-        async for s in ep.log.read(start=1, up_to=ck.cut)
-        if isinstance(s.event, CheckpointPrepared) and s.event.checkpoint_id == ck.checkpoint_id
-    ]
-    prepared = marks[0]
-    final = [s for s, e in await ep.events("r", 1) if isinstance(e, ModelCallCompleted)][-1]
-    closed = next(s for s, e in await ep.events("r", 1) if isinstance(e, ResourcesRetired))
-    assert prepared < final <= closed <= ck.cut  # it finished during the prepare, below the cut
+    evs = await ep.events("r", 1)
+    final = [(s, e) for s, e in evs if isinstance(e, ModelCallCompleted)][-1]
+    cuts = [s for s, e in evs if isinstance(e, ModelCallPrefixCut) and e.call_id == final[1].call_id]
+    if cuts:  # it was cut at a durable prefix below the seal, and finished after it
+        assert cuts[-1] < ck.cut < final[0]
     # the hand-off never happened (the crash comes first): recovery continues it, and nothing runs again
     await ep.crash()
     ep.dep.restart()

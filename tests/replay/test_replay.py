@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import msgspec
 
 from rollcut.bus import (
     EventLog,
+    ModelCallAdmitted,
     ModelCallCompleted,
     ResourcesMutated,
     ResultAccepted,
@@ -162,3 +164,26 @@ async def test_the_streaming_fold_drops_what_finished_and_keeps_what_runs(log: E
     assert len(full.rollouts["done"].attempts[1].sessions["model"].calls) == 4
     assert msgspec.to_builtins(lean.rollouts["running"]) == msgspec.to_builtins(full.rollouts["running"])
     assert len(lean.rollouts["running"].attempts[1].sessions["model"].calls) == 3
+
+
+async def test_a_cut_recorded_after_its_calls_completion_leaves_the_call_completed(
+    log: EventLog, tmp_path: Path
+) -> None:
+    """A prepare freezes a call while it is finishing: its completion can reach the log before the
+    cut's event. The call is completed whatever the order: continuing its prefix would generate
+    again what its caller already received (and acted on)."""
+    from rollcut.bus import ModelCallPrefixCut
+    from rollcut.ledger import Ledger, Projector
+
+    await log.dispatch("r1", {}, instance="collector")
+    done = TokenReceipt(receipt_id="whole", count=9, digest="ab" * 16)
+    part = TokenReceipt(receipt_id="prefix", count=4, digest="cd" * 16)
+    ev = {"component": "model", "instance": "model-0", "rollout_id": "r1", "attempt": 1, "call_id": "c1"}
+    await log.append(ModelCallAdmitted(**ev, request_digest="ef" * 8))
+    await log.append(ModelCallCompleted(**ev, request_digest="ef" * 8, receipt=done))
+    cut = await log.append(ModelCallPrefixCut(**ev, receipt=part, token_boundary=4, buffer_id="c1-b1"))
+    call = (await replay(log, up_to=cut)).rollouts["r1"].attempts[1].sessions["model"].calls["c1"]
+    assert (call.status, call.receipt) == ("completed", done)
+    with Ledger(tmp_path / "ledger") as led:
+        await Projector(led, log).catch_up()
+        assert led.call_status("r1", 1, "c1") == "completed"

@@ -280,7 +280,12 @@ class _WriteBatch:
         self.txn.put(_cut_key(rec.cut, rec.checkpoint_id), b"", db=self.ledger._db["checkpoint_cuts"])
 
     def set_call(self, rollout_id: str, attempt: int, call_id: str, status: bytes) -> None:
-        self.txn.put(session_key(rollout_id, attempt, call_id), status, db=self.ledger._db["calls"])
+        """Record a call's outcome; a completion is final, so a prefix cut never replaces one. (A cut
+        taken while the call was finishing can land on the log after its completion.)"""
+        key, db = session_key(rollout_id, attempt, call_id), self.ledger._db["calls"]
+        if status == b"p" and self.txn.get(key, db=db) == b"c":
+            return
+        self.txn.put(key, status, db=db)
 
     def raise_revision(self, rollout_id: str, attempt: int, session: str, revision: int) -> None:
         key, db = session_key(rollout_id, attempt, session), self.ledger._db["revisions"]

@@ -178,6 +178,11 @@ class ModelFold:
         state.last_completed_call_id = ev.call_id
 
     def _prefix_cut(self, state: ModelSession, stored: StoredEvent, ev: ModelCallPrefixCut) -> None:
+        done = state.calls.get(ev.call_id)
+        if done is not None and done.status in ("completed", "reused"):
+            # a cut taken while the call was finishing, recorded after its completion: the completion
+            # is final (continuing the prefix would generate again what the caller already got)
+            return
         call = self._call(state, stored, ev.call_id)
         call.status, call.receipt, call.token_boundary = "prefix_cut", ev.receipt, ev.token_boundary
 

@@ -333,10 +333,12 @@ class ModelService:
         ctx: _AttemptContext,
     ) -> CallResult:
         # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
-        plan = await self.backend.start(body) if self.backend.plans_ahead else None
-        fl = _InFlight(ident, call_id, plan)
+        # in flight from here (a prepare meanwhile says never_started): an engine's start awaits its
+        # tokenizer, and a call admitted below the cut must be in the prepare's reply
+        fl = _InFlight(ident, call_id)
         self._inflight[call_id] = fl
         try:
+            plan = fl.plan = await self.backend.start(body) if self.backend.plans_ahead else None
             start = 0
             if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
                 src_attempt, src = source

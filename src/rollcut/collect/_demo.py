@@ -162,9 +162,12 @@ async def run_demo(
 
             if not engine_url:
                 local_engine = engines.enter_context(tiny_engine(root / "engine"))
-            url = local_engine.url if local_engine else engine_url
-            model = {"backend": "engine", "upstream": url, "engine_dialect": engine}
-            model["engine_no_cuts"] = not engine_cuts
+            model = {
+                "backend": "engine",
+                "upstream": local_engine.url if local_engine else engine_url,
+                "engine_dialect": engine,
+                "engine_no_cuts": not engine_cuts,
+            }
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
         creds_path = root / "nats" / "credentials.json"
         tasks = demo_rows(rollouts, seed, envs)

@@ -34,7 +34,9 @@ ENGINE_RETRY_AFTER_S = 1.0
 class UpstreamError(RollcutError):
     """The upstream model server failed a call."""
 
-    lost = False  # the upstream went away (not: it refused or answered wrongly)
+    def __init__(self, message: str, *, lost: bool = False) -> None:
+        super().__init__(message)
+        self.lost = lost  # it went away (the same call is safe to send again), not: it answered wrongly
 
 
 def upstream_error(exc: UpstreamError) -> GymError:
@@ -68,9 +70,7 @@ class OpenAIBackend:
         try:
             resp = await self.client.post("/v1/chat/completions", json=req)
         except httpx.HTTPError as exc:
-            err = UpstreamError(f"upstream unreachable: {exc!r}")
-            err.lost = True
-            raise err from exc
+            raise UpstreamError(f"upstream unreachable: {exc!r}", lost=True) from exc
         if resp.status_code != 200:
             raise UpstreamError(f"upstream answered {resp.status_code}: {resp.text[:300]}")
         out = resp.json()

@@ -36,10 +36,9 @@ class EngineError(UpstreamError):
     """The inference engine failed a call, or answered in a shape its dialect does not take."""
 
     def __init__(self, message: str, *, engine: str, status: int | None = None, lost: bool = False) -> None:
-        super().__init__(f"{engine}: {message}")
+        super().__init__(f"{engine}: {message}", lost=lost)
         self.engine = engine
         self.status = status
-        self.lost = lost  # the engine went away (it may come back: the same call is safe to send again)
 
 
 @dataclass(frozen=True)

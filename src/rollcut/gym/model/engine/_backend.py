@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import msgspec
 
 from .._local import Plan
 from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["EngineBackend"]
 
 _MAX_LINE = 1 << 20  # one stream chunk; an engine sends a few hundred bytes per token
+_decode = msgspec.json.Decoder().decode  # a chunk per token: the hot path of an engine call
 _END = object()
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 
@@ -142,8 +144,8 @@ class EngineBackend:
                     if data == "[DONE]":
                         break
                     try:
-                        chunk = json.loads(data)
-                    except ValueError as exc:
+                        chunk = _decode(data)
+                    except (ValueError, msgspec.DecodeError) as exc:
                         raise EngineError("a stream chunk is not JSON", engine=self.dialect.name) from exc
                     if isinstance(chunk, dict) and "error" in chunk:
                         raise EngineError(

@@ -21,6 +21,7 @@ from rollcut.participants import Coordinator
 from rollcut.tokens import LocalTokenStore, call_store
 
 from ..engine import Engine
+from ..helpers import until
 
 
 def engine_model_server(
@@ -34,14 +35,6 @@ def engine_model_server(
 
 def _headers(rollout_id: str, attempt: int) -> dict[str, str]:
     return {"x-rollout-id": rollout_id, "x-rollout-attempt": str(attempt)}
-
-
-async def _bounded(cond: Any, what: str, tries: int = 1500) -> None:
-    for _ in range(tries):  # polling what a process does not announce, with a bound
-        if await cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def _stream(
@@ -78,10 +71,7 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             seen: list[str] = []
             call = asyncio.ensure_future(_stream(client, long, _headers("r1", 1), seen))
 
-            async def streaming() -> bool:
-                return len(seen) >= 30
-
-            await _bounded(streaming, "30 tokens streamed to the client")
+            await until(lambda: len(seen) >= 30, timeout=30, what="30 tokens streamed to the client")
             res = await coord.checkpoint(deadline_s=10)
             srv.kill()  # SIGKILL the model server; the engine lives on
             with contextlib.suppress(httpx.HTTPError):  # the stream broke with its server
@@ -100,10 +90,7 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
         assert len(seen) >= k and "".join(seen[:k]) == said
         assert len(prefix.logprobs) == k
 
-        async def engine_idle() -> bool:
-            return engine.idle()
-
-        await _bounded(engine_idle, "the engine stopped the dead server's request")
+        await until(engine.idle, timeout=30, what="the engine stopped the dead server's request")
         restarted = engine_model_server(nats_url, namespace, tokens_dir, engine)
         servers.append(restarted)
         await log.supersede(
@@ -155,11 +142,11 @@ async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint
                 for r in rollouts
             ]
 
-            async def under_way() -> bool:
+            def under_way() -> bool:
                 decoding = engine.decoding(at_least=20)
                 return decoding == 8 if decoding is not None else engine.tokens_predicted() - before >= 160
 
-            await _bounded(under_way, "the eight generations under way")
+            await until(under_way, timeout=30, what="the eight generations under way")
             res = await coord.checkpoint(deadline_s=10)
             outs = {r: (await c).json() for r, c in zip(rollouts, calls, strict=True)}
         assert {"model-w0", "model-w1"} <= set(res.record.participants)

@@ -29,6 +29,7 @@ from rollcut.gym.model.engine import Capabilities, EngineBackend, LlamaCpp
 from rollcut.tokens import call_store
 
 from ..engine import Engine
+from ..helpers import until
 from .conftest import ModelRig, rig_for
 
 
@@ -53,15 +54,6 @@ def sdk(rig: ModelRig, rollout: str, attempt: int = 1, retries: int = 0) -> Asyn
 
 async def events(log: EventLog, rollout: str) -> list[Any]:
     return [s.event async for s in log.read(rollout_id=rollout)]
-
-
-async def until(cond: Any, what: str, tries: int = 1000) -> None:
-    """Wait (bounded) for a condition the test cannot be told about otherwise."""
-    for _ in range(tries):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def test_an_engine_call_keeps_what_the_engine_tokenized_and_streamed(
@@ -114,7 +106,7 @@ async def test_a_cut_keeps_the_streamed_tokens_stops_the_engine_request_and_the_
             logit_bias=engine.no_eos,  # no end before the budget: a generation long enough to cut
         )
     )
-    await until(lambda: erig.service.stats["tokens_generated"] >= 20, "20 tokens streamed")
+    await until(lambda: erig.service.stats["tokens_generated"] >= 20, what="20 tokens streamed")
     res = await erig.coordinator.checkpoint(deadline_s=10)
     out = (await call).choices[0].message.model_dump()
     cuts = [e for e in await events(erig.log, "r1") if isinstance(e, ModelCallPrefixCut)]
@@ -150,7 +142,7 @@ async def test_an_engine_that_cannot_take_a_token_prompt_leaves_a_running_call_e
                 logit_bias=engine.no_eos,
             )
         )
-        await until(lambda: rig.service.stats["tokens_generated"] >= 20, "20 tokens streamed")
+        await until(lambda: rig.service.stats["tokens_generated"] >= 20, what="20 tokens streamed")
         await rig.coordinator.checkpoint(deadline_s=10)
         await call
         kinds = [type(e) for e in await events(log, "r1")]
@@ -166,9 +158,9 @@ async def test_the_engine_killed_mid_call_fails_the_call_and_the_clients_retry_c
             model="m", messages=[{"role": "user", "content": "x"}], max_tokens=1200, logit_bias=engine.no_eos
         )
     )
-    await until(lambda: erig.service.stats["tokens_generated"] >= 20, "20 tokens streamed")
+    await until(lambda: erig.service.stats["tokens_generated"] >= 20, what="20 tokens streamed")
     engine.kill()  # SIGKILL mid-call
-    await until(lambda: erig.service.stats["calls_failed"] == 1, "the call recorded as failed")
+    await until(lambda: erig.service.stats["calls_failed"] == 1, what="the call recorded as failed")
     restart = threading.Thread(target=engine.start)  # the engine comes back on its port
     restart.start()
     out = await call  # the SDK retried the 503 after its Retry-After

@@ -49,14 +49,15 @@ async def open_log(
     credentials: Path | None = None,
     sync_interval: str | None = None,
     name: str = "rollcut",
+    replicas: int = 1,
 ) -> AsyncIterator[EventLog]:
     """An EventLog as ``role``: on ``url``, or on an embedded server started for the duration."""
     server: EmbeddedServer | None = None
-    config = BusConfig(url=url, namespace=namespace)
+    config = BusConfig(url=url, namespace=namespace, replicas=replicas)
     if not url:
         creds = credentials_for(home / "nats", namespace)
         server = EmbeddedServer(home / "nats", sync_interval=sync_interval, credentials=creds).start()
-        config = BusConfig(url=server.url).as_role(creds, role)
+        config = BusConfig(url=server.url, replicas=replicas).as_role(creds, role)
     elif credentials is not None:
         config = config.as_role(load_credentials(credentials), role)
     try:

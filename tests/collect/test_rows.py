@@ -52,7 +52,7 @@ def test_a_row_of_another_collection_is_refused(tmp_path: Path) -> None:
     rows.claim("ns")
     out.write_text(json.dumps({"rollout_id": "someone-else-0"}) + "\n")
     with pytest.raises(ConfigError, match="not a row of this collection"):
-        rows.written()
+        list(rows.written())
 
 
 def test_an_output_belongs_to_its_collection(tmp_path: Path) -> None:

@@ -11,14 +11,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rollcut._runtime import credentials_for
-from rollcut.bus import BusConfig, EmbeddedServer, EventLog
+from rollcut.bus import BusConfig, EmbeddedCluster, EmbeddedServer, EventLog
 from rollcut.collect import DEMO_NAMESPACE as NS
 from rollcut.collect import demo_tasks
 from rollcut.gym import ServerProcess, start_stack
@@ -33,6 +33,9 @@ class Deployment:
     stack: list[Any]
     rollouts: int
     stack_options: dict[str, Any]
+    replicas: int = 1
+    every_s: float | None = None  # checkpoint every this many seconds, besides on signals
+    extra_config: list[str] = field(default_factory=list)  # more lines of the collect YAML
 
     def collect(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -62,7 +65,13 @@ class Deployment:
         """Start every Gym server again; on the ports they had, as a supervisor would, if asked."""
         ports = {p.name: p.port for p in self.stack} if same_ports else {}
         self.stack = start_stack(
-            self.url, self.creds, self.root / "tokens", namespace=NS, ports=ports, **self.stack_options
+            self.url,
+            self.creds,
+            self.root / "tokens",
+            namespace=NS,
+            ports=ports,
+            replicas=self.replicas,
+            **self.stack_options,
         )
         self._write_config()
 
@@ -75,6 +84,7 @@ class Deployment:
             "\n".join(
                 [
                     f"nats_url: {self.url}",
+                    f"replicas: {self.replicas}",
                     f"namespace: {NS}",
                     f"credentials: {self.root / 'nats' / 'credentials.json'}",
                     f"home: {self.root}",
@@ -84,6 +94,8 @@ class Deployment:
                     "concurrency: 8",
                     "checkpoint:",
                     "  deadline_s: 5",
+                    *([f"  every_s: {self.every_s}"] if self.every_s else []),
+                    *self.extra_config,
                     "",
                 ]
             )
@@ -92,20 +104,41 @@ class Deployment:
 
 @contextlib.contextmanager
 def deploy(
-    root: Path, tasks: list[dict[str, Any]] | None = None, **stack_options: Any
+    root: Path,
+    tasks: list[dict[str, Any]] | None = None,
+    *,
+    nats: EmbeddedServer | EmbeddedCluster | None = None,
+    replicas: int = 1,
+    **stack_options: Any,
 ) -> Iterator[Deployment]:
     """JetStream with role credentials, its stream, 16 demo tasks (or ``tasks``) and every Gym server
-    as a process."""
+    as a process. ``nats``: a cluster (or server) already started on ``root / "nats"``'s credentials;
+    by default one server is started here."""
     creds = credentials_for(root / "nats", NS)
-    with EmbeddedServer(root / "nats", credentials=creds) as nats:
-        asyncio.run(_create_stream(nats.url, creds))  # as an operator would, before any server starts
+    with contextlib.ExitStack() as stack_of:
+        if nats is None:
+            nats = stack_of.enter_context(EmbeddedServer(root / "nats", credentials=creds))
+        # as an operator would, before any server starts
+        asyncio.run(_create_stream(nats.url, creds, replicas))
         tasks = tasks if tasks is not None else demo_tasks(16, seed=0)
         (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
         stack = start_stack(
-            nats.url, root / "nats" / "credentials.json", root / "tokens", namespace=NS, **stack_options
+            nats.url,
+            root / "nats" / "credentials.json",
+            root / "tokens",
+            namespace=NS,
+            replicas=replicas,
+            **stack_options,
         )
         dep = Deployment(
-            root, nats.url, root / "collect.yaml", root / "results.jsonl", stack, len(tasks), stack_options
+            root,
+            nats.url,
+            root / "collect.yaml",
+            root / "results.jsonl",
+            stack,
+            len(tasks),
+            stack_options,
+            replicas,
         )
         dep._write_config()
         try:
@@ -129,8 +162,8 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         yield dep
 
 
-async def _create_stream(url: str, creds: Any) -> None:
-    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+async def _create_stream(url: str, creds: Any, replicas: int = 1) -> None:
+    log = await EventLog.connect(BusConfig(url=url, replicas=replicas).as_role(creds, "admin"))
     await log.close()
 
 

@@ -2,20 +2,24 @@
 
 from ._baselines import BASELINES
 from ._checkpoint import bench_checkpoint
+from ._durability import bench_durability
 from ._e2e import WAYS, bench_e2e
 from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
+from ._soak import bench_soak
 from ._workers import bench_workers
 
 __all__ = [
     "BASELINES",
     "WAYS",
     "bench_checkpoint",
+    "bench_durability",
     "bench_e2e",
     "bench_log",
     "bench_model",
     "bench_model_engine",
+    "bench_soak",
     "bench_workers",
     "workload",
 ]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -40,12 +41,13 @@ from ..bus import (
     AgentBoundary,
     AgentBoundaryRecord,
     BusConfig,
+    EmbeddedCluster,
     EmbeddedServer,
     EventLog,
     ModelCallCompleted,
     ResourcesMutated,
 )
-from ..ledger import Ledger
+from ..ledger import Ledger, rebuild_ledger
 from ..participants import Coordinator, Participant
 from ..replay import replay
 from ..tokens import LocalTokenStore, TokenRecord
@@ -108,17 +110,21 @@ async def bench_checkpoint(
     moved: tuple[int, ...] = (1, 100),
     repeat: int = 3,
     baselines: tuple[str, ...] = BASELINES,
+    cluster: int = 1,
 ) -> dict[str, Any]:
     """Pause and publication time of rollcut's checkpoint against the NeMo-style and per-file
-    designs on the same state: cold, and with ``moved`` percent of the rollouts moved since."""
+    designs on the same state: cold, and with ``moved`` percent of the rollouts moved since. With
+    ``cluster`` > 1, on that many nats-server nodes started for the run, the stream at 3 replicas."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchck-") as tmp:
         root = Path(tmp)
-        server = None
+        server: EmbeddedServer | EmbeddedCluster | None = None
         if url is None:
-            server = EmbeddedServer(root / "nats").start()
+            server = (
+                EmbeddedCluster(root / "nats", size=cluster) if cluster > 1 else EmbeddedServer(root / "nats")
+            ).start()
             url = server.url
         try:
-            return await _run(root, url, rollouts, moved, max(1, repeat), baselines)
+            return await _run(root, url, rollouts, moved, max(1, repeat), baselines, min(cluster, 3))
         finally:
             if server is not None:
                 server.stop()
@@ -133,9 +139,15 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 async def _run(
-    root: Path, url: str, n: int, moved: tuple[int, ...], repeat: int, baselines: tuple[str, ...]
+    root: Path,
+    url: str,
+    n: int,
+    moved: tuple[int, ...],
+    repeat: int,
+    baselines: tuple[str, ...],
+    replicas: int = 1,
 ) -> dict[str, Any]:
-    cfg = BusConfig(url=url, namespace=f"benchck{os.urandom(3).hex()}")
+    cfg = BusConfig(url=url, namespace=f"benchck{os.urandom(3).hex()}", replicas=replicas)
     log = await EventLog.connect(cfg, name="bench-coordinator")
     plogs = [await EventLog.connect(cfg, name=f"bench-{name}") for name, _, _ in _PARTS]
     parts = [
@@ -145,7 +157,7 @@ async def _run(
     tokens = LocalTokenStore(root / "tokens")
     ledgers: list[Ledger] = []
     cases: dict[str, dict[str, list[float]]] = {}
-    out: dict[str, Any] = {"rollouts": n, "participants": len(parts), "repeat": repeat}
+    out: dict[str, Any] = {"rollouts": n, "participants": len(parts), "repeat": repeat, "replicas": replicas}
     try:
         rids = [f"r{i:06d}" for i in range(n)]
         for rid in rids:
@@ -197,6 +209,11 @@ async def _run(
             for _ in range(repeat):
                 await one_turn(rids[: max(1, n * pct // 100)])
                 await measure(f"moved_{pct}", coord, tailing=True)
+        t0 = time.perf_counter()
+        out["ledger_rebuild_events"], _ = await rebuild_ledger(log, root / "ledger-rebuilt")
+        out["ledger_rebuild_s"] = round(time.perf_counter() - t0, 2)
+        # the coordinator's process (participants and baselines run here too: an upper bound)
+        out["coordinator_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     finally:
         for p in parts:
             await p.stop()

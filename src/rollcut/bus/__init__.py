@@ -7,6 +7,7 @@ whole: their own ``__all__`` is the list.
 
 from . import _events, _kinds
 from ._auth import Credentials, load_credentials, server_authorization
+from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
 from ._kinds import *  # noqa: F403  (the kind table, whole)
@@ -20,6 +21,10 @@ __all__ = [
     *_kinds.__all__,
     "COORDINATOR_LANE",
     "BusConfig",
+    "ClusterLayout",
+    "ClusterNode",
+    "EmbeddedCluster",
+    "node_config",
     "Codec",
     "Credentials",
     "EmbeddedServer",

@@ -88,7 +88,12 @@ def load_credentials(path: Path) -> Credentials:
 
 def _permissions(role: str, s: Subjects) -> dict[str, object]:
     p = s.prefix
-    js_read = [f"$JS.API.DIRECT.GET.{s.stream}", f"$JS.API.STREAM.INFO.{s.stream}"]
+    # direct gets (any replica), the leader's message get (read-your-writes on a cluster), stream info
+    js_read = [
+        f"$JS.API.DIRECT.GET.{s.stream}",
+        f"$JS.API.STREAM.MSG.GET.{s.stream}",
+        f"$JS.API.STREAM.INFO.{s.stream}",
+    ]
     inbox = ["_INBOX.>"]
     if role == "admin":
         return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
@@ -102,6 +107,7 @@ def _permissions(role: str, s: Subjects) -> dict[str, object]:
                     "$SRV.>",
                     *js_read,
                     f"$JS.API.STREAM.CREATE.{s.stream}",
+                    f"$JS.API.STREAM.PURGE.{s.stream}",  # compaction
                     "$JS.API.INFO",
                 ]
             },

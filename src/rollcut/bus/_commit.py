@@ -24,19 +24,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from .._errors import BusError, PermissionDeniedError
+from .._files import private_dir
 from ._events import new_event_id
 from ._stream import Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
-__all__ = ["GroupCommit", "Outcome"]
+__all__ = ["ERRS_IN_FLIGHT", "GroupCommit", "Outcome"]
+
+ERRS_IN_FLIGHT = frozenset({10164, 10158})
+"""Refusals a replicated stream gives while a write this one depends on is still being replicated:
+another write checked against the same subject (a rollout's fence) is in flight (10164, "wrong
+last sequence" without a number), or this very message id is (10158). Neither is a verdict: the
+leader has not decided yet. The message is sent again, with its id, until it has."""
 
 
 @dataclass(slots=True)
@@ -68,7 +78,7 @@ class GroupCommit:
         max_batch: int = 500,
         max_inflight: int = 8,
         timeout: float = 10.0,
-        retries: int = 3,
+        outage_s: float = 60.0,
         denials: Denials | None = None,
     ) -> None:
         if not 1 <= max_batch <= 1000:
@@ -77,7 +87,7 @@ class GroupCommit:
         self._max_batch = max_batch
         self._slots = asyncio.Semaphore(max(1, max_inflight))
         self._timeout = timeout
-        self._retries = retries
+        self._outage_s = outage_s
         self._denials = denials
         self._queue: list[_Item] = []
         self._wake = asyncio.Event()
@@ -87,6 +97,10 @@ class GroupCommit:
         self.batches_sent = 0
         self.singles_sent = 0
         self.fallbacks = 0
+        self._journal = _open_journal()
+        self.one_in_flight_per_subject = False
+        """Set on a replicated stream: see :meth:`_take`."""
+        self._in_flight: dict[str, int] = {}
 
     def submit(
         self, subject: str, payload: bytes, headers: dict[str, str], header_lines: bytes | None = None
@@ -103,8 +117,18 @@ class GroupCommit:
         self._wake.set()
         return fut
 
+    def _record(self, items: list[_Item], first: int) -> None:
+        """Write what the server acknowledged to the ack journal, if one is kept."""
+        if self._journal is not None:
+            ids = (it.headers.get("Nats-Msg-Id", "") for it in items)
+            lines = "".join(f"{first + i} {eid}\n" for i, eid in enumerate(ids))
+            os.write(self._journal, lines.encode())
+
     async def close(self) -> None:
         self._closed = True
+        if self._journal is not None:
+            os.close(self._journal)
+            self._journal = None
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
         if self._task is not None:
@@ -122,10 +146,40 @@ class GroupCommit:
             self._wake.clear()
             while self._queue:
                 await self._slots.acquire()
-                take, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+                take = self._take()
+                if not take:  # all that is queued waits on a subject in flight: a send's end wakes us
+                    self._slots.release()
+                    break
                 task = asyncio.get_running_loop().create_task(self._send(take))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
+
+    def _take(self) -> list[_Item]:
+        """The next batch: the queue's head, or on a replicated stream, its head without the messages
+        whose checked subject is in flight in another batch.
+
+        A stream leader refuses (10164) a message whose expected-last-subject check names a subject
+        that a write not yet replicated also checked: two batches with events of one rollout in
+        flight at once would have the second refused whole, then re-sent one by one. Holding those
+        events for the next batch keeps every batch whole; their order is kept, since all of a
+        rollout's queued events wait together.
+        """
+        if not self.one_in_flight_per_subject:
+            take, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            return take
+        take, held, busy = [], [], self._in_flight
+        for it in self._queue:
+            key = _checked_subject(it)
+            if len(take) >= self._max_batch or (key is not None and key in busy):
+                held.append(it)
+            else:
+                take.append(it)
+        self._queue = held
+        for it in take:
+            key = _checked_subject(it)
+            if key is not None:
+                busy[key] = busy.get(key, 0) + 1
+        return take
 
     async def _send(self, items: list[_Item]) -> None:
         try:
@@ -143,6 +197,14 @@ class GroupCommit:
             if not isinstance(exc, Exception):
                 raise
         finally:
+            if self.one_in_flight_per_subject:
+                for it in items:
+                    key = _checked_subject(it)
+                    if key is not None and self._in_flight.get(key, 0) <= 1:
+                        self._in_flight.pop(key, None)
+                    elif key is not None:
+                        self._in_flight[key] -= 1
+                self._wake.set()  # what waited on these subjects may go now
             self._slots.release()
 
     async def _send_batch(self, items: list[_Item]) -> None:
@@ -168,6 +230,7 @@ class GroupCommit:
             for i, it in enumerate(items):
                 if not it.future.done():
                     it.future.set_result(Outcome(seq=first + i))
+            self._record(items, first)
             return
         self.fallbacks += 1
         await self._send_singly(items)
@@ -186,21 +249,35 @@ class GroupCommit:
                 it.future.set_result(Outcome(err_code=ack.error.err_code, description=ack.error.description))
             else:
                 it.future.set_result(Outcome(seq=ack.seq, duplicate=ack.duplicate))
+                self._record([it], ack.seq)
 
     async def _publish_one(self, it: _Item) -> PubAck:
-        delay = 0.05
-        for attempt in range(self._retries + 1):
+        """One acknowledged publish, retried with its ``Nats-Msg-Id`` until the bus answers.
+
+        No answer is not a refusal: a stream leader being elected (a node of a cluster died), a
+        server restarting, a cluster without quorum. The same message is sent again for up to
+        ``outage_s`` (the server stores it once, whichever try got through); past that the append
+        fails naming what the bus last said, and nothing was acknowledged.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._outage_s
+        delay = 0.005
+        while True:
             try:
-                return parse_ack(await self._request(it.subject, it.payload, it.headers, [it.subject]))
-            except (NatsTimeoutError, NatsError, OSError) as exc:
-                if attempt == self._retries:
-                    raise BusError(
-                        f"append to {it.subject} got no ack after {self._retries + 1} tries: {exc!r}",
-                        subject=it.subject,
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 4, 2.0)
-        raise BusError(f"append to {it.subject}: no attempt was made", subject=it.subject)  # retries < 0
+                ack = parse_ack(await self._request(it.subject, it.payload, it.headers, [it.subject]))
+                if ack.error is None or ack.error.err_code not in ERRS_IN_FLIGHT:
+                    return ack
+                cause = f"{ack.error.err_code} {ack.error.description} (a write it depends on is in flight)"
+            except (NatsError, OSError) as exc:
+                cause = _cause(exc)
+                delay = max(delay, 0.05)
+            if loop.time() + delay > give_up:
+                raise BusError(
+                    f"append to {it.subject} got no ack for {self._outage_s:.0f} s: {cause}",
+                    subject=it.subject,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _request(
         self, subject: str, payload: bytes, headers: dict[str, str], watch: list[str]
@@ -223,3 +300,41 @@ class GroupCommit:
             return req.result().data
         req.cancel()
         raise PermissionDeniedError(denied.result())
+
+
+def _cause(exc: BaseException) -> str:
+    """What an unanswered append means, in the operator's words."""
+    if isinstance(exc, NoRespondersError):
+        return (
+            "no responders: no server holds a leader for the stream (a cluster that lost its quorum, "
+            "or every server down)"
+        )
+    if isinstance(exc, NatsTimeoutError):
+        return "timed out waiting for the stream's ack (a leader being elected, or too few replicas up)"
+    return repr(exc)
+
+
+ACK_JOURNAL_ENV = "ROLLCUT_ACK_JOURNAL"
+
+
+def _open_journal() -> int | None:
+    """An audit of every acknowledgement this process received, when ``$ROLLCUT_ACK_JOURNAL`` names
+    a directory: one ``<seq> <msg id>`` line per acked append, in ``<dir>/<pid>.acks``.
+
+    Why: "no acknowledged write lost" can only be checked against what writers were told. A fault
+    test (a node killed, a cluster without quorum) compares every journal line with the stream
+    afterwards; an operator can do the same after an incident. Off by default (a write per ack).
+    """
+    where = os.environ.get(ACK_JOURNAL_ENV)
+    if not where:
+        return None
+    path = private_dir(Path(where)) / f"{os.getpid()}.acks"
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
+def _checked_subject(it: _Item) -> str | None:
+    """The subject a message's expected-last-subject-sequence check names, if it has one."""
+    h = it.headers
+    if "Nats-Expected-Last-Subject-Sequence" not in h:
+        return None
+    return h.get("Nats-Expected-Last-Subject-Sequence-Subject") or it.subject

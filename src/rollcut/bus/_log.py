@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
@@ -32,6 +31,7 @@ from .._errors import (
     StaleAttemptError,
 )
 from .._gc import paused
+from ._api import StreamApi
 from ._authority import authority_error
 from ._codec import Codec
 from ._commit import GroupCommit, Outcome
@@ -44,7 +44,14 @@ from ._fence import EXPECT_SUBJ as _EXPECT_SUBJ
 from ._fence import MSG_ID as _MSG_ID
 from ._fence import FenceOps, FenceState, input_digest
 from ._read import RawMessage, scan, scan_merged
-from ._stream import ERR_WRONG_LAST_SEQUENCE, ERRS_OUT_OF_ROOM, BusConfig, Denials, connect, ensure_stream
+from ._stream import (
+    ERR_WRONG_LAST_SEQUENCE,
+    ERRS_OUT_OF_ROOM,
+    BusConfig,
+    Denials,
+    connect,
+    ensure_stream,
+)
 from ._subjects import Subjects, is_fence_kind
 
 __all__ = ["EventLog", "FenceState", "StoredEvent", "input_digest"]
@@ -91,7 +98,7 @@ class StoredEvent:
         return f"StoredEvent(seq={self.seq}, subject={self.subject!r}, event={self.event!r}, error={self.error!r})"  # noqa: E501
 
 
-class EventLog(FenceOps):
+class EventLog(StreamApi, FenceOps):
     """One connection's view of one namespace's event stream."""
 
     def __init__(
@@ -107,12 +114,15 @@ class EventLog(FenceOps):
             max_batch=config.max_batch,
             max_inflight=config.max_inflight,
             timeout=config.request_timeout_s,
+            outage_s=config.outage_s,
             denials=denials,
         )
         # rollout_id -> (attempt, fence seq) for attempts this process saw open.
         self._open: dict[str, tuple[int, int]] = {}
         # the highest sequence this log appended: a participant's "last appended" at prepare
         self.last_appended = 0
+        self.replicas = config.replicas
+        """The stream's replica count: above 1, reads that must see the latest write ask its leader."""
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
@@ -120,7 +130,8 @@ class EventLog(FenceOps):
         nc = await connect(config, name=name, denials=denials)
         log = cls(nc, config, owns_connection=True, denials=denials)
         try:
-            await ensure_stream(nc, log.subjects, config)
+            log.replicas = await ensure_stream(nc, log.subjects, config)
+            log._commit.one_in_flight_per_subject = log.replicas > 1
         except BaseException:
             await nc.close()
             raise
@@ -239,8 +250,8 @@ class EventLog(FenceOps):
     # --- read ---------------------------------------------------------------------
 
     async def last_seq(self) -> int:
-        info = await self.nc.jetstream().stream_info(self.stream)
-        return int(info.state.last_seq)
+        """The stream's last sequence, from its leader; asked again while no leader answers."""
+        return int((await self.stream_info()).state.last_seq)
 
     async def read(
         self,
@@ -276,7 +287,9 @@ class EventLog(FenceOps):
         if attempt is not None and rollout_id is None:
             raise FenceError("reading one attempt needs its rollout_id too")
         if rollout_id is None:
-            async for pg in scan(self.nc, self.stream, start=start, up_to=up_to):
+            async for pg in scan(
+                self.nc, self.stream, start=start, up_to=up_to, outage_s=self.config.outage_s
+            ):
                 with paused():
                     decoded = [self._decode(m, strict) for m in pg]
                 yield decoded
@@ -285,7 +298,9 @@ class EventLog(FenceOps):
             filters = [self.subjects.attempt_filter(rollout_id, attempt)]
         else:
             filters = self.subjects.rollout_filters(rollout_id)
-        msgs = await scan_merged(self.nc, self.stream, filters, start=start, up_to=up_to)
+        msgs = await scan_merged(
+            self.nc, self.stream, filters, start=start, up_to=up_to, outage_s=self.config.outage_s
+        )
         with paused():
             decoded = [self._decode(m, strict) for m in msgs]
         yield decoded
@@ -319,23 +334,4 @@ class EventLog(FenceOps):
         return StoredEvent(m.seq, m.subject, ev, None, self.subjects)
 
     async def _fence_history(self, fence: str, up_to: int) -> list[RawMessage]:
-        return await scan_merged(self.nc, self.stream, [fence], up_to=up_to)
-
-    async def _direct_last(self, subject: str) -> RawMessage | None:
-        return await self._direct_get({"last_by_subj": subject}, subject)
-
-    async def _direct_get(self, req: dict[str, object], what: str) -> RawMessage | None:
-        api = f"$JS.API.DIRECT.GET.{self.stream}"
-        try:
-            msg = await self.nc.request(api, msgspec.json.encode(req), timeout=self.config.request_timeout_s)
-        except NatsError as exc:
-            raise BusError(f"direct get of {what} failed: {exc!r}", stream=self.stream) from exc
-        hdrs = msg.headers or {}
-        status = hdrs.get("Status")
-        if status == "404":
-            return None
-        if status:
-            raise BusError(
-                f"direct get of {what} failed: {status} {hdrs.get('Description', '')}", stream=self.stream
-            )
-        return RawMessage(int(hdrs["Nats-Sequence"]), hdrs["Nats-Subject"], msg.data)
+        return await scan_merged(self.nc, self.stream, [fence], up_to=up_to, outage_s=self.config.outage_s)

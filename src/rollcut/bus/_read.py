@@ -99,6 +99,28 @@ class _Page:
         self.done.set()
 
 
+class _Unanswered(BusError):
+    """A page request nobody answered, or answered "no responders": the bus is between servers."""
+
+
+async def _fetch_riding_out(
+    nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str, outage_s: float
+) -> _Page:
+    """A page, asked again while the bus does not answer (a node restarting, a leader being
+    elected), for up to ``outage_s``: a read is as patient as an append."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + outage_s
+    delay = 0.05
+    while True:
+        try:
+            return await _fetch(nc, api, req, limit, min(timeout, 2.0), stream)
+        except _Unanswered:
+            if loop.time() + delay > give_up:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
 async def _fetch(
     nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str
 ) -> _Page:
@@ -113,7 +135,7 @@ async def _fetch(
         try:
             await asyncio.wait_for(pg.done.wait(), timeout)
         except TimeoutError as exc:
-            raise BusError(
+            raise _Unanswered(
                 f"direct get on {stream} from seq {req['seq']} timed out",
                 stream=stream,
                 seq=int(str(req["seq"])),
@@ -123,7 +145,7 @@ async def _fetch(
             raw.pop(sub._id, None)
         await sub.unsubscribe()
     if pg.error:
-        raise BusError(
+        raise (_Unanswered if pg.error.startswith("503") else BusError)(
             f"direct get on {stream} from seq {req['seq']} failed: {pg.error}",
             stream=stream,
             seq=int(str(req["seq"])),
@@ -140,6 +162,7 @@ async def scan(
     subject: str | None = None,
     page: int = DEFAULT_PAGE,
     timeout: float = 10.0,
+    outage_s: float = 60.0,
 ) -> AsyncIterator[list[RawMessage]]:
     """Yield pages of messages with ``start <= seq <= up_to``, in stream order.
 
@@ -158,7 +181,7 @@ async def scan(
 
     def start_fetch(seq: int) -> asyncio.Task[_Page]:
         req, want = request(seq)
-        return asyncio.ensure_future(_fetch(nc, api, req, want, timeout, stream))
+        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s))
 
     # the next page is requested before this one is handed out, so the server
     # reads it from disk while the caller decodes
@@ -189,12 +212,13 @@ async def scan_merged(
     *,
     start: int = 1,
     up_to: int | None = None,
+    outage_s: float = 60.0,
 ) -> list[RawMessage]:
     """Everything matching any of ``subjects``, merged into stream order."""
     runs: list[list[RawMessage]] = []
     for subject in subjects:
         run: list[RawMessage] = []
-        async for pg in scan(nc, stream, start=start, up_to=up_to, subject=subject):
+        async for pg in scan(nc, stream, start=start, up_to=up_to, subject=subject, outage_s=outage_s):
             run.extend(pg)
         runs.append(run)
     if len(runs) == 1:

@@ -27,7 +27,14 @@ from .._errors import ConfigError, ServerStartError, ServerVersionError
 from .._files import private_dir, write_private
 from ._auth import Credentials, server_authorization
 
-__all__ = ["MIN_SERVER_VERSION", "EmbeddedServer", "find_nats_server", "parse_version", "server_version"]
+__all__ = [
+    "MIN_SERVER_VERSION",
+    "EmbeddedServer",
+    "find_nats_server",
+    "parse_version",
+    "server_config",
+    "server_version",
+]
 
 # Atomic batch publish (group commit) needs 2.12; the fence header needs 2.11.
 MIN_SERVER_VERSION = (2, 12, 0)
@@ -73,6 +80,37 @@ def check_version(version: tuple[int, int, int], where: str) -> None:
 def server_version(binary: str) -> tuple[int, int, int]:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
     return parse_version(out.stdout + out.stderr)
+
+
+def server_config(
+    *,
+    listen: str,
+    store_dir: str,
+    sync_interval: str | None = None,
+    credentials: Credentials | None = None,
+    extra: str = "",
+) -> str:
+    """A nats-server config with JetStream: the one text every rollcut server runs on.
+
+    The embedded server, each node of a loopback cluster and each node of the compose file are
+    written by this function, so what the cluster test runs is what a deployment runs.
+    """
+    js = [f'store_dir: "{store_dir}"']
+    if sync_interval:
+        js.append(
+            "sync_interval: always" if sync_interval == "always" else f'sync_interval: "{sync_interval}"'
+        )
+    return "\n".join(
+        [
+            f'listen: "{listen}"',
+            "jetstream {",
+            *("  " + line for line in js),
+            "}",
+            server_authorization(credentials) if credentials else "",
+            extra,
+            "",
+        ]
+    )
 
 
 class EmbeddedServer:
@@ -123,29 +161,16 @@ class EmbeddedServer:
         return self.data_dir / "nats-server.log"
 
     def _write_config(self) -> Path:
-        js = [f'store_dir: "{self.data_dir / "jetstream"}"']
-        if self.sync_interval:
-            js.append(
-                "sync_interval: always"
-                if self.sync_interval == "always"
-                else f'sync_interval: "{self.sync_interval}"'
-            )
         ports_dir = self.data_dir / "ports"
         ports_dir.mkdir(parents=True, exist_ok=True)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        conf = "\n".join(
-            [
-                f'listen: "{self.host}:{self.requested_port or -1}"',
-                f'ports_file_dir: "{ports_dir}"',
-                f'log_file: "{self.log_path}"',
-                "jetstream {",
-                *("  " + line for line in js),
-                "}",
-                server_authorization(self.credentials) if self.credentials else "",
-                self.extra_config,
-                "",
-            ]
+        conf = server_config(
+            listen=f"{self.host}:{self.requested_port or -1}",
+            store_dir=str(self.data_dir / "jetstream"),
+            sync_interval=self.sync_interval,
+            credentials=self.credentials,
+            extra=f'ports_file_dir: "{ports_dir}"\nlog_file: "{self.log_path}"\n{self.extra_config}',
         )
         path = self.data_dir / "nats-server.conf"
         write_private(path, conf.encode())  # it names every role's permissions: owner only

@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from .._errors import BusError, ConfigError
 from ._auth import Credentials
@@ -37,7 +38,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Where the bus is and how the stream behaves.
 
     ``url=None`` means the embedded default; the caller starts an
-    :class:`EmbeddedServer` and passes its URL.
+    :class:`EmbeddedServer` and passes its URL. ``url`` may list several servers of one cluster,
+    comma-separated: the client connects to whichever answers and fails over to the others.
+    ``replicas`` is how many copies the stream is created with (3 on a three-node cluster).
+    ``outage_s`` is how long an append rides out a bus that does not answer (a stream leader
+    being elected, a node restarting, a cluster without quorum) before it fails.
     """
 
     url: str | None = None
@@ -52,6 +57,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     role: str | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
+    outage_s: float = 60.0
 
     def as_role(self, creds: Credentials, role: str) -> BusConfig:
         """The same bus, logged in as ``role``."""
@@ -216,8 +222,9 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         "pending_size": 64 * 1024 * 1024,
     }
     nc = _Client()
+    servers = [u.strip() for u in config.url.split(",") if u.strip()]
     try:
-        await nc.connect(config.url, **options)
+        await nc.connect(servers=servers, **options)
     except (NatsError, OSError) as exc:
         raise BusError(
             f"cannot connect to {config.url} as {config.role or config.user or 'anonymous'}: {exc!r}"
@@ -231,9 +238,42 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
     return nc
 
 
-async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> None:
-    """Create the namespace's stream, or check that an existing one fits."""
-    js = nc.jetstream()
+async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> int:
+    """Create the namespace's stream, or check that an existing one fits; returns its replica count.
+
+    A cluster that is still electing its meta leader (just started, or a node just restarted)
+    answers JetStream requests with "unavailable" or not at all for a few seconds: those are
+    retried for up to ``config.outage_s``; a refusal (bad config, no permission) is not.
+    """
+    give_up = asyncio.get_running_loop().time() + config.outage_s
+    delay = 0.1
+    while True:
+        try:
+            return await _ensure_stream(nc, subjects, config)
+        except _JetStreamNotReady as exc:
+            if asyncio.get_running_loop().time() + delay > give_up:
+                raise BusError(
+                    f"JetStream did not answer for {config.outage_s:.0f} s setting up stream "
+                    f"{subjects.stream}: {exc.cause!r} (a cluster without a quorum of nodes, or a "
+                    "server without JetStream)",
+                    stream=subjects.stream,
+                ) from exc.cause
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class _JetStreamNotReady(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
+# "insufficient resources" / "no suitable peers": a cluster whose nodes have not all met yet
+_NOT_READY_CODES = frozenset({10008, 10023, 10005})
+
+
+async def _ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> int:
+    js = nc.jetstream(timeout=min(2.0, config.request_timeout_s))  # a cluster forming: ask again soon
     want = StreamConfig(
         name=subjects.stream,
         subjects=subjects.stream_subjects,
@@ -250,18 +290,39 @@ async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> None
     except NotFoundError:
         try:
             await js.add_stream(want)
+        except ServiceUnavailableError as exc:
+            raise _JetStreamNotReady(exc) from exc
         except BadRequestError as exc:
+            if exc.err_code in _NOT_READY_CODES:
+                raise _JetStreamNotReady(exc) from exc
+            raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
+        except APIError as exc:
+            if exc.err_code in _NOT_READY_CODES:
+                raise _JetStreamNotReady(exc) from exc
             raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
         except NatsTimeoutError as exc:  # a role without the create permission is simply not answered
+            if config.role in (None, "admin", "coordinator"):
+                raise _JetStreamNotReady(exc) from exc
             raise BusError(
                 f"stream {subjects.stream} does not exist and this connection cannot create it "
                 f"(role {config.role or config.user or 'anonymous'}): "
                 "start the coordinator or an admin connection first"
             ) from exc
-        return
+        return config.replicas
+    except (ServiceUnavailableError, NoRespondersError, NatsTimeoutError) as exc:
+        raise _JetStreamNotReady(exc) from exc
     have = info.config
     if not have.allow_atomic or not have.allow_direct:
         raise BusError(
             f"stream {subjects.stream} exists without allow_atomic/allow_direct; "
             "rollcut needs both (update the stream or use another namespace)"
         )
+    replicas = int(have.num_replicas or 1)
+    if replicas < config.replicas:
+        raise BusError(
+            f"stream {subjects.stream} has {replicas} replica(s), but {config.replicas} were asked for: "
+            "an ack would not mean what the configuration promises (raise the stream's replicas with "
+            "`nats stream edit`, or ask for fewer)",
+            stream=subjects.stream,
+        )
+    return replicas

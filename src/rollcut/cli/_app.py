@@ -81,7 +81,20 @@ T = TypeVar("T")
 
 UrlOpt = Annotated[
     str | None,
-    typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL; omitted: the embedded server under --home."),
+    typer.Option(
+        "--url",
+        envvar="ROLLCUT_URL",
+        help="NATS URL, or a cluster's URLs comma-separated; omitted: the embedded server under --home.",
+    ),
+]
+ReplicasOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicas",
+        envvar="ROLLCUT_REPLICAS",
+        min=1,
+        help="Copies of the stream when it is created (3 on a three-node cluster).",
+    ),
 ]
 HomeOpt = Annotated[
     Path | None, typer.Option("--home", envvar="ROLLCUT_HOME", help="Data directory (default ./.rollcut).")
@@ -117,6 +130,7 @@ class Target:
     credentials: Path | None = None
     ledger_dir: Path | None = None
     tokens_dir: Path | None = None
+    replicas: int = 1
 
     @property
     def ledger_path(self) -> Path:
@@ -133,7 +147,12 @@ class Target:
         from .._runtime import open_log
 
         return open_log(
-            self.url, home=self.home, namespace=self.namespace, role=role, credentials=self.credentials
+            self.url,
+            home=self.home,
+            namespace=self.namespace,
+            role=role,
+            credentials=self.credentials,
+            replicas=self.replicas,
         )
 
     def ledger(self, *, readonly: bool = False) -> Ledger:
@@ -154,6 +173,7 @@ class Target:
 
 _TARGET_OPTIONS: dict[str, tuple[Any, Any]] = {
     "url": (UrlOpt, None),
+    "replicas": (ReplicasOpt, 1),
     "home": (HomeOpt, None),
     "namespace": (NsOpt, "default"),
     "credentials": (CredsOpt, None),
@@ -206,6 +226,7 @@ def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
             credentials=given.get("credentials"),
             ledger_dir=given.get("ledger"),
             tokens_dir=given.get("tokens"),
+            replicas=given.get("replicas") or 1,
         )
 
     return with_options({n: _TARGET_OPTIONS[n] for n in options}, build, "target")

@@ -35,9 +35,42 @@ def bench_log_cmd(
     ] = 1024,
     repeat: Annotated[int, typer.Option(help="Paired runs; medians are reported.")] = 3,
     url: UrlOpt = None,
+    replicas: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--replicas",
+            min=1,
+            help="Durability axis: also measure streams with this many replicas, each on a cluster of as "
+            "many nodes started for the run (repeatable; R1 is always measured beside them).",
+        ),
+    ] = None,
+    sync: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sync",
+            help="Durability axis: JetStream sync_interval of the servers, 'default' or e.g. 'always' "
+            "(repeatable).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Append and replay rate against plain nats-py on the same server, same run."""
+    """Append and replay rate against plain nats-py on the same server, same run; with ``--replicas``
+    or ``--sync``, the append cost of each durability mode side by side instead."""
+    if replicas or sync:
+        if url:
+            raise fail("--replicas/--sync start their own servers; leave out --url")
+        status = f"benchmarking durability modes: {events} events at concurrency {concurrency}"
+        _measure(
+            "bench_durability",
+            status,
+            as_json,
+            events=events,
+            concurrency=concurrency,
+            replicas=replicas or [1],
+            syncs=sync or ["default"],
+            repeat=repeat,
+        )
+        return
     status = f"benchmarking {events} events at concurrency {concurrency}"
     _measure("bench_log", status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
 
@@ -54,6 +87,9 @@ def bench_checkpoint_cmd(
         list[str] | None, typer.Option(help="A baseline to run: nemo, per_file (repeatable; default both).")
     ] = None,
     url: UrlOpt = None,
+    cluster: Annotated[
+        int, typer.Option(help="Run on this many nats-server nodes started for it (3: stream at R3).")
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Pause and publication time of a checkpoint, cold and with rollouts moved, against the NeMo-style
@@ -74,6 +110,7 @@ def bench_checkpoint_cmd(
         moved=pcts,
         repeat=repeat,
         baselines=kinds,
+        cluster=cluster,
     )
 
 
@@ -177,3 +214,29 @@ def bench_workers_cmd(
     """What routing a call to the worker that holds its rollout costs, against one worker."""
     status = f"benchmarking {rollouts * calls * repeat} tool calls on one and two workers"
     _measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)
+
+
+@bench_app.command("soak")
+def bench_soak_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts to collect.")] = 10_000,
+    cluster: Annotated[int, typer.Option(help="nats-server nodes (3: a cluster, stream at R3; 1: R1).")] = 3,
+    concurrency: Annotated[int, typer.Option(help="Rollouts in flight.")] = 64,
+    keep: Annotated[int, typer.Option(help="Checkpoints kept restorable (0: no compaction).")] = 2,
+    every: Annotated[float, typer.Option("--every", help="Seconds between checkpoints.")] = 2.0,
+    sample: Annotated[float, typer.Option("--sample", help="Seconds between samples.")] = 10.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """A long collection with compaction: stream bytes, disk and memory over time, against what the
+    stream would hold without compaction (measured in the same run)."""
+    status = f"soaking {rollouts} rollouts on {cluster} node(s)"
+    _measure(
+        "bench_soak",
+        status,
+        as_json,
+        rollouts=rollouts,
+        cluster=cluster,
+        concurrency=concurrency,
+        keep=keep,
+        checkpoint_every_s=every,
+        sample_s=sample,
+    )

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..ledger import CheckpointRecord
     from ..participants import CheckpointResult, Restorer
 
-from ._app import JsonOpt, Opened, Target, app, console, fail, print_json, run, targeted
+from ._app import JsonOpt, Opened, Target, app, console, fail, print_json, report, run, targeted
 
 __all__ = ["checkpoints_app"]
 
@@ -35,7 +35,7 @@ def _restorer(o: Opened) -> Restorer:
 
 
 @app.command("checkpoint")
-@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def checkpoint_cmd(
     target: Target,
     deadline: Annotated[
@@ -102,7 +102,7 @@ def checkpoints_show(checkpoint_id: str, target: Target, as_json: JsonOpt = Fals
 
 
 @checkpoints_app.command("verify")
-@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = False) -> None:
     """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
     from ..ledger import verify_checkpoint
@@ -123,8 +123,29 @@ def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = Fa
         raise typer.Exit(1)
 
 
+@app.command("compact")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger")
+def compact_cmd(
+    target: Target,
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Newest checkpoints to keep restorable.")] = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """Let go of what no kept checkpoint needs: the event history of rollouts accepted below the oldest
+    of the ``--keep`` newest checkpoints, older checkpoints, and old markers (docs/cluster.md)."""
+    from ..ledger import Projector, compact
+
+    async def go() -> dict[str, Any]:
+        async with target.log() as log:
+            with target.ledger() as led:
+                await Projector(led, log).catch_up()
+                rep = await compact(log, led, keep=keep)
+        return {k: v for k, v in rep.__dict__.items() if k != "dropped"}
+
+    report("rollcut compact", run(go()), as_json)
+
+
 @app.command("restore")
-@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def restore_cmd(checkpoint: CheckpointOpt, target: Target, as_json: JsonOpt = False) -> None:
     """Plan recovery from a checkpoint, open the next attempts, rebuild every participant's
     sessions at its cut, and leave them paused (then `rollcut resume`)."""
@@ -157,7 +178,7 @@ def restore_cmd(checkpoint: CheckpointOpt, target: Target, as_json: JsonOpt = Fa
 
 
 @app.command("resume")
-@targeted("url", "home", "namespace", "credentials", "ledger", "tokens")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def resume_cmd(
     checkpoint: Annotated[
         str, typer.Option("--checkpoint", help="The checkpoint a restore paused everyone for.")

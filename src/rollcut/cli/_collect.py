@@ -93,6 +93,12 @@ def collect_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="Recover from the latest checkpoint, then finish.")
     ] = False,
+    replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--replicas", envvar="ROLLCUT_REPLICAS", min=1, help="Copies of the stream (default: config)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
@@ -110,6 +116,7 @@ def collect_cmd(
             credentials=cfg.path(cfg.credentials, base) if cfg.credentials else None,
             ledger_dir=cfg.path(cfg.ledger, base) if cfg.ledger else None,
             tokens_dir=cfg.path(cfg.tokens, base) if cfg.tokens else None,
+            replicas=replicas or cfg.replicas,
         )
         async with target.opened() as o:
             with progress_bar(disable=as_json) as prog:
@@ -138,6 +145,7 @@ def collect_cmd(
                     heal_timeout_s=cfg.heal_timeout_s,
                     checkpoint_every_s=cfg.checkpoint.every_s,
                     checkpoint_deadline_s=cfg.checkpoint.deadline_s,
+                    compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
                     on_progress=progress,
                 )
                 col.install_signals(

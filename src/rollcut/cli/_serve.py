@@ -14,14 +14,17 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import RollcutError
-from ._app import NsOpt, app, fail, with_options
+from ._app import NsOpt, ReplicasOpt, app, fail, with_options
 
 __all__ = ["serve_app"]
 
 serve_app = typer.Typer(no_args_is_help=True, help="Run the Gym servers (policy model, …) as participants.")
 app.add_typer(serve_app, name="serve")
 
-BusUrl = Annotated[str | None, typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL of the bus.")]
+BusUrl = Annotated[
+    str | None,
+    typer.Option("--url", envvar="ROLLCUT_URL", help="NATS URL of the bus (a cluster's: comma-separated)."),
+]
 Creds = Annotated[
     Path | None,
     typer.Option("--credentials", envvar="ROLLCUT_CREDENTIALS", help="Role credentials file for --url."),
@@ -48,6 +51,7 @@ served = with_options(
         "url": (BusUrl, None),
         "namespace": (NsOpt, "default"),
         "credentials": (Creds, None),
+        "replicas": (ReplicasOpt, 1),
         "host": (Host, "127.0.0.1"),
         "port": (Port, 0),
         "name": (Name, ""),

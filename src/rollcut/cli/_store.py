@@ -35,21 +35,41 @@ def nats(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Accept unauthenticated clients (dev only).")
     ] = False,
+    cluster: Annotated[
+        int,
+        typer.Option(
+            "--cluster",
+            min=1,
+            help="Run this many clustered nodes (client ports from --port up; 3 for replicated streams).",
+        ),
+    ] = 1,
 ) -> None:
-    """Run the embedded nats-server with JetStream in the foreground, with per-role credentials."""
+    """Run nats-server with JetStream in the foreground, with per-role credentials: one server, or a
+    cluster of ``--cluster N`` on this host (their URLs, comma-separated, are what ``--url`` takes)."""
     from .._runtime import credentials_for
-    from ..bus import EmbeddedServer
+    from ..bus import EmbeddedCluster, EmbeddedServer
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    server: EmbeddedServer | EmbeddedCluster
     try:
         creds = None if no_auth else credentials_for(data, namespace)
-        server = EmbeddedServer(data, host=host, port=port, sync_interval=sync, credentials=creds).start()
+        if cluster > 1:
+            if host not in ("127.0.0.1", "localhost"):
+                raise fail("--cluster runs its nodes on loopback; across hosts use docker/compose.yaml")
+            server = EmbeddedCluster(
+                data, size=cluster, credentials=creds, sync_interval=sync, base_port=port
+            )
+            server.start()
+            version = server.nodes[0].version
+        else:
+            server = EmbeddedServer(data, host=host, port=port, sync_interval=sync, credentials=creds).start()
+            version = server.version
     except RollcutError as exc:
         raise fail(str(exc)) from exc
     console.print(
-        f"nats-server {'.'.join(map(str, server.version or ()))} with JetStream on {server.url} (data {data})"
+        f"nats-server {'.'.join(map(str, version or ()))} with JetStream on {server.url} (data {data})"
         + ("" if no_auth else f"; role credentials in {data / 'credentials.json'}")
     )
     sys.stdout.write(server.url + "\n")
@@ -60,8 +80,49 @@ def nats(
         server.stop()
 
 
+@app.command("cluster-config")
+def cluster_config(
+    hosts: Annotated[
+        str,
+        typer.Option("--hosts", help="The nodes' host names, comma-separated (nats-1,nats-2,nats-3)."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Where the configs and credentials go.")] = Path("conf"),
+    namespace: NsOpt = "default",
+    sync: Annotated[str | None, typer.Option(help="JetStream sync_interval, e.g. 'always' or '2m'.")] = None,
+    store_dir: Annotated[str, typer.Option("--store-dir", help="JetStream data directory on each node.")] = (
+        "/data/jetstream"
+    ),
+) -> None:
+    """Write a NATS cluster's node configs (``<host>.conf``), its layout and the role credentials, for
+    nodes on separate hosts (docker/compose.yaml). Run again, it keeps the credentials and the route
+    password it made the first time, so a node can be replaced without the others."""
+    from .._files import write_private
+    from .._runtime import credentials_for
+    from ..bus import ClusterLayout, node_config
+
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    if not names:
+        raise fail("--hosts names no host")
+    try:
+        creds = credentials_for(out, namespace)
+        path = out / "cluster.json"
+        layout = ClusterLayout.load(path) if path.exists() else ClusterLayout.named(names)
+        if [n.name for n in layout.nodes] != names:
+            raise fail(f"{path} was made for hosts {[n.name for n in layout.nodes]}, not {names}")
+        layout.save(path)
+        for i, name in enumerate(names):
+            text = node_config(
+                layout, i, store_dir=store_dir, credentials=creds, sync_interval=sync, listen_host="0.0.0.0"
+            )
+            write_private(out / f"{name}.conf", text.encode())
+    except RollcutError as exc:
+        raise fail(str(exc)) from exc
+    console.print(f"wrote {len(names)} node configs, cluster.json and credentials.json to {out}")
+    sys.stdout.write(layout.urls + "\n")
+
+
 @ledger_app.command("rebuild")
-@targeted("url", "home", "namespace", "credentials", "ledger")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger")
 def ledger_rebuild(target: Target, as_json: JsonOpt = False) -> None:
     """Rebuild the ledger from the stream alone; the old one is kept beside it."""
     from ..ledger import rebuild_ledger
@@ -98,7 +159,7 @@ def ledger_rebuild(target: Target, as_json: JsonOpt = False) -> None:
 
 
 @ledger_app.command("status")
-@targeted("url", "home", "namespace", "credentials", "ledger")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger")
 def ledger_status(
     target: Target,
     catch_up: Annotated[bool, typer.Option(help="Project new events first.")] = True,
@@ -145,7 +206,7 @@ def ledger_status(
 
 
 @app.command("replay")
-@targeted("url", "home", "namespace", "credentials", "ledger")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger")
 def replay_cmd(
     target: Target,
     up_to: Annotated[
@@ -190,7 +251,7 @@ def replay_cmd(
 
 
 @app.command("retire")
-@targeted("url", "home", "namespace", "credentials")
+@targeted("url", "replicas", "home", "namespace", "credentials")
 def retire_cmd(
     target: Target,
     rollout: Annotated[str, typer.Argument(help="The rollout to give up for good.")],

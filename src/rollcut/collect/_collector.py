@@ -28,56 +28,27 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 
 from .._errors import CheckpointError, RollcutError, RolloutExistsError, StaleAttemptError, StorageError
 from .._files import append_private
 from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted, input_digest
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
-from ..ledger import Ledger, Projector
+from ..ledger import Ledger, Projector, compact
 from ..participants import Coordinator, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows
+from ._summary import Summary, summary_dict
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
 """Exit code after a checkpoint on SIGTERM: requeue the job (EX_TEMPFAIL)."""
-
-
-@dataclass
-class Summary:
-    rollouts: int = 0
-    results_written: int = 0
-    duplicate_results: int = 0
-    accepted_before: int = 0
-    checkpoints_published: int = 0
-    last_checkpoint: str | None = None
-    recovery: dict[str, int] = field(
-        default_factory=lambda: {"completed": 0, "continue": 0, "fresh_dispatch": 0}
-    )
-    fallbacks_to_fresh: int = 0
-    retired: int = 0
-    healed: int = 0  # runs that broke off under a live collector and were recovered in place
-    never_started: int = 0  # of the fresh dispatches: queued, never run, kept on attempt 1
-    failed: dict[str, str] = field(default_factory=dict)
-    pending: list[str] = field(default_factory=list)  # rollouts left without a row at the end
-    gave_up: list[str] = field(default_factory=list)  # rollouts out of attempts, retired by this run
-    interrupted: bool = False
-    requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
-    torn_bytes_cut: int = 0  # a torn last row cut off the output at start (it was never acknowledged)
-    wall_s: float = 0.0
-    checkpoint_ms_p50: float | None = None  # how long a published checkpoint took, end to end
-    checkpoint_ms_p99: float | None = None
-    checkpoint_pause_ms_p50: float | None = None  # how long each stood the collection still
-    checkpoint_pause_ms_p99: float | None = None
 
 
 class Collector:
@@ -98,6 +69,7 @@ class Collector:
         max_attempts: int = 5,
         checkpoint_every_s: float | None = None,
         checkpoint_deadline_s: float = 30.0,
+        compact_keep: int | None = None,
         instance: str = "collector-0",
         on_progress: Callable[[Summary, int, int], None] | None = None,
         recovery: RecoveryMode = RecoveryMode.TAIL,
@@ -125,13 +97,16 @@ class Collector:
         self.concurrency = concurrency
         self.max_attempts = max_attempts
         self.every_s = checkpoint_every_s
+        self.compact_keep = compact_keep  # None: the stream keeps everything
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
         self.recovery = RecoveryMode(recovery)
         self.on_progress = on_progress
         self.summary = Summary()
         self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
-        self._written: dict[str, dict[str, Any]] = {}  # rollout id -> its row in the output
+        # rollout id -> (its row's digest, its reward): what the acknowledgement binds. Not the row: a
+        # row holds the whole episode with its token ids, and a week's rows do not fit in memory
+        self._written: dict[str, tuple[str, float]] = {}
         self._stop = asyncio.Event()
         self._running = 0
         self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
@@ -152,7 +127,7 @@ class Collector:
         for row in self.rows.written():
             rid = row["rollout_id"]
             counts[rid] = counts.get(rid, 0) + 1
-            self._written.setdefault(rid, row)
+            self._written.setdefault(rid, _kept(row))
         self.summary.duplicate_results = sum(c - 1 for c in counts.values())
 
     @staticmethod
@@ -169,13 +144,13 @@ class Collector:
             ) from exc
 
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
-        row = self._written.get(rid)
-        if row is None:  # the row first, durable; then the acknowledgement
+        kept = self._written.get(rid)
+        if kept is None:  # the row first, durable; then the acknowledgement
             row = self.rows.result_row(rid, attempt, result)
             self._write_row(self.output, row)
-            self._written[rid] = row
+            self._written[rid] = kept = _kept(row)
             self.summary.results_written += 1
-        await self._accept(rid, attempt, row)
+        await self._accept(rid, attempt, kept)
 
     async def retire(self, rid: str, reason: str = "") -> None:
         """Give a rollout up: the fence first (every server drops it, its writes are refused), then
@@ -191,20 +166,21 @@ class Collector:
             return
         path, row = self.rows.failure_row(rid, attempt, reason)
         self._write_row(path, row)
-        self._written[rid] = row
+        self._written[rid] = _kept(row)
         self.summary.results_written += 1
         self.summary.retired += 1
 
-    async def _accept(self, rid: str, attempt: int, row: dict[str, Any]) -> None:
+    async def _accept(self, rid: str, attempt: int, kept: tuple[str, float]) -> None:
         """The hand-off acknowledgement: binds the row's digest to the rollout for good."""
+        digest, reward = kept
         await self.log.append(
             ResultAccepted(
                 component="collector",
                 instance=self.instance,
                 rollout_id=rid,
                 attempt=attempt,
-                result_digest=input_digest(row),
-                reward=float(row.get("reward") or 0.0),
+                result_digest=digest,
+                reward=reward,
             )
         )
 
@@ -231,7 +207,14 @@ class Collector:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), self.every_s)
                 return
-            await self.checkpoint()
+            if await self.checkpoint() and self.compact_keep:
+                async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
+                    done_ = await compact(self.log, self.ledger, keep=self.compact_keep)
+                self.summary.compacted_rollouts += done_.rollouts_compacted
+                self.summary.compaction_freed_bytes += max(
+                    0, done_.stream_bytes_before - done_.stream_bytes_after
+                )
+                self.summary.compaction_s = round(self.summary.compaction_s + done_.seconds, 3)
 
     # --- recovery ----------------------------------------------------------------------
 
@@ -459,7 +442,6 @@ class Collector:
             loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(term()))
 
 
-def summary_dict(s: Summary) -> dict[str, Any]:
-    """The summary as JSON-ready builtins."""
-    out: dict[str, Any] = msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))
-    return out
+def _kept(row: dict[str, Any]) -> tuple[str, float]:
+    """What the collector keeps of a written row: its digest and reward (see ``_written``)."""
+    return input_digest(row), float(row.get("reward") or 0.0)

@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from .._errors import ConfigError
 
-__all__ = ["CheckpointPolicy", "CollectConfig", "load_config"]
+__all__ = ["CheckpointPolicy", "CollectConfig", "CompactionPolicy", "load_config"]
 
 
 class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -22,11 +22,20 @@ class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     deadline_s: Annotated[float, Meta(gt=0)] = 30.0
 
 
+class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the stream keeps: after each periodic checkpoint, the event history of rollouts accepted
+    below the oldest of the ``keep`` newest checkpoints is compacted away (docs/cluster.md)."""
+
+    enabled: bool = True
+    keep: Annotated[int, Meta(ge=1)] = 2
+
+
 class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything a collection run needs; paths are relative to the config file."""
 
     schema_version: int = 1
-    nats_url: str | None = None  # None: the embedded server under home
+    nats_url: str | None = None  # None: the embedded server under home; a cluster: its URLs, comma-separated
+    replicas: Annotated[int, Meta(ge=1)] = 1  # copies of the stream when it is created (3 on a cluster)
     namespace: str = "default"
     credentials: str | None = None
     home: str = ".rollcut"
@@ -41,6 +50,7 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # how long a run that broke off waits for the environment to answer again
     heal_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     checkpoint: CheckpointPolicy = CheckpointPolicy()
+    compaction: CompactionPolicy = CompactionPolicy()
 
     def path(self, value: str, base: Path) -> Path:
         p = Path(value)

@@ -39,8 +39,9 @@ from ..gym import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ..ledger import Ledger, verify_checkpoint
 from ..participants import RecoveryMode
 from ..tokens import LocalTokenStore
-from ._collector import Collector, Summary
+from ._collector import Collector
 from ._rows import failures_path
+from ._summary import Summary
 
 __all__ = ["DEMO_NAMESPACE", "count_work", "demo_rows", "demo_tasks", "run_demo"]
 

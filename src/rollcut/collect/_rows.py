@@ -62,10 +62,34 @@ def load_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return list(_objects(path, text, "a JSON object"))
 
 
-def _objects(path: Path, text: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+def _cut_torn_tail(path: Path, chunk: int = 1 << 16) -> int:
+    """Cut a last line without its newline off ``path``; how many bytes went."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        end = size
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            at = f.read(end - start).rfind(b"\n")
+            if at >= 0:
+                keep = start + at + 1
+                break
+            end = start
+        else:
+            keep = 0
+    os.truncate(path, keep)
+    return size - keep
+
+
+def _objects(path: Path, text: str, what: str, first: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each non-blank line's JSON object with its line number; any other line is a ConfigError
     naming the file, the line and ``what`` it should have been."""
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=first):
         if not line.strip():
             continue
         try:
@@ -198,24 +222,20 @@ class Rows:
                 )
         write_private(self.ownership, json.dumps({"schema_version": 1, "namespace": namespace}).encode())
 
-    def written(self) -> list[dict[str, Any]]:
-        """Every row already written, output and sidecar, each of this collection's rollouts. A torn
-        last line (a crash or a full disk mid-write: never acknowledged) is cut off; any other bad
-        line is an error naming it."""
-        out = []
+    def written(self) -> Iterator[dict[str, Any]]:
+        """Every row already written, output and sidecar, each of this collection's rollouts, read one
+        line at a time (a week's rows hold every episode's token ids: they do not fit in memory). A
+        torn last line (a crash or a full disk mid-write: never acknowledged) is cut off first; any
+        other bad line is an error naming it."""
         for path in (self.output, self.failures):
             if path.exists() and not path.is_file():
                 raise ConfigError(f"the output {path} exists and is not a regular file: name a file")
             if not path.exists():
                 continue
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                keep = data.rfind(b"\n") + 1
-                os.truncate(path, keep)
-                self.torn_bytes += len(data) - keep
-                data = data[:keep]
-            for n, row in _objects(path, data.decode(), "a row"):
-                if row.get("rollout_id") not in self.inputs:
-                    raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
-                out.append(row)
-        return out
+            self.torn_bytes += _cut_torn_tail(path)
+            with path.open("rb") as f:
+                for n, line in enumerate(f, start=1):
+                    for _, row in _objects(path, line.decode(), "a row", first=n):
+                        if row.get("rollout_id") not in self.inputs:
+                            raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
+                        yield row

@@ -165,6 +165,7 @@ def start_stack(
     return_token_ids: bool = True,
     envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
     model_options: dict[str, Any] | None = None,
+    replicas: int = 1,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, one resources server per
     environment in ``envs``, the Simple Agent and the environment server, in that order (each
@@ -173,7 +174,12 @@ def start_stack(
     the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
     engine backend: ``{"backend": "engine", "upstream": URL}``)."""
     ports = ports or {}
-    common: dict[str, Any] = {"url": url, "namespace": namespace, "credentials": str(credentials)}
+    common: dict[str, Any] = {
+        "url": url,
+        "namespace": namespace,
+        "credentials": str(credentials),
+        "replicas": replicas,
+    }
     each: dict[str, Any] = {"workers": workers} if workers is not None else {}
 
     launched: list[ServerProcess] = []

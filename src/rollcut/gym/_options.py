@@ -34,6 +34,7 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     url: str
     namespace: str = "default"
     credentials: str | None = None
+    replicas: int = 1
     host: str = "127.0.0.1"
     port: int = 0
     name: str = ""

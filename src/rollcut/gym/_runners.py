@@ -42,7 +42,7 @@ Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
 
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
-    config = BusConfig(url=opts.url, namespace=opts.namespace)
+    config = BusConfig(url=opts.url, namespace=opts.namespace, replicas=opts.replicas)
     if opts.credentials:
         config = config.as_role(load_credentials(Path(opts.credentials)), role)
     return await EventLog.connect(config, name=instance)

@@ -1,5 +1,6 @@
 """The ledger: an LMDB checkpoint catalog and per-rollout index, rebuildable from the stream."""
 
+from ._compact import CompactionReport, compact
 from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
@@ -10,11 +11,13 @@ from ._verify import verify_checkpoint
 __all__ = [
     "LEDGER_SCHEMA_VERSION",
     "CheckpointRecord",
+    "CompactionReport",
     "Ledger",
     "Projector",
     "ReferenceCheck",
     "RolloutIndex",
     "TailValidator",
+    "compact",
     "rebuild_ledger",
     "validate_references",
     "verify_checkpoint",

@@ -279,6 +279,21 @@ class _WriteBatch:
         self.txn.put(key, _enc.encode(rec), db=self.ledger._db["checkpoints"])
         self.txn.put(_cut_key(rec.cut, rec.checkpoint_id), b"", db=self.ledger._db["checkpoint_cuts"])
 
+    def drop_checkpoint(self, rec: CheckpointRecord) -> None:
+        """Take a checkpoint out of the catalog (compaction dropped its markers from the stream)."""
+        self.txn.delete(rec.checkpoint_id.encode(), db=self.ledger._db["checkpoints"])
+        self.txn.delete(_cut_key(rec.cut, rec.checkpoint_id), db=self.ledger._db["checkpoint_cuts"])
+
+    def forget_sessions(self, rollout_id: str) -> None:
+        """Drop a rollout's call outcomes and resources revisions (its events were compacted away)."""
+        prefix = f"{rollout_id}\0".encode()
+        for name in ("calls", "revisions"):
+            cur = self.txn.cursor(db=self.ledger._db[name])
+            if cur.set_range(prefix):
+                while bytes(cur.key()).startswith(prefix):
+                    if not cur.delete():
+                        break
+
     def set_call(self, rollout_id: str, attempt: int, call_id: str, status: bytes) -> None:
         """Record a call's outcome; a completion is final, so a prefix cut never replaces one. (A cut
         taken while the call was finishing can land on the log after its completion.)"""

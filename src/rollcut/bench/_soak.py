@@ -1,0 +1,152 @@
+"""``rollcut bench soak``: a long collection on a cluster with compaction, sampled over time.
+
+What it shows: with compaction on, the stream's bytes follow the rollouts *in flight*, not the
+rollouts *done*; the collector's memory stays flat. Every Gym server is a process, the cluster is
+three nats-server processes with the stream at three replicas (``--cluster 1``: one server, R1),
+and the collector runs here, as ``rollcut collect`` would run it. The baseline, measured in the same
+run, is what the stream would hold without compaction: its bytes plus every byte compaction let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .._runtime import credentials_for
+from ..bus import BusConfig, EmbeddedCluster, EmbeddedServer, EventLog
+from ..collect import DEMO_NAMESPACE, Collector, demo_rows
+from ..gym import start_stack
+from ..ledger import Ledger
+from ..tokens import LocalTokenStore
+
+__all__ = ["bench_soak"]
+
+
+def _rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory now of a process, in MB (``RssAnon``: without mapped files such as LMDB's
+    pages, which the kernel reclaims as it needs); 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def _disk_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` now; the server deletes emptied blocks as we walk."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(folder, name)).st_size
+    return total
+
+
+async def bench_soak(
+    *,
+    rollouts: int = 10_000,
+    cluster: int = 3,
+    concurrency: int = 64,
+    checkpoint_every_s: float = 2.0,
+    keep: int = 2,
+    sample_s: float = 10.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Collect ``rollouts`` with compaction on, sampling stream bytes, disk and memory."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rollcut-soak-") as tmp, contextlib.ExitStack() as up:
+        root = Path(tmp)
+        creds = credentials_for(root / "nats", DEMO_NAMESPACE)
+        nats: EmbeddedServer | EmbeddedCluster
+        if cluster > 1:
+            nats = up.enter_context(EmbeddedCluster(root / "nats", size=cluster, credentials=creds))
+            pids = [n.pid for n in nats.nodes]
+        else:
+            nats = up.enter_context(EmbeddedServer(root / "nats", credentials=creds))
+            pids = [nats.pid]
+        replicas = min(cluster, 3)
+        log = await EventLog.connect(
+            BusConfig(url=nats.url, replicas=replicas).as_role(creds, "admin"), name="soak-collector"
+        )
+        stack = start_stack(
+            nats.url,
+            root / "nats" / "credentials.json",
+            root / "tokens",
+            namespace=DEMO_NAMESPACE,
+            seed=seed,
+            token_delay=0.0,
+            replicas=replicas,
+        )
+        samples: list[dict[str, Any]] = []
+        try:
+            with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:
+                col = Collector(
+                    log,
+                    ledger,
+                    tokens,
+                    environment_url=stack[-1].url,
+                    tasks=demo_rows(rollouts, seed),
+                    output=root / "rollouts.jsonl",
+                    concurrency=concurrency,
+                    checkpoint_every_s=checkpoint_every_s,
+                    checkpoint_deadline_s=30,
+                    compact_keep=keep or None,  # 0: no compaction (the baseline run)
+                )
+                run = asyncio.ensure_future(col.run())
+                while not run.done():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(run), sample_s)
+                    info = await log.stream_info()
+                    samples.append(
+                        {
+                            "t_s": round(time.perf_counter() - t0, 1),
+                            "rows": col.summary.results_written,
+                            "stream_mb": round(info.state.bytes / 2**20, 2),
+                            "stream_msgs": info.state.messages,
+                            "disk_mb": round(_disk_bytes(root / "nats") / 2**20, 1),
+                            "collector_rss_mb": _rss_mb(os.getpid()),
+                            "collector_anon_mb": _rss_mb(os.getpid(), "RssAnon"),
+                            "nats_rss_mb": round(sum(_rss_mb(p) for p in pids if p), 1),
+                            "compacted": col.summary.compacted_rollouts,
+                            # the baseline: what the stream would hold had nothing been compacted
+                            "uncompacted_mb": round(
+                                (info.state.bytes + col.summary.compaction_freed_bytes) / 2**20, 2
+                            ),
+                        }
+                    )
+                summary = await run
+        finally:
+            for p in stack:
+                p.kill()
+            await log.close()
+    return {
+        "rollouts": rollouts,
+        "written": summary.results_written,
+        "cluster_nodes": cluster,
+        "replicas": replicas,
+        "concurrency": concurrency,
+        "keep": keep,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "checkpoints_published": summary.checkpoints_published,
+        "checkpoint_ms_p50_p99": [summary.checkpoint_ms_p50, summary.checkpoint_ms_p99],
+        "failed": summary.failed,
+        "compacted_rollouts": summary.compacted_rollouts,
+        "compaction_s": summary.compaction_s,
+        "stream_mb_max": max((s["stream_mb"] for s in samples), default=0),
+        "stream_mb_end": samples[-1]["stream_mb"] if samples else 0,
+        "collector_rss_mb_first_last": [samples[0]["collector_rss_mb"], samples[-1]["collector_rss_mb"]]
+        if samples
+        else [],
+        "collector_anon_mb_first_last": [samples[0]["collector_anon_mb"], samples[-1]["collector_anon_mb"]]
+        if samples
+        else [],
+        "uncompacted_mb_end": samples[-1]["uncompacted_mb"] if samples else 0,
+        "samples": samples,
+    }

@@ -1,0 +1,47 @@
+"""What a collection run did, as the collector reports it (and ``--json`` prints)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = ["Summary", "summary_dict"]
+
+
+@dataclass
+class Summary:
+    rollouts: int = 0
+    results_written: int = 0
+    duplicate_results: int = 0
+    accepted_before: int = 0
+    checkpoints_published: int = 0
+    last_checkpoint: str | None = None
+    recovery: dict[str, int] = field(
+        default_factory=lambda: {"completed": 0, "continue": 0, "fresh_dispatch": 0}
+    )
+    fallbacks_to_fresh: int = 0
+    retired: int = 0
+    healed: int = 0  # runs that broke off under a live collector and were recovered in place
+    never_started: int = 0  # of the fresh dispatches: queued, never run, kept on attempt 1
+    failed: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # rollouts left without a row at the end
+    gave_up: list[str] = field(default_factory=list)  # rollouts out of attempts, retired by this run
+    interrupted: bool = False
+    requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
+    torn_bytes_cut: int = 0  # a torn last row cut off the output at start (it was never acknowledged)
+    wall_s: float = 0.0
+    checkpoint_ms_p50: float | None = None  # how long a published checkpoint took, end to end
+    checkpoint_ms_p99: float | None = None
+    checkpoint_pause_ms_p50: float | None = None  # how long each stood the collection still
+    checkpoint_pause_ms_p99: float | None = None
+    compacted_rollouts: int = 0  # rollouts whose event history compaction let go (their rows stay)
+    compaction_s: float = 0.0  # time spent compacting, in all
+    compaction_freed_bytes: int = 0  # stream bytes compaction let go (a lower bound: writes go on meanwhile)
+
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    """The summary as JSON-ready builtins."""
+    out: dict[str, Any] = msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))
+    return out

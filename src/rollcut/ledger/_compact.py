@@ -1,0 +1,125 @@
+"""Compaction: the stream keeps what restore, verify and rebuild need for the checkpoints kept, and
+lets the rest go, so a collection that runs for a week does not need a week of disk.
+
+What a restore from a kept checkpoint reads of a rollout whose result was accepted below that
+checkpoint's cut: that it was accepted (the collector's ``result.accepted``), and that it exists
+(its fence: a dispatch must never succeed twice). Its model calls, tool calls, agent boundaries and
+environment events are never read again: restore does not continue an accepted rollout, and its row
+is written. So, with ``keep`` the number of newest checkpoints kept and the *horizon* the oldest
+kept checkpoint's cut:
+
+- every rollout accepted at or below the horizon loses its model, agent, resources and environment
+  subjects (a JetStream subject purge each); its fence and its collector subject stay;
+- the checkpoints older than the kept ones leave the catalog, and the marker lanes (the
+  coordinator's, each participant instance's) lose their records below the horizon; the collector's
+  lease lane keeps its last record (its compare-and-set needs it);
+- the ledger forgets the compacted rollouts' call outcomes and revisions (nothing refers to them).
+
+Restore, ``checkpoints verify`` and ``ledger rebuild`` work on every kept checkpoint afterwards
+(``tests/ledger/test_compact.py``). What is lost: ``rollcut replay`` of a compacted rollout shows it
+accepted, without its turns. The rows hold its result; the token store keeps its tokens.
+
+Runs are idempotent and incremental: the ledger remembers the horizon compacted to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from nats.errors import Error as NatsError
+
+from .._errors import BusError, ConfigError
+from ..bus import EventLog
+from ..bus._subjects import COLLECTOR_LANE, COORDINATOR_LANE
+from ._ledger import Ledger
+
+__all__ = ["CompactionReport", "compact"]
+
+_COMPACTED_TO = "compacted_to"
+_PURGED_COMPONENTS = ("model", "agent", "resources", "environment")
+_CONCURRENT_PURGES = 64
+
+
+@dataclass
+class CompactionReport:
+    """What one compaction did."""
+
+    horizon: int = 0
+    """The oldest kept checkpoint's cut: nothing at or above it was touched."""
+    checkpoints_kept: int = 0
+    checkpoints_dropped: int = 0
+    rollouts_compacted: int = 0
+    messages_purged: int = 0
+    stream_bytes_before: int = 0
+    stream_bytes_after: int = 0
+    seconds: float = 0.0
+    dropped: list[str] = field(default_factory=list)
+
+
+async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> CompactionReport:
+    """Compact the stream and the ledger below the oldest of the ``keep`` newest checkpoints."""
+    if keep < 1:
+        raise ConfigError(f"compaction keeps at least one checkpoint, not {keep}")
+    t0 = time.perf_counter()
+    out = CompactionReport(stream_bytes_before=(await log.stream_info()).state.bytes)
+    checkpoints = ledger.checkpoints()  # oldest cut first
+    kept, dropped = checkpoints[-keep:], checkpoints[:-keep]
+    out.checkpoints_kept, out.checkpoints_dropped = len(kept), len(dropped)
+    if not kept:
+        out.stream_bytes_after = out.stream_bytes_before
+        return out
+    out.horizon = horizon = kept[0].cut
+    done_to = int(ledger.meta(_COMPACTED_TO, 0))
+    rollouts = [
+        r.rollout_id
+        for r in ledger.rollouts()
+        if r.accepted_seq is not None and done_to < r.accepted_seq <= horizon
+    ]
+    s = log.subjects
+    purges: list[tuple[str, int | None, int | None]] = [
+        (f"{s.prefix}.ev.{rid}.*.{component}", None, None)
+        for rid in rollouts
+        for component in _PURGED_COMPONENTS
+    ]
+    if horizon > done_to:
+        for lane in await _lanes(log):
+            if lane == COLLECTOR_LANE:
+                purges.append((s.mark(lane), None, 1))
+            else:  # the coordinator's lane and every instance's: what lies below the horizon
+                purges.append((s.mark(lane), horizon, None))
+    out.messages_purged = await _purge_all(log, purges)
+    with ledger.write() as wb:
+        for rec in dropped:
+            wb.drop_checkpoint(rec)
+        for rid in rollouts:
+            wb.forget_sessions(rid)
+        wb.set_meta(_COMPACTED_TO, max(done_to, horizon))
+    out.rollouts_compacted = len(rollouts)
+    out.dropped = [rec.checkpoint_id for rec in dropped]
+    out.stream_bytes_after = (await log.stream_info()).state.bytes
+    out.seconds = round(time.perf_counter() - t0, 3)
+    return out
+
+
+async def _lanes(log: EventLog) -> list[str]:
+    """Every marker lane the stream holds (the coordinator's, the collector's, each instance's)."""
+    js = log.nc.jetstream(timeout=log.config.request_timeout_s)
+    try:
+        info = await js.stream_info(log.stream, subjects_filter=f"{log.subjects.prefix}.mark.*")
+    except NatsError as exc:
+        raise BusError(f"cannot list the marker lanes of {log.stream}: {exc!r}", stream=log.stream) from exc
+    lanes = [subj.rsplit(".", 1)[1] for subj in (info.state.subjects or {})]
+    return sorted(lanes, key=lambda lane: lane != COORDINATOR_LANE)
+
+
+async def _purge_all(log: EventLog, purges: list[tuple[str, int | None, int | None]]) -> int:
+    """Run the subject purges, a bounded number at a time; how many messages went."""
+    gate = asyncio.Semaphore(_CONCURRENT_PURGES)
+
+    async def one(subject: str, below: int | None, keep: int | None) -> int:
+        async with gate:
+            return await log.purge(subject, below=below, keep=keep)
+
+    return sum(await asyncio.gather(*(one(*p) for p in purges)))

@@ -1,0 +1,86 @@
+"""A three-node JetStream cluster on loopback for tests, and the checks every cluster fault test makes.
+
+The nodes are real nats-server processes (``rollcut.bus.EmbeddedCluster``); killing one is SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from rollcut.bus import BusConfig, Credentials, EmbeddedCluster, EventLog
+from rollcut.bus._commit import ACK_JOURNAL_ENV
+
+from .helpers import until
+
+__all__ = ["ACK_JOURNAL_ENV", "acked", "acks_told", "journal_env", "leader", "missing_acks", "stream_health"]
+
+
+async def acks_told(journal: Path) -> int:
+    """How many acknowledgements the writers have been given so far."""
+    return len(acked(journal)) if journal.exists() else 0
+
+
+async def _info(url: str, creds: Credentials) -> tuple[str, list[tuple[str, bool, int]]]:
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    try:
+        info = await log.nc.jetstream().stream_info(log.stream)
+        cl = info.cluster
+        assert cl is not None
+        peers = [(p.name, bool(p.current), int(p.lag or 0)) for p in cl.replicas or []]
+        return str(cl.leader or ""), peers
+    finally:
+        await log.close()
+
+
+def leader(cluster: EmbeddedCluster, creds: Credentials) -> Any:
+    """The node that leads the namespace's stream now (after an election, the new one)."""
+    holder: list[str] = []
+
+    async def elected() -> bool:
+        try:
+            name, _ = await _info(cluster.url, creds)
+        except Exception:  # no leader yet: the request is not answered
+            return False
+        holder[:] = [name]
+        return bool(name)
+
+    asyncio.run(until(elected, timeout=60, what="a stream leader"))
+    return cluster.node(holder[0])
+
+
+def stream_health(cluster: EmbeddedCluster, creds: Credentials) -> list[tuple[str, bool, int]]:
+    """Each follower of the stream: its name, whether it is current, and how far behind it is."""
+    return asyncio.run(_info(cluster.url, creds))[1]
+
+
+def acked(journal: Path) -> dict[int, str]:
+    """Every acknowledgement the writers of a run were given (``<seq> <msg id>`` lines), by seq."""
+    out: dict[int, str] = {}
+    for f in journal.glob("*.acks"):
+        for line in f.read_text().splitlines():
+            seq, _, eid = line.partition(" ")
+            assert out.setdefault(int(seq), eid) == eid, f"seq {seq} acknowledged for two events"
+    return out
+
+
+async def _stored(url: str, creds: Credentials) -> dict[int, str]:
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    try:
+        return {s.seq: s.event.event_id async for s in log.read(strict=False) if s.event is not None}
+    finally:
+        await log.close()
+
+
+def missing_acks(url: str, creds: Credentials, journal: Path) -> tuple[int, list[str]]:
+    """How many acknowledgements the journal holds, and each one the stream does not hold as acked."""
+    told = acked(journal)
+    stored = asyncio.run(_stored(url, creds))
+    wrong = [f"seq {n}: acked {e}, stored {stored.get(n)}" for n, e in told.items() if stored.get(n) != e]
+    return len(told), wrong
+
+
+def journal_env(path: Path) -> dict[str, str]:
+    return {**os.environ, ACK_JOURNAL_ENV: str(path)}

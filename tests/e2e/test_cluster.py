@@ -1,0 +1,179 @@
+"""`rollcut collect` on a three-node JetStream cluster while its nodes fail: real nats-server
+processes SIGKILLed, restarted, wiped; every Gym server and the collector are processes too.
+
+Each test checks what an operator would: the collection finishes (or stops as documented), every
+rollout has exactly one row, checkpoints kept publishing through the fault, and every append any
+writer was told was stored is in the stream at the sequence it was told (the writers' ack journals,
+``ROLLCUT_ACK_JOURNAL``, against the stream after the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rollcut._runtime import credentials_for
+from rollcut.bus import Credentials, EmbeddedCluster
+from rollcut.collect import DEMO_NAMESPACE as NS
+from rollcut.collect import demo_tasks
+from rollcut.ledger import Ledger
+
+from ..cluster import ACK_JOURNAL_ENV, acks_told, leader, missing_acks, stream_health
+from ..helpers import until
+from .conftest import SIGTERM, Deployment, deploy, finish
+
+pytestmark = pytest.mark.slow
+
+ROLLOUTS = 32
+OnCluster = tuple[Deployment, EmbeddedCluster]
+
+
+@pytest.fixture
+def on_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OnCluster]:
+    monkeypatch.setenv(ACK_JOURNAL_ENV, str(tmp_path / "acks"))  # every process this test starts keeps one
+    creds = credentials_for(tmp_path / "nats", NS)
+    cluster = EmbeddedCluster(tmp_path / "nats", size=3, credentials=creds).start()
+    try:
+        tasks = demo_tasks(ROLLOUTS, seed=1)
+        with deploy(tmp_path, tasks, nats=cluster, replicas=3, token_delay=0.01) as dep:
+            dep.every_s = 1.0
+            # every acknowledged append must be found in the stream afterwards: nothing compacted away
+            dep.extra_config = ["compaction:", "  enabled: false"]
+            dep._write_config()
+            yield dep, cluster
+    finally:
+        cluster.kill()
+
+
+def _creds(dep: Deployment) -> Credentials:
+    return credentials_for(dep.root / "nats", NS)
+
+
+def _published_since(dep: Deployment, t: float) -> int:
+    with Ledger(dep.root / "ledger", readonly=True) as led:
+        return sum(1 for rec in led.checkpoints() if rec.ts >= t)
+
+
+def _collect_through(dep: Deployment, cluster: EmbeddedCluster, fault: Callable[[], None]) -> None:
+    """Run the collection, inject ``fault`` once it is under way, and check what every test checks."""
+    proc = dep.collect()
+    dep.wait_rows(3, proc, timeout=120)
+    t_fault = time.time()
+    fault()
+    code, summary = finish(proc, timeout=300)
+    assert code == 0, summary
+    ids = Counter(r["rollout_id"] for r in dep.rows())
+    assert len(ids) == dep.rollouts and max(ids.values()) == 1
+    assert _published_since(dep, t_fault) >= 1, "no checkpoint published after the fault"
+    told, wrong = missing_acks(cluster.url, _creds(dep), dep.root / "acks")
+    assert told > dep.rollouts * 10 and wrong == []
+
+
+def _rows_grow(dep: Deployment, by: int) -> None:
+    have = len(dep.rows())
+    until_rows(dep, have + by)
+
+
+def until_rows(dep: Deployment, n: int) -> None:
+    asyncio.run(until(lambda: len(dep.rows()) >= min(n, dep.rollouts), timeout=120, what=f"{n} rows"))
+
+
+def test_a_follower_then_the_stream_leader_killed(on_cluster: OnCluster) -> None:
+    dep, cluster = on_cluster
+    creds = _creds(dep)
+
+    def fault() -> None:
+        lead = leader(cluster, creds)
+        follower = next(n for n in cluster.nodes if n is not lead)
+        follower.kill()
+        _rows_grow(dep, 3)  # the collection goes on with two of three
+        follower.start()
+        lead = leader(cluster, creds)
+        lead.kill()  # a new leader is elected under running appends
+        _rows_grow(dep, 3)
+        lead.start()
+
+    _collect_through(dep, cluster, fault)
+
+
+def test_a_rolling_restart_of_all_three_nodes(on_cluster: OnCluster) -> None:
+    dep, cluster = on_cluster
+    creds = _creds(dep)
+
+    def fault() -> None:
+        for node in cluster.nodes:
+            node.stop()  # SIGTERM: the node leaves as an operator's restart makes it
+            node.start()
+
+            async def rejoined(name: str = node.name) -> bool:
+                peers = await asyncio.to_thread(stream_health, cluster, creds)
+                lead = await asyncio.to_thread(leader, cluster, creds)
+                return bool(lead.name == name or any(p == name and ok for p, ok, _ in peers))
+
+            asyncio.run(until(rejoined, timeout=60, what=f"{node.name} back in the stream's group"))
+
+    _collect_through(dep, cluster, fault)
+
+
+def test_two_nodes_down_stalls_the_collection_until_quorum_returns(
+    on_cluster: OnCluster,
+) -> None:
+    dep, cluster = on_cluster
+
+    journal = dep.root / "acks"
+
+    def fault() -> None:
+        cluster.nodes[0].kill()
+        cluster.nodes[1].kill()
+        # the outage itself lasts a few seconds (nothing to wait for: the cluster is down on purpose);
+        # acks already on their way when the nodes died arrive in its first second
+        time.sleep(1)
+        before = asyncio.run(acks_told(journal))
+        time.sleep(3)
+        assert asyncio.run(acks_told(journal)) == before, "an append was acknowledged without a quorum"
+        cluster.nodes[0].start()
+        cluster.nodes[1].start()
+
+    _collect_through(dep, cluster, fault)
+
+
+def test_a_wiped_node_catches_up_and_nothing_is_lost(on_cluster: OnCluster) -> None:
+    dep, cluster = on_cluster
+    creds = _creds(dep)
+    wiped: list[str] = []
+
+    def fault() -> None:
+        node = next(n for n in cluster.nodes if n is not leader(cluster, creds))
+        node.kill()
+        cluster.wipe(cluster.nodes.index(node))
+        wiped.append(node.name)
+        _rows_grow(dep, 2)
+        node.start()
+
+    _collect_through(dep, cluster, fault)
+
+    async def caught_up() -> bool:
+        peers = await asyncio.to_thread(stream_health, cluster, creds)
+        return any(p == wiped[0] and ok and lag == 0 for p, ok, lag in peers)
+
+    asyncio.run(until(caught_up, timeout=60, what="the wiped node to catch up"))
+
+
+def test_sigterm_on_a_cluster_checkpoints_exits_75_and_resume_finishes(
+    on_cluster: OnCluster,
+) -> None:
+    dep, _ = on_cluster
+    proc = dep.collect()
+    dep.wait_rows(3, proc, timeout=120)
+    proc.send_signal(SIGTERM)
+    code, summary = finish(proc)
+    assert code == 75 and summary["checkpoints_published"] >= 1
+    code, summary = finish(dep.collect("--resume"), timeout=300)
+    assert code == 0, summary
+    ids = Counter(r["rollout_id"] for r in dep.rows())
+    assert len(ids) == dep.rollouts and max(ids.values()) == 1

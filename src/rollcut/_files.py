@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "append_private", "private_dir", "write_private"]
+import msgspec
+
+from ._errors import ConfigError
+
+__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "append_private", "private_dir", "read_record", "write_private"]
+
+T = TypeVar("T")
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -41,3 +48,14 @@ def append_private(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def read_record(path: Path, kind: type[T], what: str) -> T:
+    """A JSON record rollcut wrote (credentials, a cluster layout), as its struct; a missing or
+    invalid file is a ConfigError naming ``what`` it should have been."""
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"no {what} at {path}") from exc
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"{what} {path} is not valid: {exc}") from exc

@@ -176,7 +176,7 @@ def test_a_stream_with_fewer_replicas_than_asked_is_refused(tmp_path: Path, cred
         asyncio.run(go())
 
 
-def test_rollcut_nats_cluster_runs_three_nodes_that_a_collection_can_use(tmp_path: Path) -> None:
+def test_rollcut_nats_cluster_runs_three_nodes_that_commands_reach_by_their_url_list(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -9,8 +9,6 @@ API, which only the leader answers): a writer never takes itself for stale becau
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -18,6 +16,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import StreamInfo
 
 from .._errors import BusError
+from ._patience import Patience
 from ._read import RawMessage
 from ._stream import ApiError, BusConfig
 
@@ -60,21 +59,19 @@ class StreamApi:
 
     async def stream_info(self) -> StreamInfo:
         """The stream's state and config, riding out a bus between servers for ``outage_s``."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.config.outage_s
-        delay = 0.05
+        patience = Patience(self.config.outage_s)
         js = self.nc.jetstream(timeout=min(2.0, self.config.request_timeout_s))
         while True:
             try:
                 return await js.stream_info(self.stream)
             except (NatsError, OSError) as exc:  # timeouts, no responders, 503 (no leader yet)
-                if loop.time() + delay > give_up:
-                    raise BusError(
-                        f"stream {self.stream} did not answer for {self.config.outage_s:.0f} s: {exc!r}",
-                        stream=self.stream,
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                cause = repr(exc)
+            await patience.again(
+                BusError(
+                    f"stream {self.stream} did not answer for {self.config.outage_s:.0f} s: {cause}",
+                    stream=self.stream,
+                )
+            )
 
     async def purge(self, subject: str, *, below: int | None = None, keep: int | None = None) -> int:
         """Delete the stream's records on ``subject`` (a filter; wildcards allowed): all of them, those
@@ -150,9 +147,7 @@ class StreamApi:
     async def _ask(self, api: str, req: dict[str, object], what: str) -> Msg:
         """A JetStream API request, asked again while nobody answers (no leader yet, a node
         restarting) for up to ``outage_s``: a read is as patient as an append."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.config.outage_s
-        delay = 0.05
+        patience = Patience(self.config.outage_s)
         body = msgspec.json.encode(req)
         while True:
             try:
@@ -163,10 +158,9 @@ class StreamApi:
                 cause = "503: no server answers for the stream (a leader being elected?)"
             except NatsError as exc:
                 cause = repr(exc)
-            if loop.time() + delay > give_up:
-                raise BusError(
+            await patience.again(
+                BusError(
                     f"get of {what} got no answer for {self.config.outage_s:.0f} s: {cause}",
                     stream=self.stream,
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            )

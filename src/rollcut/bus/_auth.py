@@ -34,7 +34,7 @@ import msgspec
 import nkeys
 
 from .._errors import ConfigError
-from .._files import private_dir, write_private
+from .._files import private_dir, read_record, write_private
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
 
 __all__ = ["PARTICIPANT_ROLES", "ROLES", "Credentials", "load_credentials", "server_authorization"]
@@ -78,12 +78,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
 
 def load_credentials(path: Path) -> Credentials:
     """Read role credentials written by ``rollcut nats`` (or the embedded server)."""
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=Credentials)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"no credentials file at {path}") from exc
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ConfigError(f"credentials file {path} is not valid: {exc}") from exc
+    return read_record(path, Credentials, "credentials file")
 
 
 def _permissions(role: str, s: Subjects) -> dict[str, object]:

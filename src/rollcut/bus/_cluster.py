@@ -24,7 +24,7 @@ from typing import Self
 import msgspec
 
 from .._errors import ConfigError
-from .._files import private_dir, write_private
+from .._files import private_dir, read_record, write_private
 from ._auth import Credentials
 from ._server import EmbeddedServer, server_config
 
@@ -86,12 +86,7 @@ class ClusterLayout(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def load(cls, path: Path) -> ClusterLayout:
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=cls)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"no cluster layout at {path}") from exc
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ConfigError(f"cluster layout {path} is not valid: {exc}") from exc
+        return read_record(path, cls, "cluster layout")
 
 
 def node_config(
@@ -150,22 +145,15 @@ class _Node(EmbeddedServer):
         )
         self.cluster, self.index, self.name = cluster, index, node.name
 
-    def _write_config(self) -> Path:
-        ports_dir = self.data_dir / "ports"
-        ports_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ports_dir.glob("*.ports"):
-            stale.unlink()
-        conf = node_config(
+    def _config(self, local: str) -> str:
+        return node_config(
             self.cluster.layout,
             self.index,
             store_dir=str(self.data_dir / "jetstream"),
             credentials=self.credentials,
             sync_interval=self.sync_interval,
-            extra=f'ports_file_dir: "{ports_dir}"\nlog_file: "{self.log_path}"',
+            extra=local,
         )
-        path = self.data_dir / "nats-server.conf"
-        write_private(path, conf.encode())
-        return path
 
 
 class EmbeddedCluster:

@@ -37,6 +37,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from .._errors import BusError, PermissionDeniedError
 from .._files import private_dir
 from ._events import new_event_id
+from ._patience import Patience
 from ._stream import Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
@@ -259,9 +260,7 @@ class GroupCommit:
         ``outage_s`` (the server stores it once, whichever try got through); past that the append
         fails naming what the bus last said, and nothing was acknowledged.
         """
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._outage_s
-        delay = 0.005
+        patience = Patience(self._outage_s, first_s=0.005)
         while True:
             try:
                 ack = parse_ack(await self._request(it.subject, it.payload, it.headers, [it.subject]))
@@ -270,14 +269,13 @@ class GroupCommit:
                 cause = f"{ack.error.err_code} {ack.error.description} (a write it depends on is in flight)"
             except (NatsError, OSError) as exc:
                 cause = _cause(exc)
-                delay = max(delay, 0.05)
-            if loop.time() + delay > give_up:
-                raise BusError(
+                patience.at_least(0.05)
+            await patience.again(
+                BusError(
                     f"append to {it.subject} got no ack for {self._outage_s:.0f} s: {cause}",
                     subject=it.subject,
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            )
 
     async def _request(
         self, subject: str, payload: bytes, headers: dict[str, str], watch: list[str]

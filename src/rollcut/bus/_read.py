@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .._errors import BusError
+from ._patience import Patience
 from ._stream import parse_headers
 
 __all__ = ["RawMessage", "scan", "scan_merged"]
@@ -108,17 +109,13 @@ async def _fetch_riding_out(
 ) -> _Page:
     """A page, asked again while the bus does not answer (a node restarting, a leader being
     elected), for up to ``outage_s``: a read is as patient as an append."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + outage_s
-    delay = 0.05
+    patience = Patience(outage_s)
     while True:
         try:
             return await _fetch(nc, api, req, limit, min(timeout, 2.0), stream)
-        except _Unanswered:
-            if loop.time() + delay > give_up:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        except _Unanswered as exc:
+            last = exc
+        await patience.again(last)
 
 
 async def _fetch(

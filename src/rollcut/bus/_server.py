@@ -165,16 +165,20 @@ class EmbeddedServer:
         ports_dir.mkdir(parents=True, exist_ok=True)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
-        conf = server_config(
+        local = f'ports_file_dir: "{ports_dir}"\nlog_file: "{self.log_path}"'
+        path = self.data_dir / "nats-server.conf"
+        write_private(path, self._config(local).encode())  # it names every role's permissions: owner only
+        return path
+
+    def _config(self, local: str) -> str:
+        """The config text; ``local``: where this process writes its ports file and its log."""
+        return server_config(
             listen=f"{self.host}:{self.requested_port or -1}",
             store_dir=str(self.data_dir / "jetstream"),
             sync_interval=self.sync_interval,
             credentials=self.credentials,
-            extra=f'ports_file_dir: "{ports_dir}"\nlog_file: "{self.log_path}"\n{self.extra_config}',
+            extra=f"{local}\n{self.extra_config}",
         )
-        path = self.data_dir / "nats-server.conf"
-        write_private(path, conf.encode())  # it names every role's permissions: owner only
-        return path
 
     def start(self) -> Self:
         if self._proc is not None:

@@ -21,6 +21,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnav
 
 from .._errors import BusError, ConfigError
 from ._auth import Credentials
+from ._patience import Patience
 from ._server import check_version, parse_version
 from ._subjects import Subjects
 
@@ -245,21 +246,20 @@ async def ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> int:
     answers JetStream requests with "unavailable" or not at all for a few seconds: those are
     retried for up to ``config.outage_s``; a refusal (bad config, no permission) is not.
     """
-    give_up = asyncio.get_running_loop().time() + config.outage_s
-    delay = 0.1
+    patience = Patience(config.outage_s, first_s=0.1)
     while True:
         try:
             return await _ensure_stream(nc, subjects, config)
         except _JetStreamNotReady as exc:
-            if asyncio.get_running_loop().time() + delay > give_up:
-                raise BusError(
-                    f"JetStream did not answer for {config.outage_s:.0f} s setting up stream "
-                    f"{subjects.stream}: {exc.cause!r} (a cluster without a quorum of nodes, or a "
-                    "server without JetStream)",
-                    stream=subjects.stream,
-                ) from exc.cause
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            cause = exc.cause
+        await patience.again(
+            BusError(
+                f"JetStream did not answer for {config.outage_s:.0f} s setting up stream "
+                f"{subjects.stream}: {cause!r} (a cluster without a quorum of nodes, or a "
+                "server without JetStream)",
+                stream=subjects.stream,
+            )
+        )
 
 
 class _JetStreamNotReady(Exception):

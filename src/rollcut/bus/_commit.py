@@ -127,11 +127,11 @@ class GroupCommit:
 
     async def close(self) -> None:
         self._closed = True
-        if self._journal is not None:
-            os.close(self._journal)
-            self._journal = None
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+        if self._journal is not None:  # after the last acks in flight were written to it
+            os.close(self._journal)
+            self._journal = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -14,7 +14,14 @@ from contextlib import asynccontextmanager
 
 from .._errors import AdmissionClosedError
 
-__all__ = ["AdmissionGate"]
+__all__ = ["RETRY_AFTER_S", "AdmissionGate"]
+
+RETRY_AFTER_S = 1.0
+"""The longest a refused caller is told to wait (``Retry-After``). A checkpoint holds admission
+for milliseconds; the gate's lease (the checkpoint's deadline plus a grace) is only the bound for a
+coordinator that went silent. Told to wait out the whole lease, every caller that met a checkpoint
+slept for its deadline: a collection stalled 25-35 s at a time with a 30 s deadline (found by
+``rollcut bench soak``)."""
 
 
 class AdmissionGate:
@@ -46,7 +53,8 @@ class AdmissionGate:
     async def admit(self) -> AsyncIterator[None]:
         """Hold one unit of accepted work; refuses while closed."""
         if self._closed_for is not None:
-            raise AdmissionClosedError(self.instance, self._closed_for, max(0.1, self._until - time.time()))
+            wait = max(0.1, min(RETRY_AFTER_S, self._until - time.time()))
+            raise AdmissionClosedError(self.instance, self._closed_for, wait)
         self._inflight += 1
         self._idle.clear()
         try:

@@ -18,7 +18,7 @@ from .helpers import until
 __all__ = ["ACK_JOURNAL_ENV", "acked", "acks_told", "journal_env", "leader", "missing_acks", "stream_health"]
 
 
-async def acks_told(journal: Path) -> int:
+def acks_told(journal: Path) -> int:
     """How many acknowledgements the writers have been given so far."""
     return len(acked(journal)) if journal.exists() else 0
 

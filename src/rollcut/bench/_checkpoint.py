@@ -41,11 +41,10 @@ from ..bus import (
     AgentBoundary,
     AgentBoundaryRecord,
     BusConfig,
-    EmbeddedCluster,
-    EmbeddedServer,
     EventLog,
     ModelCallCompleted,
     ResourcesMutated,
+    embedded_nats,
 )
 from ..ledger import Ledger, rebuild_ledger
 from ..participants import Coordinator, Participant
@@ -117,11 +116,9 @@ async def bench_checkpoint(
     ``cluster`` > 1, on that many nats-server nodes started for the run, the stream at 3 replicas."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchck-") as tmp:
         root = Path(tmp)
-        server: EmbeddedServer | EmbeddedCluster | None = None
+        server = None
         if url is None:
-            server = (
-                EmbeddedCluster(root / "nats", size=cluster) if cluster > 1 else EmbeddedServer(root / "nats")
-            ).start()
+            server = embedded_nats(root / "nats", nodes=cluster).start()
             url = server.url
         try:
             return await _run(root, url, rollouts, moved, max(1, repeat), baselines, min(cluster, 3))

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 from nats.js.api import StorageType, StreamConfig
 
-from ..bus import BusConfig, EmbeddedCluster, EmbeddedServer, Event, EventLog
+from ..bus import BusConfig, Event, EventLog, embedded_nats
 from ..bus._events import new_event_id
 from ._log import _TURNS, _drive, _rollout_ids, workload
 
@@ -36,15 +36,8 @@ def _mode_name(replicas: int, sync: str) -> str:
 @contextlib.contextmanager
 def _deployment(root: Path, replicas: int, sync: str) -> Iterator[str]:
     interval = None if sync == "default" else sync
-    if replicas == 1:
-        with EmbeddedServer(root / "nats", sync_interval=interval) as server:
-            yield server.url
-    else:
-        cluster = EmbeddedCluster(root / "nats", size=replicas, sync_interval=interval).start()
-        try:
-            yield cluster.url
-        finally:
-            cluster.stop()
+    with embedded_nats(root / "nats", nodes=replicas, sync_interval=interval) as nats:
+        yield nats.url
 
 
 async def _one(url: str, replicas: int, evs: list[Event], concurrency: int) -> dict[str, float]:

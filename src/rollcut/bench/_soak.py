@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._runtime import credentials_for
-from ..bus import BusConfig, EmbeddedCluster, EmbeddedServer, EventLog
+from ..bus import BusConfig, EventLog, embedded_nats
 from ..collect import DEMO_NAMESPACE, Collector, demo_rows
 from ..gym import start_stack
 from ..ledger import Ledger
@@ -64,13 +64,9 @@ async def bench_soak(
     with tempfile.TemporaryDirectory(prefix="rollcut-soak-") as tmp, contextlib.ExitStack() as up:
         root = Path(tmp)
         creds = credentials_for(root / "nats", DEMO_NAMESPACE)
-        nats: EmbeddedServer | EmbeddedCluster
-        if cluster > 1:
-            nats = up.enter_context(EmbeddedCluster(root / "nats", size=cluster, credentials=creds))
-            pids = [n.pid for n in nats.nodes]
-        else:
-            nats = up.enter_context(EmbeddedServer(root / "nats", credentials=creds))
-            pids = [nats.pid]
+        nats = embedded_nats(root / "nats", nodes=cluster, credentials=creds)
+        up.enter_context(nats)
+        pids = nats.pids
         replicas = min(cluster, 3)
         log = await EventLog.connect(
             BusConfig(url=nats.url, replicas=replicas).as_role(creds, "admin"), name="soak-collector"
@@ -113,7 +109,7 @@ async def bench_soak(
                             "disk_mb": round(_disk_bytes(root / "nats") / 2**20, 1),
                             "collector_rss_mb": _rss_mb(os.getpid()),
                             "collector_anon_mb": _rss_mb(os.getpid(), "RssAnon"),
-                            "nats_rss_mb": round(sum(_rss_mb(p) for p in pids if p), 1),
+                            "nats_rss_mb": round(sum(_rss_mb(p) for p in pids), 1),
                             "compacted": col.summary.compacted_rollouts,
                             # the baseline: what the stream would hold had nothing been compacted
                             "uncompacted_mb": round(

@@ -7,7 +7,7 @@ whole: their own ``__all__`` is the list.
 
 from . import _events, _kinds
 from ._auth import Credentials, load_credentials, server_authorization
-from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, node_config
+from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, embedded_nats, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
 from ._kinds import *  # noqa: F403  (the kind table, whole)
@@ -24,6 +24,7 @@ __all__ = [
     "ClusterLayout",
     "ClusterNode",
     "EmbeddedCluster",
+    "embedded_nats",
     "node_config",
     "Codec",
     "Credentials",

@@ -57,13 +57,14 @@ class StreamApi:
     def stream(self) -> str:
         raise NotImplementedError
 
-    async def stream_info(self) -> StreamInfo:
-        """The stream's state and config, riding out a bus between servers for ``outage_s``."""
+    async def stream_info(self, subjects_filter: str | None = None) -> StreamInfo:
+        """The stream's state and config, riding out a bus between servers for ``outage_s``; with
+        ``subjects_filter``, ``state.subjects`` counts the messages on each subject matching it."""
         patience = Patience(self.config.outage_s)
         js = self.nc.jetstream(timeout=min(2.0, self.config.request_timeout_s))
         while True:
             try:
-                return await js.stream_info(self.stream)
+                return await js.stream_info(self.stream, subjects_filter=subjects_filter)
             except (NatsError, OSError) as exc:  # timeouts, no responders, 503 (no leader yet)
                 cause = repr(exc)
             await patience.again(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 from pathlib import Path
 from typing import Self
 
@@ -25,10 +24,11 @@ import msgspec
 
 from .._errors import ConfigError
 from .._files import private_dir, read_record, write_private
+from .._process import free_port
 from ._auth import Credentials
 from ._server import EmbeddedServer, server_config
 
-__all__ = ["ClusterLayout", "ClusterNode", "EmbeddedCluster", "node_config"]
+__all__ = ["ClusterLayout", "ClusterNode", "EmbeddedCluster", "embedded_nats", "node_config"]
 
 ROUTE_USER = "route"
 
@@ -61,8 +61,8 @@ class ClusterLayout(msgspec.Struct, frozen=True, kw_only=True):
             ClusterNode(
                 name=f"n{i + 1}",
                 host=host,
-                client_port=base_port + i if base_port else _free_port(host),
-                route_port=_free_port(host),
+                client_port=base_port + i if base_port else free_port(host),
+                route_port=free_port(host),
             )
             for i in range(size)
         ]
@@ -194,6 +194,11 @@ class EmbeddedCluster:
         """Every node's client URL, comma-separated."""
         return self.layout.urls
 
+    @property
+    def pids(self) -> list[int]:
+        """The nodes' processes that run."""
+        return [n.pid for n in self.nodes if n.pid is not None]
+
     def node(self, name: str) -> _Node:
         """The node called ``name`` (as a stream's cluster info names its leader)."""
         for n in self.nodes:
@@ -225,7 +230,15 @@ class EmbeddedCluster:
         self.stop()
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def embedded_nats(
+    data_dir: str | os.PathLike[str],
+    *,
+    nodes: int = 1,
+    credentials: Credentials | None = None,
+    sync_interval: str | None = None,
+) -> EmbeddedServer | EmbeddedCluster:
+    """One embedded server, or a cluster of ``nodes`` on loopback: what a benchmark or a tool that
+    starts its own bus asks for by a node count (both start, stop, and give ``url`` and ``pids``)."""
+    if nodes > 1:
+        return EmbeddedCluster(data_dir, size=nodes, credentials=credentials, sync_interval=sync_interval)
+    return EmbeddedServer(data_dir, credentials=credentials, sync_interval=sync_interval)

@@ -67,6 +67,7 @@ class _Item:
     headers: dict[str, str]
     header_lines: bytes
     future: asyncio.Future[Outcome] = field(repr=False)
+    checked: str | None = None  # on a replicated stream: the subject its expected-sequence check names
 
 
 class GroupCommit:
@@ -112,7 +113,8 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Outcome] = loop.create_future()
         lines = header_lines if header_lines is not None else encode_headers(headers)
-        self._queue.append(_Item(subject, payload, headers, lines, fut))
+        checked = _checked_subject(subject, headers) if self.one_in_flight_per_subject else None
+        self._queue.append(_Item(subject, payload, headers, lines, fut, checked))
         if self._task is None:
             self._task = loop.create_task(self._run(), name="rollcut-group-commit")
         self._wake.set()
@@ -170,16 +172,15 @@ class GroupCommit:
             return take
         take, held, busy = [], [], self._in_flight
         for it in self._queue:
-            key = _checked_subject(it)
+            key = it.checked
             if len(take) >= self._max_batch or (key is not None and key in busy):
                 held.append(it)
             else:
                 take.append(it)
         self._queue = held
         for it in take:
-            key = _checked_subject(it)
-            if key is not None:
-                busy[key] = busy.get(key, 0) + 1
+            if it.checked is not None:
+                busy[it.checked] = busy.get(it.checked, 0) + 1
         return take
 
     async def _send(self, items: list[_Item]) -> None:
@@ -200,7 +201,7 @@ class GroupCommit:
         finally:
             if self.one_in_flight_per_subject:
                 for it in items:
-                    key = _checked_subject(it)
+                    key = it.checked
                     if key is not None and self._in_flight.get(key, 0) <= 1:
                         self._in_flight.pop(key, None)
                     elif key is not None:
@@ -330,9 +331,8 @@ def _open_journal() -> int | None:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-def _checked_subject(it: _Item) -> str | None:
+def _checked_subject(subject: str, headers: dict[str, str]) -> str | None:
     """The subject a message's expected-last-subject-sequence check names, if it has one."""
-    h = it.headers
-    if "Nats-Expected-Last-Subject-Sequence" not in h:
+    if "Nats-Expected-Last-Subject-Sequence" not in headers:
         return None
-    return h.get("Nats-Expected-Last-Subject-Sequence-Subject") or it.subject
+    return headers.get("Nats-Expected-Last-Subject-Sequence-Subject") or subject

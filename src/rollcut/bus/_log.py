@@ -121,8 +121,7 @@ class EventLog(StreamApi, FenceOps):
         self._open: dict[str, tuple[int, int]] = {}
         # the highest sequence this log appended: a participant's "last appended" at prepare
         self.last_appended = 0
-        self.replicas = config.replicas
-        """The stream's replica count: above 1, reads that must see the latest write ask its leader."""
+        self._replicated(config.replicas)
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
@@ -130,12 +129,18 @@ class EventLog(StreamApi, FenceOps):
         nc = await connect(config, name=name, denials=denials)
         log = cls(nc, config, owns_connection=True, denials=denials)
         try:
-            log.replicas = await ensure_stream(nc, log.subjects, config)
-            log._commit.one_in_flight_per_subject = log.replicas > 1
+            log._replicated(await ensure_stream(nc, log.subjects, config))
         except BaseException:
             await nc.close()
             raise
         return log
+
+    def _replicated(self, replicas: int) -> None:
+        """What the stream's replica count changes here: above 1, reads that a compare-and-set starts
+        from ask the leader (``_api``), and the group commit keeps one checked write per subject in
+        flight (``_commit``)."""
+        self.replicas = replicas
+        self._commit.one_in_flight_per_subject = replicas > 1
 
     async def close(self) -> None:
         await self._commit.close()

@@ -108,11 +108,13 @@ async def _fetch_riding_out(
     nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str, outage_s: float
 ) -> _Page:
     """A page, asked again while the bus does not answer (a node restarting, a leader being
-    elected), for up to ``outage_s``: a read is as patient as an append."""
+    elected), for up to ``outage_s``: a read is as patient as an append. Each try keeps the whole
+    ``timeout``: a page of 2,048 events on a busy machine may take seconds, and a page asked again
+    too soon is read twice (a dead server's "no responders" comes back at once anyway)."""
     patience = Patience(outage_s)
     while True:
         try:
-            return await _fetch(nc, api, req, limit, min(timeout, 2.0), stream)
+            return await _fetch(nc, api, req, limit, timeout, stream)
         except _Unanswered as exc:
             last = exc
         await patience.again(last)

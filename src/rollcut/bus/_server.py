@@ -157,6 +157,11 @@ class EmbeddedServer:
         return self._proc.pid if self._proc else None
 
     @property
+    def pids(self) -> list[int]:
+        """Its process, while it runs (as a cluster gives its nodes')."""
+        return [self._proc.pid] if self._proc else []
+
+    @property
     def log_path(self) -> Path:
         return self.data_dir / "nats-server.log"
 

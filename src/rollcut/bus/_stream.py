@@ -17,7 +17,7 @@ from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from .._errors import BusError, ConfigError
 from ._auth import Credentials
@@ -290,14 +290,8 @@ async def _ensure_stream(nc: NATS, subjects: Subjects, config: BusConfig) -> int
     except NotFoundError:
         try:
             await js.add_stream(want)
-        except ServiceUnavailableError as exc:
-            raise _JetStreamNotReady(exc) from exc
-        except BadRequestError as exc:
-            if exc.err_code in _NOT_READY_CODES:
-                raise _JetStreamNotReady(exc) from exc
-            raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
-        except APIError as exc:
-            if exc.err_code in _NOT_READY_CODES:
+        except APIError as exc:  # unavailable, or peers not met yet: not ready; anything else: refused
+            if isinstance(exc, ServiceUnavailableError) or exc.err_code in _NOT_READY_CODES:
                 raise _JetStreamNotReady(exc) from exc
             raise BusError(f"cannot create stream {subjects.stream}: {exc}") from exc
         except NatsTimeoutError as exc:  # a role without the create permission is simply not answered

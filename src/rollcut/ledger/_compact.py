@@ -28,9 +28,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from nats.errors import Error as NatsError
-
-from .._errors import BusError, ConfigError
+from .._errors import ConfigError
 from ..bus import EventLog
 from ..bus._subjects import COLLECTOR_LANE, COORDINATOR_LANE
 from ._ledger import Ledger
@@ -105,11 +103,7 @@ async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> Compaction
 
 async def _lanes(log: EventLog) -> list[str]:
     """Every marker lane the stream holds (the coordinator's, the collector's, each instance's)."""
-    js = log.nc.jetstream(timeout=log.config.request_timeout_s)
-    try:
-        info = await js.stream_info(log.stream, subjects_filter=f"{log.subjects.prefix}.mark.*")
-    except NatsError as exc:
-        raise BusError(f"cannot list the marker lanes of {log.stream}: {exc!r}", stream=log.stream) from exc
+    info = await log.stream_info(subjects_filter=f"{log.subjects.prefix}.mark.*")
     lanes = [subj.rsplit(".", 1)[1] for subj in (info.state.subjects or {})]
     return sorted(lanes, key=lambda lane: lane != COORDINATOR_LANE)
 

@@ -17,7 +17,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from ...._errors import RollcutError
+from ...._process import free_port
 
 __all__ = ["LLAMA_CPP_SDIST", "EngineUnavailableError", "LlamaServer", "llama_server_binary", "tiny_engine"]
 
@@ -132,12 +132,6 @@ def llama_server_binary(*, build: bool = True) -> Path:
     return dest
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LlamaServer:
     """``llama-server`` as a child process on a free loopback port, with a model file."""
 
@@ -157,7 +151,7 @@ class LlamaServer:
 
     def start(self, *, port: int | None = None, timeout_s: float = 60.0) -> LlamaServer:
         """Start it (on the same port again after a kill, if given) and wait until it is healthy."""
-        self.port = port or self.port or _free_port()
+        self.port = port or self.port or free_port()
         argv = [
             str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "-c", str(self.ctx), "-np", str(self.slots), "-t", str(self.threads), "-tb", str(self.threads),

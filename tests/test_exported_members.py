@@ -36,6 +36,7 @@ PACKAGES = [
     "rollcut.gym.resources",
     "rollcut.gym.agent",
     "rollcut.collect",
+    "rollcut.report",
     "rollcut.bench",
     "rollcut.cli",
 ]

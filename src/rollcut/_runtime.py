@@ -16,12 +16,19 @@ from pathlib import Path
 from ._errors import ConfigError
 from .bus import BusConfig, Credentials, EmbeddedServer, EventLog, load_credentials
 
-__all__ = ["credentials_for", "default_home", "open_log"]
+__all__ = ["credentials_for", "default_home", "home_namespace", "open_log"]
 
 
 def default_home() -> Path:
     """``$ROLLCUT_HOME``, else ``./.rollcut``: embedded server data, ledger and tokens live here."""
     return Path(os.environ.get("ROLLCUT_HOME", ".rollcut"))
+
+
+def home_namespace(home: Path) -> str | None:
+    """The namespace the embedded server under ``home`` was set up for (None: no server there yet):
+    a command pointed at a home works in the namespace the home holds unless told otherwise."""
+    path = home / "nats" / "credentials.json"
+    return load_credentials(path).namespace if path.exists() else None
 
 
 def credentials_for(data_dir: Path, namespace: str) -> Credentials:

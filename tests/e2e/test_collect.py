@@ -1,4 +1,4 @@
-"""`rollcut collect` and `rollcut demo` end to end: real processes, SIGKILL, SIGTERM, SIGUSR1."""
+"""`rollcut collect` end to end: real processes, SIGKILL, SIGTERM, SIGUSR1."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import resource
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -22,38 +21,6 @@ pytestmark = pytest.mark.slow
 def _exactly_once(dep: Deployment) -> None:
     ids = Counter(r["rollout_id"] for r in dep.rows())
     assert len(ids) == dep.rollouts and max(ids.values()) == 1
-
-
-def test_demo_saves_everything_once_and_regenerates_nothing(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "rollcut", "demo", "--rollouts", "24", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["crashes"] == 1 and report["results_written"] == 24
-    assert report["duplicate_results"] == 0
-    assert report["model_calls"]["regenerated_after_crash"] == 0
-    assert report["checkpoints_published"] >= 2
-    assert sum(report["recovery"].values()) == 24 and report["recovery"]["continue"] >= 1
-    # every rollout the crash caught after it started continues; only the queued ones start fresh
-    assert report["recovery"]["fresh_dispatch"] == report["fresh_dispatch_never_started"]
-    # its rows stay where the user can read them, in NeMo Gym's format, one per rollout
-    rows = [json.loads(line) for line in Path(report["rows"]).read_text().splitlines()]
-    assert Path(report["rows"]).parent.parent == tmp_path and len(rows) == 24
-    assert len({r["rollout_id"] for r in rows}) == 24
-    for r in rows:
-        assert {
-            "responses_create_params",
-            "response",
-            "reward",
-            "_ng_task_index",
-            "_ng_rollout_index",
-        } <= r.keys()
-        assert r["_ng_attempt_index"] == r["attempt"] - 1 and r["response"]["output"]
 
 
 def test_sigterm_checkpoints_exits_75_and_resume_finishes(deployment: Deployment) -> None:

@@ -99,7 +99,15 @@ ReplicasOpt = Annotated[
 HomeOpt = Annotated[
     Path | None, typer.Option("--home", envvar="ROLLCUT_HOME", help="Data directory (default ./.rollcut).")
 ]
-NsOpt = Annotated[str, typer.Option("--namespace", "-n", envvar="ROLLCUT_NAMESPACE", help="Event namespace.")]
+NsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        envvar="ROLLCUT_NAMESPACE",
+        help="Event namespace (default: the one the embedded server under --home holds, else 'default').",
+    ),
+]
 CredsOpt = Annotated[
     Path | None,
     typer.Option("--credentials", envvar="ROLLCUT_CREDENTIALS", help="Role credentials file for --url."),
@@ -175,7 +183,7 @@ _TARGET_OPTIONS: dict[str, tuple[Any, Any]] = {
     "url": (UrlOpt, None),
     "replicas": (ReplicasOpt, 1),
     "home": (HomeOpt, None),
-    "namespace": (NsOpt, "default"),
+    "namespace": (NsOpt, None),
     "credentials": (CredsOpt, None),
     "ledger": (LedgerOpt, None),
     "tokens": (TokensOpt, None),
@@ -217,12 +225,14 @@ def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
         raise ValueError(f"no shared options {sorted(unknown)}")
 
     def build(given: dict[str, Any]) -> Target:
-        from .._runtime import default_home
+        from .._runtime import default_home, home_namespace
 
+        home = given.get("home") or default_home()
+        url = given.get("url")
         return Target(
-            url=given.get("url"),
-            home=given.get("home") or default_home(),
-            namespace=given.get("namespace") or "default",
+            url=url,
+            home=home,
+            namespace=given.get("namespace") or (None if url else home_namespace(home)) or "default",
             credentials=given.get("credentials"),
             ledger_dir=given.get("ledger"),
             tokens_dir=given.get("tokens"),

@@ -1,90 +1,19 @@
-"""The main job: ``collect`` and ``demo``."""
+"""The main job: ``collect``, and ``export`` of what it wrote."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 if TYPE_CHECKING:
     from ..collect import Summary
 
 from ._app import ExitCode, JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
-__all__ = ["collect_cmd", "demo_cmd"]
-
-
-@app.command("demo")
-def demo_cmd(
-    rollouts: Annotated[int, typer.Option(help="Rollouts to collect (bundled tasks).")] = 64,
-    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
-    no_crash: Annotated[
-        bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
-    ] = False,
-    home: Annotated[
-        Path | None,
-        typer.Option(
-            "--home",
-            help="Where the demo keeps its rows, logs, ledger and stream (default: a new "
-            "rollcut-demo-<time> directory here).",
-        ),
-    ] = None,
-    engine: Annotated[
-        str | None,
-        typer.Option(
-            "--engine",
-            help="Generate with a real inference engine: llama.cpp (its server on a tiny model, built "
-            "once: `rollcut engine build`) or vllm with --engine-url.",
-        ),
-    ] = None,
-    engine_url: Annotated[
-        str, typer.Option("--engine-url", help="An engine already running (its base URL).")
-    ] = "",
-    as_json: JsonOpt = False,
-) -> None:
-    """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, report."""
-    from ..collect import run_demo
-    from ..gym.model.engine import DIALECTS
-
-    home = home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")
-
-    with progress_bar(disable=as_json) as prog:
-        task = prog.add_task("collecting", total=rollouts)
-
-        def progress(summary: Summary, total: int, running: int) -> None:
-            prog.update(
-                task,
-                completed=summary.results_written,
-                description=f"collecting ({running} running, {summary.checkpoints_published} checkpoints)",
-            )
-
-        if engine is not None and engine not in DIALECTS:
-            raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
-        if engine == "vllm" and not engine_url:
-            raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
-        demo = run_demo(
-            rollouts=rollouts,
-            seed=seed,
-            crash=not no_crash,
-            home=home,
-            progress=progress,
-            engine=engine,
-            engine_url=engine_url,
-        )
-        out = run(demo)
-    if as_json:
-        print_json(out)
-        return
-    table = Table("", "", title="rollcut demo: what was saved")
-    for k, v in out.items():
-        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
-    Console().print(table)
-    Console().print(f"rows (NeMo Gym's format, one per rollout): {out['rows']}")
+__all__ = ["collect_cmd"]
 
 
 @app.command("collect")
@@ -102,7 +31,7 @@ def collect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
-    from ..collect import Collector, load_config, load_rows, summary_dict
+    from ..collect import Collector, CollectorHooks, load_config, load_rows, summary_dict
 
     async def go() -> Summary:
         cfg, base = load_config(config)
@@ -146,7 +75,7 @@ def collect_cmd(
                     checkpoint_every_s=cfg.checkpoint.every_s,
                     checkpoint_deadline_s=cfg.checkpoint.deadline_s,
                     compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
-                    on_progress=progress,
+                    hooks=CollectorHooks(progress=progress),
                 )
                 col.install_signals(
                     on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm

@@ -54,7 +54,7 @@ def nats(
         signal.signal(sig, lambda *_: stop.set())
     server: EmbeddedServer | EmbeddedCluster
     try:
-        creds = None if no_auth else credentials_for(data, namespace)
+        creds = None if no_auth else credentials_for(data, namespace or "default")
         if cluster > 1:
             if host not in ("127.0.0.1", "localhost"):
                 raise fail("--cluster runs its nodes on loopback; across hosts use docker/compose.yaml")
@@ -104,7 +104,7 @@ def cluster_config(
     if not names:
         raise fail("--hosts names no host")
     try:
-        creds = credentials_for(out, namespace)
+        creds = credentials_for(out, namespace or "default")
         path = out / "cluster.json"
         layout = ClusterLayout.load(path) if path.exists() else ClusterLayout.named(names)
         if [n.name for n in layout.nodes] != names:

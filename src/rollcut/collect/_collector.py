@@ -27,7 +27,6 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,14 @@ import httpx
 from .._errors import CheckpointError, RollcutError, RolloutExistsError, StaleAttemptError, StorageError
 from .._files import append_private
 from .._telemetry import percentile
-from ..bus import EventLog, ResultAccepted, input_digest
+from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector, compact
 from ..participants import Coordinator, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
-from ._rows import Rows
-from ._summary import Summary, summary_dict
+from ._rows import Rows, row_kept
+from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
@@ -71,7 +70,7 @@ class Collector:
         checkpoint_deadline_s: float = 30.0,
         compact_keep: int | None = None,
         instance: str = "collector-0",
-        on_progress: Callable[[Summary, int, int], None] | None = None,
+        hooks: CollectorHooks | None = None,
         recovery: RecoveryMode = RecoveryMode.TAIL,
         heal_timeout_s: float = 120.0,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
@@ -101,7 +100,7 @@ class Collector:
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
         self.recovery = RecoveryMode(recovery)
-        self.on_progress = on_progress
+        self.hooks = hooks or CollectorHooks()
         self.summary = Summary()
         self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
         # rollout id -> (its row's digest, its reward): what the acknowledgement binds. Not the row: a
@@ -127,7 +126,7 @@ class Collector:
         for row in self.rows.written():
             rid = row["rollout_id"]
             counts[rid] = counts.get(rid, 0) + 1
-            self._written.setdefault(rid, _kept(row))
+            self._written.setdefault(rid, row_kept(row))
         self.summary.duplicate_results = sum(c - 1 for c in counts.values())
 
     @staticmethod
@@ -148,7 +147,7 @@ class Collector:
         if kept is None:  # the row first, durable; then the acknowledgement
             row = self.rows.result_row(rid, attempt, result)
             self._write_row(self.output, row)
-            self._written[rid] = kept = _kept(row)
+            self._written[rid] = kept = row_kept(row)
             self.summary.results_written += 1
         await self._accept(rid, attempt, kept)
 
@@ -166,7 +165,7 @@ class Collector:
             return
         path, row = self.rows.failure_row(rid, attempt, reason)
         self._write_row(path, row)
-        self._written[rid] = _kept(row)
+        self._written[rid] = row_kept(row)
         self.summary.results_written += 1
         self.summary.retired += 1
 
@@ -198,6 +197,8 @@ class Collector:
             self.pause_ms.append(res.pause_ms)
             self.summary.checkpoints_published += 1
             self.summary.last_checkpoint = res.record.checkpoint_id
+            if self.hooks.checkpoint:
+                self.hooks.checkpoint(res)
             return res.record.checkpoint_id
 
     async def _periodic(self, done: asyncio.Event) -> None:
@@ -206,6 +207,8 @@ class Collector:
         while self.every_s and not done.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), self.every_s)
+                return
+            if self._stop.is_set():  # stopping: no new checkpoint (SIGTERM's own was taken before)
                 return
             if await self.checkpoint() and self.compact_keep:
                 async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
@@ -231,6 +234,8 @@ class Collector:
             self.summary.failed.setdefault("recovery_checkpoint", res.seal_error)
         self.summary.recovery = res.plan.counts()
         self.summary.never_started = len(res.plan.unstarted)
+        if self.hooks.recovery:
+            self.hooks.recovery(res)
 
     # --- the run -------------------------------------------------------------------------
 
@@ -387,8 +392,8 @@ class Collector:
                         raise
                     finally:
                         self._running -= 1
-                    if self.on_progress:
-                        self.on_progress(self.summary, total, self._running)
+                    if self.hooks.progress:
+                        self.hooks.progress(self.summary, total, self._running)
 
             workers = [asyncio.ensure_future(worker()) for _ in range(self.concurrency)]
             gathered = asyncio.gather(*workers, return_exceptions=True)
@@ -416,7 +421,13 @@ class Collector:
             raise faults[0]
         return self.summary
 
+    @property
+    def running(self) -> int:
+        """Rollouts handed to the environment and not back yet."""
+        return self._running
+
     def stop(self) -> None:
+        """Stop dispatching and checkpointing; rollouts running are left to the next ``--resume``."""
         self.summary.interrupted = True
         self._stop.set()
 
@@ -440,8 +451,3 @@ class Collector:
                 self.stop()
 
             loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(term()))
-
-
-def _kept(row: dict[str, Any]) -> tuple[str, float]:
-    """What the collector keeps of a written row: its digest and reward (see ``_written``)."""
-    return input_digest(row), float(row.get("reward") or 0.0)

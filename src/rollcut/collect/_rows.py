@@ -36,7 +36,7 @@ from .._files import write_private
 from ..bus import input_digest
 from ..gym.wire import NG_ATTEMPT_INDEX, NG_ROLLOUT_ID, NG_ROLLOUT_INDEX, NG_TASK_INDEX
 
-__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row", "load_rows"]
+__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row", "load_rows", "row_kept"]
 
 
 def is_nemo_row(row: dict[str, Any]) -> bool:
@@ -239,3 +239,9 @@ class Rows:
                         if row.get("rollout_id") not in self.inputs:
                             raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
                         yield row
+
+
+def row_kept(row: dict[str, Any]) -> tuple[str, float]:
+    """What the collector keeps of a written row: its digest and reward (what an acceptance binds;
+    the row itself holds the whole episode with its token ids, and a week's rows do not fit in memory)."""
+    return input_digest(row), float(row.get("reward") or 0.0)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-__all__ = ["Summary", "summary_dict"]
+if TYPE_CHECKING:
+    from ..participants import CheckpointResult, RecoveryResult
+
+__all__ = ["CollectorHooks", "Summary", "summary_dict"]
 
 
 @dataclass
@@ -45,3 +49,16 @@ def summary_dict(s: Summary) -> dict[str, Any]:
     """The summary as JSON-ready builtins."""
     out: dict[str, Any] = msgspec.to_builtins(msgspec.convert(s.__dict__, dict[str, Any]))
     return out
+
+
+@dataclass(frozen=True)
+class CollectorHooks:
+    """What a collection tells whoever watches it (a progress bar, the demo's live story), as it
+    happens: called in the collector's own task, so each must return at once."""
+
+    progress: Callable[[Summary, int, int], None] | None = None
+    """After each rollout's turn with the collector: the summary, the total, how many are running."""
+    checkpoint: Callable[[CheckpointResult], None] | None = None
+    """A periodic (or signalled) checkpoint was published."""
+    recovery: Callable[[RecoveryResult], None] | None = None
+    """A recovery was planned and applied: which rollouts continue, start over, or were finished."""

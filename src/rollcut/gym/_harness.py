@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ServerStartError
+from .._files import private_dir
 from .._process import pid_alive
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -81,10 +82,10 @@ class ServerProcess:
         """Start its processes without waiting for them (several servers start side by side)."""
         err: IO[str] | int = subprocess.DEVNULL
         if self.logs is not None:
-            self.logs.mkdir(parents=True, exist_ok=True)
+            private_dir(self.logs)  # a server's log may quote prompts and tool results: user data
             name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
             self.log_path = self.logs / f"{name}.log"
-            err = self.log_path.open("a")
+            err = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
         # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
         # its parent restarted since (whose pid this harness may not have read yet)
         self.p = subprocess.Popen(

@@ -57,6 +57,7 @@ class RecoveryPlan:
     # fresh dispatches that never started: attempt 1 is open and has no event, so it *is* a
     # dispatch from the input; opening another attempt would only spend the attempt budget
     unstarted: list[str] = field(default_factory=list)
+    opened: dict[str, int] = field(default_factory=dict)  # rollout -> the attempt recovery opened for it
 
     def counts(self) -> dict[str, int]:
         """How many rollouts got each disposition."""
@@ -135,7 +136,7 @@ class Restorer:
     async def open_attempts(self, plan: RecoveryPlan) -> None:
         """Open each planned rollout's next attempt (continued from the cut, or from its input)."""
         for rid in plan.continue_:
-            await self.next_attempt(
+            plan.opened[rid] = await self.next_attempt(
                 rid,
                 from_cut=plan.cut,
                 checkpoint_id=plan.checkpoint_id or "",
@@ -144,7 +145,7 @@ class Restorer:
         unstarted = set(plan.unstarted)
         for rid in plan.fresh_dispatch:
             if rid not in unstarted:
-                await self.next_attempt(rid, from_cut=0, reason="fresh dispatch")
+                plan.opened[rid] = await self.next_attempt(rid, from_cut=0, reason="fresh dispatch")
 
     async def next_attempt(self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "") -> int:
         """Tombstone the rollout's open attempt (if any) and open the next one; its number."""

@@ -1,0 +1,257 @@
+"""``rollcut demo``: the main job, told as it happens, then what rollcut saved against the alternatives.
+
+Every story event (``rollcut.collect``'s :data:`StoryEvent`) becomes one line above
+the progress bar on stderr, so the crash, the restart and each continuation are
+seen when they happen; the summary tables and the commands to try next go to
+stdout. ``--json`` prints one object with the same numbers and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._app import JsonOpt, app, console, fail, print_json, progress_bar, run
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from ..collect import StoryEvent
+
+__all__ = ["demo_cmd"]
+
+_SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
+
+
+@app.command("demo")
+def demo_cmd(
+    rollouts: Annotated[int, typer.Option(help="Rollouts to collect (bundled tasks).")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    no_crash: Annotated[
+        bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
+    ] = False,
+    no_compare: Annotated[
+        bool,
+        typer.Option(
+            "--no-compare",
+            help="Skip recovering copies of the crash from the last checkpoint and from input.",
+        ),
+    ] = False,
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            "--home",
+            help="Where the demo keeps its rows, logs, ledger and stream (default: a new "
+            "rollcut-demo-<time> directory here).",
+        ),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Generate with a real inference engine: llama.cpp (its server on a tiny model, built "
+            "once: `rollcut engine build`) or vllm with --engine-url.",
+        ),
+    ] = None,
+    engine_url: Annotated[
+        str, typer.Option("--engine-url", help="An engine already running (its base URL).")
+    ] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
+    that saved against recovering the same crash from the last checkpoint only and from input."""
+    from ..collect import run_demo
+    from ..gym.model.engine import DIALECTS
+
+    if engine is not None and engine not in DIALECTS:
+        raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
+    if engine == "vllm" and not engine_url:
+        raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
+    home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
+    with progress_bar(disable=as_json) as prog:
+        teller = _Teller(prog, rollouts, quiet=as_json)
+        if not as_json:
+            console.print(f"[bold]rollcut demo[/bold]: {rollouts} rollouts, kept in {home}")
+        out = run(
+            run_demo(
+                rollouts=rollouts,
+                seed=seed,
+                crash=not no_crash,
+                compare=not no_compare,
+                home=home,
+                story=teller,
+                engine=engine,
+                engine_url=engine_url,
+            )
+        )
+    if as_json:
+        print_json(out)
+        return
+    _summarize(out, teller.example)
+
+
+class _Teller:
+    """The story's lines, printed above the progress bar as they happen."""
+
+    def __init__(self, prog: Progress, total: int, *, quiet: bool) -> None:
+        self.prog, self.quiet = prog, quiet
+        self.task: TaskID = prog.add_task("collecting", total=total)
+        self.example = ""  # a rollout that continued, to suggest replaying
+        self.collecting = "collecting"
+
+    def say(self, line: str) -> None:
+        if not self.quiet:
+            self.prog.console.print(line, highlight=False, soft_wrap=True)
+
+    def __call__(self, ev: StoryEvent) -> None:
+        from ..collect import Checkpointed, Compared, Comparing, Crashed, Progressed, Resumed, Started
+
+        if isinstance(ev, Progressed):
+            self.collecting = f"collecting ({ev.running} running, {ev.checkpoints} checkpoints published)"
+            self.prog.update(self.task, completed=ev.finished, description=self.collecting)
+        elif isinstance(ev, Started):
+            what = "restarted" if ev.restarted else "started"
+            names = ", ".join(ev.processes)
+            self.say(f"[green]▶[/green] {what} the Gym processes ({names}); JetStream at {ev.nats_url}")
+        elif isinstance(ev, Checkpointed):
+            s = ev.standing
+            self.say(
+                f"[cyan]✓[/cyan] checkpoint {ev.number} published: cut at stream seq {ev.cut}; "
+                f"{s.finished} finished, {s.mid_episode} mid-episode, {s.not_yet} not past turn one "
+                f"({ev.ms:.0f} ms, the collection paused {ev.pause_ms:.0f} ms)"
+            )
+        elif isinstance(ev, Crashed):
+            killed = ", ".join(f"{n} (pid {pid})" for n, pid in ev.killed.items())
+            self.say(
+                f"[bold red]✗ CRASH[/bold red]: SIGKILL to every Gym process: {killed}. "
+                f"{ev.standing.mid_episode} rollouts were mid-episode, {ev.standing.finished} finished"
+            )
+        elif isinstance(ev, Resumed):
+            self._resumed(ev)
+        elif isinstance(ev, Comparing):
+            label = _WAYS[ev.way]
+            self.prog.update(self.task, description=f"recovering a copy: {_HEADERS[ev.way]}")
+            self.say(f"[yellow]≈[/yellow] the same crash on a copy made at it ({ev.home}), recovered {label}")
+        elif isinstance(ev, Compared):
+            self.prog.update(self.task, description=self.collecting)
+            c = ev.cost
+            self.say(
+                f"  {_WAYS[ev.way]}: {c['model_calls_regenerated']} model calls and "
+                f"{c['tool_calls_reexecuted']} tool calls done again, {c['after_crash_s']:.1f} s to finish"
+            )
+
+    def _resumed(self, ev: Any) -> None:
+        where = (
+            f"checkpoint {ev.checkpoint_id} (cut at stream seq {ev.cut})" if ev.checkpoint_id else "nothing"
+        )
+        self.say(
+            f"[green]⟲[/green] resume from {where}: {ev.finished} finished rollouts kept (never run "
+            f"again), {len(ev.continued)} continue where they were, {ev.started_over} start over, "
+            f"{ev.never_started} had not started"
+        )
+        for c in ev.continued[:_SHOWN_CONTINUATIONS]:
+            self.say(f"   ↪ {c.rollout_id} continues as attempt {c.attempt} after turn {c.turns_done}")
+        more = len(ev.continued) - _SHOWN_CONTINUATIONS
+        if more > 0:
+            self.say(f"   ↪ … and {more} more")
+        if ev.continued:
+            self.example = max(ev.continued, key=lambda c: c.turns_done).rollout_id
+
+
+_WAYS = {
+    "rollcut": "by rollcut (continue from the sealed tail)",
+    "last_checkpoint": "from the last checkpoint only",
+    "restart": "from input (no partial-rollout checkpointing)",
+}
+_HEADERS = {"rollcut": "rollcut", "last_checkpoint": "last checkpoint only", "restart": "restart from input"}
+
+_COST_ROWS = [
+    (
+        "model_calls_regenerated",
+        "model calls generated again",
+        "completed calls whose request was generated again",
+    ),
+    ("tokens_regenerated", "tokens generated again", "the tokens of those calls"),
+    ("tool_calls_reexecuted", "tool calls executed again", "environment mutations repeated (same revision)"),
+    ("model_calls_kept", "model calls kept", "calls completed before the crash that recovery took over"),
+    ("tokens_kept", "tokens kept", "their tokens: generation the crash did not cost"),
+    ("after_crash_s", "seconds to finish", "from restarting the servers to the last row written"),
+]
+
+
+def _summarize(out: dict[str, Any], example: str) -> None:
+    """The run in one table, the comparison in another, each with a legend; then where it all is."""
+    con = Console()
+    rec = out["recovery"]
+    rows = [
+        ("rows written", f"{out['results_written']} of {out['rollouts']}", "one NeMo Gym row per rollout"),
+        ("duplicate rows", out["duplicate_results"], "rollouts written twice (must be 0)"),
+        ("crashes", out["crashes"], "every Gym process SIGKILLed at once"),
+        (
+            "checkpoints published",
+            out["checkpoints_published"],
+            "cuts a restore can use (the resume's included)",
+        ),
+        ("finished before the crash", rec["completed"], "kept as they were, never run again"),
+        ("continued", rec["continue"], "resumed mid-episode as their next attempt"),
+        (
+            "started over",
+            rec["fresh_dispatch"] - out["fresh_dispatch_never_started"],
+            "begun, nothing to keep",
+        ),
+        ("not started at the crash", out["fresh_dispatch_never_started"], "dispatched later, on attempt 1"),
+        ("checkpoint ms", _ms(out["checkpoint_ms_p50"], out["checkpoint_ms_p99"]), "p50 / p99, to publish"),
+        (
+            "paused ms",
+            _ms(out["checkpoint_pause_ms_p50"], out["checkpoint_pause_ms_p99"]),
+            "p50 / p99, the collection held still per checkpoint",
+        ),
+        ("wall time", f"{out['wall_s']:.1f} s", "the whole demo, comparisons included"),
+    ]
+    run_t = Table("what", "value", title="rollcut demo: the run")
+    for what, value, _ in rows:
+        run_t.add_row(what, str(value))
+    con.print(run_t)
+    _legend(con, [(what, meaning) for what, _, meaning in rows])
+    if out["compared"]:
+        ways = list(out["compared"])
+        cmp_t = Table("", *[_HEADERS[w] for w in ways], title="what the crash cost, measured in this run")
+        for key, name, _ in _COST_ROWS:
+            cmp_t.add_row(name, *[_num(out["compared"][w][key]) for w in ways])
+        con.print(cmp_t)
+        _legend(con, [(name, meaning) for _, name, meaning in _COST_ROWS])
+        con.print(
+            "Each column is the same crash: rollcut recovered this home; the others recovered copies made "
+            "at the crash (HOME/compare/), one after the other on this machine. The demo checkpoints every "
+            "0.5 s; at a real interval of minutes, what 'last checkpoint only' loses grows with it.",
+            soft_wrap=False,
+        )
+    if out["home"]:
+        home = out["home"]
+        con.print(f"\n[bold]everything is kept in[/bold] {home}", soft_wrap=True)
+        con.print("rows: rollouts.jsonl (NeMo Gym's format); logs/, ledger/, nats/ (the stream); try next:")
+        con.print("  # a picture of this collection, one HTML file", style="dim")
+        con.print(f"  rollcut report --home {home}", soft_wrap=True, highlight=False)
+        if example:
+            con.print("  # one rollout that continued, rebuilt from the log", style="dim")
+            con.print(f"  rollcut replay --home {home} --rollout {example}", soft_wrap=True, highlight=False)
+        con.print("  # the published checkpoints", style="dim")
+        con.print(f"  rollcut checkpoints list --home {home}", soft_wrap=True, highlight=False)
+
+
+def _legend(con: Console, items: list[tuple[str, str]]) -> None:
+    for name, meaning in items:
+        con.print(f"  [dim]{name}: {meaning}[/dim]")
+
+
+def _ms(p50: float | None, p99: float | None) -> str:
+    return "-" if p50 is None or p99 is None else f"{p50:.0f} / {p99:.0f}"
+
+
+def _num(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else f"{v:,}"

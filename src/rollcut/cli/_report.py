@@ -1,0 +1,45 @@
+"""``rollcut report``: a collection home as one HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._app import JsonOpt, Target, app, console, print_json, run, targeted
+
+__all__ = ["report_cmd"]
+
+
+@app.command("report")
+@targeted("url", "home", "namespace", "credentials", "ledger")
+def report_cmd(
+    target: Target,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where to write the page (default: HOME/report.html).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a self-contained HTML page of a collection (one file, no network): a timeline of every
+    rollout's attempts with the checkpoint cuts and the crashes, how each rollout ended up, checkpoint
+    durations, and the work kept across crashes."""
+    from ..report import write_report
+
+    page = (out or target.home / "report.html").absolute()
+
+    async def go() -> dict[str, Any]:
+        async with target.log() as log:
+            with target.ledger(readonly=True) as ledger:
+                return await write_report(log, ledger, page, str(target.home.absolute()))
+
+    shown = run(go())
+    if as_json:
+        print_json(shown)
+        return
+    c = shown["classes"]
+    console.print(
+        f"{shown['rollouts']} rollouts, {shown['attempts']} attempts, {shown['crashes']} crashes, "
+        f"{shown['checkpoints']} checkpoints; {c['continued']} continued, {c['started over']} started over"
+    )
+    typer.echo(str(page))

@@ -1,0 +1,97 @@
+"""What a collection's log says was done, done again, and kept across crashes.
+
+The demo's side-by-side comparison and ``bench e2e`` count from the stream
+itself, not from what a process remembers, so a recovery cannot flatter itself:
+a completed model call whose request was generated again in a later attempt is
+a regeneration, a tool mutation repeated at the same revision of the same
+rollout's session is a re-execution, and whatever an attempt that continued
+from a cut took over from its predecessors below that cut was kept.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import msgspec
+
+from ..bus import (
+    AttemptOpened,
+    EventLog,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallReused,
+    ResourcesMutated,
+)
+
+__all__ = ["count_work"]
+
+_KEYS = (
+    "generated",
+    "reused",
+    "mutations",
+    "regenerated",
+    "tokens_regenerated",
+    "regenerated_continuing",
+    "completed_tokens",
+    "continued_tokens",
+    "tool_calls_reexecuted",
+    "model_calls_kept",
+    "tokens_kept",
+    "tool_calls_kept",
+)
+
+
+async def count_work(log: EventLog) -> dict[str, int]:
+    """What the log says happened: model calls generated and reused, tool mutations, and any completed
+    model call generated twice (``regenerated``; ``regenerated_continuing``: in an attempt that
+    continued from a cut, where it is a loss, not in a fresh dispatch, where it was asked for); the
+    tokens of completed calls and the durable prefixes continuations started from; tool mutations
+    made again (``tool_calls_reexecuted``); and what continuations kept: completed model calls (and
+    their tokens) and tool mutations of earlier attempts at or below the cut a later attempt
+    continued from."""
+    calls: dict[str, list[tuple[int, int, str, int]]] = defaultdict(list)  # rid -> (attempt, seq, dig, n)
+    tools: dict[str, list[tuple[int, int, tuple[int, str, bytes]]]] = defaultdict(list)
+    cuts: dict[str, list[tuple[int, int]]] = defaultdict(list)  # rid -> (attempt, from_cut > 0)
+    opened_from: dict[tuple[str, int], int] = {}
+    out = dict.fromkeys(_KEYS, 0)
+    async for s in log.read():
+        ev = s.event
+        if isinstance(ev, ModelCallCompleted):
+            out["generated"] += 1
+            out["completed_tokens"] += ev.receipt.count
+            calls[ev.rollout_id].append((ev.attempt, s.seq, ev.request_digest, ev.receipt.count))
+        elif isinstance(ev, ModelCallContinued):
+            out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
+        elif isinstance(ev, ModelCallReused):
+            out["reused"] += 1
+        elif isinstance(ev, ResourcesMutated):
+            out["mutations"] += 1
+            what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
+            tools[ev.rollout_id].append((ev.attempt, s.seq, what))
+        elif isinstance(ev, AttemptOpened):
+            opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
+            if ev.from_cut > 0:
+                cuts[ev.rollout_id].append((ev.attempt, ev.from_cut))
+    for rid, made in calls.items():  # a completed call generated again, whatever the reason
+        for attempt, seq, dig, n in made:
+            if any(a < attempt and d == dig for a, _, d, _ in made):
+                out["regenerated"] += 1
+                out["tokens_regenerated"] += n
+                # in an attempt that continued from a cut, a regeneration is a loss; in a fresh
+                # dispatch (a restart-only environment, a refused continuation) it is what was asked
+                out["regenerated_continuing"] += opened_from.get((rid, attempt), 0) > 0
+            elif _kept(cuts.get(rid, ()), attempt, seq):
+                out["model_calls_kept"] += 1
+                out["tokens_kept"] += n
+    for rid, done in tools.items():
+        for attempt, seq, what in done:
+            if any(a < attempt and w == what for a, _, w in done):
+                out["tool_calls_reexecuted"] += 1
+            elif _kept(cuts.get(rid, ()), attempt, seq):
+                out["tool_calls_kept"] += 1
+    return out
+
+
+def _kept(continuations: list[tuple[int, int]] | tuple[()], attempt: int, seq: int) -> bool:
+    """Whether a later attempt continued from a cut at or after ``seq``: what it took over."""
+    return any(a > attempt and seq <= cut for a, cut in continuations)

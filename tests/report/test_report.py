@@ -1,0 +1,127 @@
+"""`rollcut report`'s timeline, read from a real stream: every attempt a bar, every crash, what was kept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rollcut.bus import (
+    CheckpointCommitted,
+    CheckpointPrepared,
+    CheckpointSealed,
+    EventLog,
+    ModelCallCompleted,
+    ResultAccepted,
+    TokenReceipt,
+)
+from rollcut.ledger import CheckpointRecord, Ledger
+from rollcut.report import read_timeline, write_report
+
+from ..helpers import counter_event
+
+
+def _call(rid: str, attempt: int, n: int, tokens: int) -> ModelCallCompleted:
+    return ModelCallCompleted(
+        component="model",
+        instance="model-0",
+        rollout_id=rid,
+        attempt=attempt,
+        call_id=f"{rid}-a{attempt}-c{n}",
+        request_digest=f"{n:02x}" * 8,  # the same request in every attempt: turn n's
+        receipt=TokenReceipt(receipt_id=f"{rid}-{attempt}-{n}", count=tokens, digest="cd" * 16),
+    )
+
+
+def _accept(rid: str, attempt: int) -> ResultAccepted:
+    return ResultAccepted(
+        component="collector",
+        instance="c-0",
+        rollout_id=rid,
+        attempt=attempt,
+        result_digest="ef" * 8,
+        reward=1.0,
+    )
+
+
+async def _checkpoint(log: EventLog, ledger: Ledger, cid: str) -> int:
+    """A checkpoint's markers as the coordinator writes them, and its catalog record: its cut."""
+    await log.append(
+        CheckpointPrepared(component="coordinator", instance="co", checkpoint_id=cid, deadline=0)
+    )
+    cut = await log.append(CheckpointSealed(component="coordinator", instance="co", checkpoint_id=cid))
+    await log.append(CheckpointCommitted(component="coordinator", instance="co", checkpoint_id=cid, cut=cut))
+    with ledger.write() as wb:
+        wb.put_checkpoint(CheckpointRecord(checkpoint_id=cid, cut=cut))
+    return cut
+
+
+async def _collection(log: EventLog, ledger: Ledger) -> None:
+    """Three rollouts: one finishes on attempt 1; a crash interrupts the other two after a checkpoint;
+    one continues from the checkpoint's cut, the other starts over from its input."""
+    for rid in ("whole", "cont", "over"):
+        await log.dispatch(rid, {"prompt": rid}, instance="c-0")
+        await log.append(_call(rid, 1, 1, 40))
+        await log.append(counter_event(rid, revision=1, delta=2))
+    await log.append(_accept("whole", 1))
+    cut = await _checkpoint(log, ledger, "ck-1")
+    await log.append(_call("cont", 1, 2, 30))  # after the cut: the continuation does not keep it
+    await log.append(_call("over", 1, 2, 30))
+    # the crash; recovery opens the next attempts
+    await log.supersede("cont", 1, instance="c-0", reason="continue", checkpoint_id="ck-1", from_cut=cut)
+    await log.supersede("over", 1, instance="c-0", reason="fresh dispatch", from_cut=0)
+    await log.append(_call("cont", 2, 2, 30))
+    await log.append(_accept("cont", 2))
+    await log.append(_call("over", 2, 1, 40))
+    await log.append(counter_event("over", revision=1, delta=2, attempt=2))
+    await log.append(_call("over", 2, 2, 30))
+    await log.append(_accept("over", 2))
+
+
+async def test_the_timeline_has_every_attempt_the_crash_and_what_each_rollout_kept(
+    log: EventLog, tmp_path: Path
+) -> None:
+    with Ledger(tmp_path / "ledger") as ledger:
+        await _collection(log, ledger)
+        tl = await read_timeline(log, ledger)
+    assert tl.rollouts == ["whole", "cont", "over"]
+    assert sorted(tl.attempts) == [("cont", 1), ("cont", 2), ("over", 1), ("over", 2), ("whole", 1)]
+    assert [a.outcome for a in tl.of("cont")] == ["interrupted", "accepted"]
+    assert tl.classes() == {
+        "first attempt": 1,
+        "continued": 1,
+        "started over": 1,
+        "retired": 0,
+        "unfinished": 0,
+    }
+    assert len(tl.crashes) == 1 and tl.crashes[0].interrupted == 2 and tl.crashes[0].checkpoint_id == "ck-1"
+    # "cont" kept its first call and its tool call (below the cut) and generated the second again;
+    # "over" generated both calls and made its tool call again
+    w = tl.work
+    assert (w["model_calls_kept"], w["tokens_kept"], w["tool_calls_kept"]) == (1, 40, 1)
+    assert (w["regenerated"], w["tokens_regenerated"], w["tool_calls_reexecuted"]) == (3, 100, 1)
+    assert [c.checkpoint_id for c in tl.checkpoints] == ["ck-1"] and tl.checkpoints[0].recovery
+    assert tl.checkpoints[0].ms is not None and tl.checkpoints[0].ms >= 0
+
+
+async def test_the_page_draws_one_named_bar_per_attempt_and_loads_nothing(
+    log: EventLog, tmp_path: Path
+) -> None:
+    with Ledger(tmp_path / "ledger") as ledger:
+        await _collection(log, ledger)
+        tl = await read_timeline(log, ledger)
+        shown = await write_report(log, ledger, tmp_path / "report.html", "HOME")
+    html = (tmp_path / "report.html").read_text()
+    bars = re.findall(
+        r'<rect class="attempt (\w+)" data-rollout="([^"]+)" data-attempt="(\d+)"[^>]*><title>([^<]*)', html
+    )
+    assert sorted((r, int(a)) for _, r, a, _ in bars) == sorted(tl.attempts)
+    for outcome, rid, attempt, title in bars:
+        assert title.startswith(f"rollout {rid}, attempt {attempt}: {outcome}")
+    # what a later attempt did not keep is hatched: "cont" after the cut, all of "over"'s first attempt
+    assert len(re.findall(r'<rect class="lost"', html)) == 2
+    assert html.count('class="link"') == 1  # the one continuation, linked to what it continued
+    assert html.count('class="cut recovery"') == 1 and html.count('class="crash"') == 1
+    assert "<script" not in html and "default-src 'none'" in html  # one file: nothing to load, nothing runs
+    assert re.findall(r"(?:src|href)=", html) == []
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o600
+    assert shown["attempts"] == 5 and shown["classes"]["continued"] == 1

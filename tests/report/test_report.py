@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from rollcut.bus import (
@@ -125,3 +127,24 @@ async def test_the_page_draws_one_named_bar_per_attempt_and_loads_nothing(
     assert re.findall(r"(?:src|href)=", html) == []
     assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o600
     assert shown["attempts"] == 5 and shown["classes"]["continued"] == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollcut", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_report_of_no_collection_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    done = _cli("report", "--home", str(tmp_path / "nothing-here"))
+    assert done.returncode == 2 and "no collection in" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "nothing-here").exists()
+
+
+def test_the_demo_refuses_a_home_that_already_holds_a_collection(tmp_path: Path) -> None:
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "ledger" / "data.mdb").write_bytes(b"keep me")
+    done = _cli("demo", "--rollouts", "2", "--home", str(tmp_path), "--json")
+    assert done.returncode == 2 and "already holds a collection" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger"]
+    assert (tmp_path / "ledger" / "data.mdb").read_bytes() == b"keep me"

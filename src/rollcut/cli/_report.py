@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._app import JsonOpt, Target, app, console, print_json, run, targeted
+from ._app import JsonOpt, Target, app, console, fail, print_json, run, targeted
 
 __all__ = ["report_cmd"]
 
@@ -26,7 +26,13 @@ def report_cmd(
     durations, and the work kept across crashes."""
     from ..report import write_report
 
+    if target.url is None and not (target.home / "nats").is_dir():
+        raise fail(
+            f"no collection in {target.home} (no {target.home / 'nats'}): give --home of one, or --url"
+        )
     page = (out or target.home / "report.html").absolute()
+    if not page.parent.is_dir():
+        raise fail(f"--out {page}: {page.parent} is not a directory")
 
     async def go() -> dict[str, Any]:
         async with target.log() as log:

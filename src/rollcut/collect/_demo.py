@@ -4,11 +4,10 @@ A JetStream server, the local policy model, the Simple Agent (two workers), the
 counter, blackjack and workplace environments and the environment server, each
 a separate process with its own role credentials. A bundled, generated task set
 is collected with periodic checkpoints. Every rollout runs at once (up to 64), so
-that the crash lands mid-episode: half a checkpoint interval (where a crash lands
-on average) after the first published checkpoint that saw a rollout finished
-while others still ran, every Gym process is SIGKILLed. They are restarted, the
-collection resumes from the stream's sealed tail, and every interrupted rollout
-continues where it was.
+that the crash lands mid-episode: once a checkpoint was published while half of
+them were running, every Gym process is SIGKILLed the moment the next rollout
+finishes. They are restarted, the collection resumes from the stream's sealed
+tail, and every interrupted rollout continues where it was.
 
 What that saved is measured, not estimated: with ``compare``, the collection's
 home is copied at the crash (stream, ledger, token store and rows, byte for byte,
@@ -31,13 +30,13 @@ from typing import Any
 
 import msgspec
 
+from .._errors import ConfigError
 from .._files import private_dir, write_private
 from .._runtime import credentials_for
 from .._telemetry import percentile
 from ..gym import DEMO_ENVIRONMENTS
 from ..participants import RecoveryMode
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
-from ._rows import failures_path
 from ._story import Compared, Comparing, StoryEvent
 from ._tasks import demo_rows
 
@@ -87,7 +86,7 @@ async def run_demo(
     t0 = time.perf_counter()
     tell = story or (lambda _: None)
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp, contextlib.ExitStack() as engines:
-        root = private_dir(home or Path(tmp))
+        root = _fresh(home or Path(tmp))
         model: dict[str, Any] = {}
         local_engine = None
         if engine is not None:
@@ -102,7 +101,6 @@ async def run_demo(
                 "engine_no_cuts": not engine_cuts,
             }
         credentials_for(root / "nats", DEMO_NAMESPACE)
-        _clear_outputs(root)
         run_at_once = min(rollouts, concurrency or 64)
         spec = PhaseSpec(
             tasks=demo_rows(rollouts, seed, envs),
@@ -200,13 +198,12 @@ def _report(
     }
 
 
-def _clear_outputs(root: Path) -> None:
-    """A demo run into a home used before starts its rows and comparisons over (the stream keeps
-    its history: the rollout ids of a new run are new attempts' business, not new rows')."""
-    output = root / "rollouts.jsonl"
-    for p in (output, failures_path(output), output.with_name(output.name + ".collection.json")):
-        p.unlink(missing_ok=True)
-    shutil.rmtree(root / "compare", ignore_errors=True)
+def _fresh(home: Path) -> Path:
+    """A demo works in a home of its own: one a collection already used would answer its rollouts
+    from the old run (their ids are the same), so it is refused, naming a way out."""
+    if any((home / name).exists() for name in (*_COPIED, "rollouts.jsonl")):
+        raise ConfigError(f"{home} already holds a collection; give the demo a new --home (or none)")
+    return private_dir(home)
 
 
 def _copy_at_crash(root: Path, where: Path) -> Path:

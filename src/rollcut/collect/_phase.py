@@ -116,16 +116,24 @@ class _Watch:
     """The collector's hooks for one phase: tells the story, and arms the crash."""
 
     def __init__(self, spec: PhaseSpec, ledger: Ledger, base: int, crash: bool) -> None:
-        self.spec, self.ledger, self.crash = spec, ledger, crash
-        self.running: Callable[[], int] = lambda: 0  # the collector's live count, once it exists
+        self.spec, self.ledger = spec, ledger
         self.published = base
         self.crash_now = asyncio.Event()
+        # the crash is armed by the first checkpoint published while half of what runs at once was
+        # running, and lands when the next rollout finishes: the others are mid-episode then (mid-
+        # call, for one-turn episodes), the crash shows every kind (finished and kept, running and
+        # continued), and where it falls between two checkpoints is up to the rollouts, not us
+        self.half = (min(len(spec.tasks), spec.concurrency) + 1) // 2 if crash else 0
+        self.armed = False
+        self.running: Callable[[], int] = lambda: 0  # the collector's live count, once it exists
 
     def hooks(self) -> CollectorHooks:
         return CollectorHooks(progress=self.progress, checkpoint=self.checkpoint, recovery=self.recovery)
 
     def progress(self, s: Summary, total: int, running: int) -> None:
         self.spec.tell(Progressed(s.results_written, running, total, self.published))
+        if self.armed and running > 0:
+            self.crash_now.set()
 
     def checkpoint(self, res: CheckpointResult) -> None:
         self.published += 1
@@ -133,9 +141,10 @@ class _Watch:
         ms = sum(res.phases_ms.values())
         cid = res.record.checkpoint_id
         self.spec.tell(Checkpointed(self.published, cid, res.record.cut, st, round(ms, 1), res.pause_ms))
-        # the first checkpoint that saw a rollout finished while others still run: every rollout
-        # starts at once, so most are mid-episode then, and the crash shows every kind of rollout
-        if self.crash and st.finished and self.running() > 0:
+        running = self.running()
+        if self.half and running >= self.half:
+            self.armed = True
+        elif self.half and st.finished and running:  # they outran the half: land now
             self.crash_now.set()
 
     def recovery(self, res: RecoveryResult) -> None:
@@ -171,8 +180,8 @@ async def run_phase(
     after: Phase | None = None,
 ) -> Phase:
     """Collect on ``home`` until every row is written, or until the crash: with ``crash``, every Gym
-    process is SIGKILLed half a checkpoint interval after the first published checkpoint that saw a
-    rollout finished while others still ran.
+    process is SIGKILLed when a rollout finishes after a checkpoint was published while half of
+    what runs at once was running.
     ``after``: the phase this one follows (its ports, its checkpoint count); ``resume``: recover first."""
     t0 = time.perf_counter()
     creds = credentials_for(home / "nats", DEMO_NAMESPACE)
@@ -260,22 +269,20 @@ async def _crash_when_armed(
                 raise RuntimeError(died)
     finally:
         armed.cancel()
-    if not run.done():  # halfway to the next checkpoint: where a crash lands on average
-        await asyncio.wait({run}, timeout=watch.spec.every_s / 2)
     if run.done() or not col.running:  # everything finished before the crash could land
         return None
     killed = {p.name: p.pids[0] if p.pids else 0 for p in stack}
     col.stop()  # first: a checkpoint started among the dead would wait out its whole deadline
-    finished, running = col.summary.results_written, col.running
+    running = col.running
     for p in stack:
         p.kill()  # every Gym process, SIGKILL, mid-run
+    at_s = round(time.perf_counter() - t0, 2)
+    await run  # rows already in hand-off are written and acknowledged: they finished before the crash
+    finished = col.summary.results_written
+    mid = min(running, len(watch.spec.tasks) - finished)
     last = ledger.latest_checkpoint()
-    crash = CrashInfo(
-        killed,
-        Standing(finished, running, len(watch.spec.tasks) - finished - running),
-        last.checkpoint_id if last else None,
-        round(time.perf_counter() - t0, 2),
-    )
+    standing = Standing(finished, mid, len(watch.spec.tasks) - finished - mid)
+    crash = CrashInfo(killed, standing, last.checkpoint_id if last else None, at_s)
     watch.spec.tell(Crashed(crash.killed, crash.standing, crash.last_checkpoint))
     return crash
 

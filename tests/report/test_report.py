@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from rollcut.bus import (
     CheckpointCommitted,
@@ -79,12 +82,18 @@ async def _collection(log: EventLog, ledger: Ledger) -> None:
     await log.append(_accept("over", 2))
 
 
+@pytest.fixture
+async def ledger(log: EventLog, tmp_path: Path) -> AsyncIterator[Ledger]:
+    """A ledger beside the log, the three-rollout collection written to both."""
+    with Ledger(tmp_path / "ledger") as led:
+        await _collection(log, led)
+        yield led
+
+
 async def test_the_timeline_has_every_attempt_the_crash_and_what_each_rollout_kept(
-    log: EventLog, tmp_path: Path
+    log: EventLog, ledger: Ledger
 ) -> None:
-    with Ledger(tmp_path / "ledger") as ledger:
-        await _collection(log, ledger)
-        tl = await read_timeline(log, ledger)
+    tl = await read_timeline(log, ledger)
     assert tl.rollouts == ["whole", "cont", "over"]
     assert sorted(tl.attempts) == [("cont", 1), ("cont", 2), ("over", 1), ("over", 2), ("whole", 1)]
     assert [a.outcome for a in tl.of("cont")] == ["interrupted", "accepted"]
@@ -106,12 +115,10 @@ async def test_the_timeline_has_every_attempt_the_crash_and_what_each_rollout_ke
 
 
 async def test_the_page_draws_one_named_bar_per_attempt_and_loads_nothing(
-    log: EventLog, tmp_path: Path
+    log: EventLog, ledger: Ledger, tmp_path: Path
 ) -> None:
-    with Ledger(tmp_path / "ledger") as ledger:
-        await _collection(log, ledger)
-        tl = await read_timeline(log, ledger)
-        shown = await write_report(log, ledger, tmp_path / "report.html", "HOME")
+    tl = await read_timeline(log, ledger)
+    shown = await write_report(log, ledger, tmp_path / "report.html", "HOME")
     html = (tmp_path / "report.html").read_text()
     bars = re.findall(
         r'<rect class="attempt (\w+)" data-rollout="([^"]+)" data-attempt="(\d+)"[^>]*><title>([^<]*)', html

@@ -22,6 +22,13 @@ from .engine import Engine
 _ns = itertools.count()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow suites first, each file's order kept: with two workers stealing work from each other
+    (``--dist worksteal``), the long tests then overlap, and short ones fill the end; a long test
+    started last left the other worker idle for its whole length (minutes, in CI)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _docker_nats() -> Iterator[str]:
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs

@@ -184,6 +184,9 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
             assert key in r, (way, key)
         assert r["results_written"] == 12 and r["duplicate_results"] == 0, (way, r)
     assert out["rollcut"]["model_calls_regenerated"] == 0 and out["rollcut"]["tokens_regenerated"] == 0
+    # the same crash each way: every call rollcut kept, restarting from input generated again
+    assert out["restart"]["model_calls_regenerated"] == out["rollcut"]["model_calls_kept"] > 0
+    assert out["last_checkpoint"]["model_calls_kept"] <= out["rollcut"]["model_calls_kept"]
 
 
 def test_an_error_is_one_line_with_its_brackets_whatever_the_width(

@@ -1,27 +1,29 @@
-"""``rollcut bench e2e``: the demo workload with one crash, recovered three ways.
+"""``rollcut bench e2e``: the demo workload with one crash, recovered each way.
 
 - ``rollcut``: seal the stream's tail, continue every rollout from it;
 - ``last_checkpoint``: continue from the last checkpoint published before the crash only;
 - ``restart``: every unfinished rollout from its input (what a framework without
   partial-rollout checkpointing does).
 
-Each way runs the same task set with the same seed and crash rule, on fresh
-servers, one after the other in this process. With ``engine`` the policy model is a
-real inference engine (llama.cpp's server on the tiny model, started per way), and a
-fourth way is possible: ``excluded``, rollcut's recovery with generation cuts off (a
-call running at a checkpoint is generated again from its start), with what the engine
-generated for nothing in each way from its own token counter. ``workers`` gives every server
-that many worker processes (before the crash and after it); ``mixed`` runs
-every bundled environment instead of the demo's three, so growth with the
-number of rollouts, workers and servers shows in ``wall_s``, the checkpoint
-times and each server's peak memory.
+These three recover *the same crash*: the collection is copied at the crash (every
+process stopped) once per alternative, rollcut recovers the original and each
+alternative its copy, on fresh servers, one after the other in this process
+(``run_demo``'s comparison). With ``engine`` the policy model is a real inference
+engine (llama.cpp's server on the tiny model), and a fourth way is possible:
+``excluded``, rollcut's recovery with generation cuts off (a call running at a
+checkpoint is generated again from its start). Cuts change what is recorded before
+the crash, so ``excluded`` is a run of its own with the same crash rule, not a copy;
+its engine counter is its own. ``workers`` gives every server that many worker
+processes (before the crash and after it); ``mixed`` runs every bundled environment
+instead of the demo's three, so growth with the number of rollouts, workers and
+servers shows in ``wall_s``, the checkpoint times and each server's peak memory.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..collect import run_demo
+from ..collect import ALTERNATIVES, run_demo
 from ..gym import DEMO_ENVIRONMENTS
 from ..gym.resources import ENVIRONMENTS
 from ..participants import RecoveryMode
@@ -48,8 +50,8 @@ async def bench_e2e(
     concurrency: int = 16,
     engine: str | None = None,
 ) -> dict[str, Any]:
-    """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (and,
-    on an engine, rollcut without generation cuts)."""
+    """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (the
+    same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own)."""
     if engine is None and "excluded" in ways:
         raise ValueError("the excluded way compares generation cuts on an engine: give engine")
     envs = tuple(ENVIRONMENTS) if mixed else DEMO_ENVIRONMENTS
@@ -61,33 +63,23 @@ async def bench_e2e(
         "concurrency": concurrency,
         "engine": engine,
     }
-    for name in ways:
-        r = await run_demo(
-            rollouts=rollouts,
-            seed=seed,
-            crash=True,
-            recovery=WAYS[name],
-            envs=envs,
-            workers=(workers, workers),
-            checkpoint_every_s=checkpoint_every_s,
-            concurrency=concurrency,
-            engine=engine,
-            engine_cuts=name != "excluded",
-        )
-        out[name] = {
-            "model_calls_regenerated": r["model_calls"]["regenerated_after_crash"],
-            "model_calls_regenerated_while_continuing": r["model_calls"]["regenerated_while_continuing"],
-            "tokens_regenerated": r["tokens_regenerated"],
-            "model_calls_generated": r["model_calls"]["generated"],
-            "duplicate_results": r["duplicate_results"],
-            "results_written": r["results_written"],
-            "checkpoints_published": r["checkpoints_published"],
-            "checkpoint_ms_p50": r["checkpoint_ms_p50"],
-            "checkpoint_ms_p99": r["checkpoint_ms_p99"],
-            "checkpoint_pause_ms_p50": r["checkpoint_pause_ms_p50"],
-            "checkpoint_pause_ms_p99": r["checkpoint_pause_ms_p99"],
-            "peak_rss_mb": r["peak_rss_mb"],
-            "wall_s": r["wall_s"],
-            "engine": r["engine"],
-        }
+    common: dict[str, Any] = {
+        "rollouts": rollouts,
+        "seed": seed,
+        "crash": True,
+        "envs": envs,
+        "workers": (workers, workers),
+        "checkpoint_every_s": checkpoint_every_s,
+        "concurrency": concurrency,
+        "engine": engine,
+    }
+    if any(w in ways for w in ("rollcut", *ALTERNATIVES)):
+        run = await run_demo(**common, compare=tuple(w for w in ALTERNATIVES if w in ways))
+        out["crash"] = run["crash"]
+        for way in ("rollcut", *ALTERNATIVES):
+            if way in ways:
+                out[way] = (run["compared"] or {}).get(way)  # None: the rollouts finished before the crash
+    if "excluded" in ways:
+        run = await run_demo(**common, engine_cuts=False)
+        out["excluded"] = (run["compared"] or {}).get("rollcut")
     return out

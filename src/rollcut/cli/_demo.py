@@ -65,7 +65,7 @@ def demo_cmd(
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
     that saved against recovering the same crash from the last checkpoint only and from input."""
-    from ..collect import run_demo
+    from ..collect import ALTERNATIVES, run_demo
     from ..gym.model.engine import DIALECTS
 
     if engine is not None and engine not in DIALECTS:
@@ -82,7 +82,7 @@ def demo_cmd(
                 rollouts=rollouts,
                 seed=seed,
                 crash=not no_crash,
-                compare=not no_compare,
+                compare=() if no_compare else tuple(ALTERNATIVES),
                 home=home,
                 story=teller,
                 engine=engine,

@@ -55,7 +55,7 @@ async def run_demo(
     rollouts: int = 64,
     seed: int = 0,
     crash: bool = True,
-    compare: bool = False,
+    compare: tuple[str, ...] = (),
     home: Path | None = None,
     story: Callable[[StoryEvent], None] | None = None,
     recovery: RecoveryMode = RecoveryMode.TAIL,
@@ -70,9 +70,9 @@ async def run_demo(
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
 
-    ``story`` hears each thing as it happens (:mod:`._story`). With ``compare`` the same crash is
-    also recovered from the last checkpoint only and from input, each on a copy of the collection
-    under ``HOME/compare/<way>``, and ``compared`` holds the three side by side.
+    ``story`` hears each thing as it happens (:mod:`._story`). ``compare`` names ways of
+    :data:`ALTERNATIVES` to recover the same crash with too, each on a copy of the collection made
+    at the crash (``HOME/compare/<way>``); ``compared`` holds each way's cost beside rollcut's.
 
     With ``engine`` (a dialect: ``llama.cpp``, ``vllm``) the policy model is a real inference engine:
     the one at ``engine_url``, or else llama.cpp's server on a tiny model started here for the run.
@@ -114,17 +114,19 @@ async def run_demo(
         )
         first = await run_phase(root, spec, workers=workers[0], crash=crash)
         main, compared = first, {}
+        counter = _Counter(local_engine, engine, engine_cuts)
+        pre = counter.read()  # what the engine generated before the crash, shared by every way
+        total = pre
         if first.crash is not None:
-            copies = (
-                {way: _copy_at_crash(root, root / "compare" / way) for way in ALTERNATIVES} if compare else {}
-            )
+            copies = {way: _copy_at_crash(root, root / "compare" / way) for way in compare}
             main = await run_phase(
                 root, spec, workers=workers[1], resume=True, recovery=recovery, after=first
             )
-            compared["rollcut"] = _cost(main, first)
-            engine_tokens = local_engine.tokens_predicted() if local_engine else None
+            total = counter.read()
+            compared["rollcut"] = _cost(main, first, counter.work(main, total))
             for way, where in copies.items():
                 tell(Comparing(way, str(where)))
+                start = counter.read()
                 alt = await run_phase(
                     where,
                     spec.quiet(),
@@ -133,14 +135,10 @@ async def run_demo(
                     recovery=ALTERNATIVES[way],
                     after=first,
                 )
-                compared[way] = _cost(alt, first)
+                compared[way] = _cost(alt, first, counter.work(alt, counter.plus(pre, start)))
                 tell(Compared(way, compared[way]))
-        else:
-            engine_tokens = local_engine.tokens_predicted() if local_engine else None
         out = _report(rollouts, first, main, compared, time.perf_counter() - t0, home, root)
-        out["engine"] = (
-            None if engine is None else _engine_work(engine, engine_cuts, engine_tokens, main.counts)
-        )
+        out["engine"] = counter.work(main, total)
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -218,22 +216,55 @@ def _copy_at_crash(root: Path, where: Path) -> Path:
     return where
 
 
-def _cost(done: Phase, before: Phase) -> dict[str, Any]:
-    """What finishing after the crash cost one way: work done again, and the time it took."""
+def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str, Any]:
+    """What finishing after the crash cost one way (work done again, work kept, the time it took),
+    and how that run went (``bench e2e`` reports it per way)."""
     c = done.counts
+    ids = [json.loads(r)["rollout_id"] for r in done.rows.read_text().splitlines() if r.strip()]
+    ms, pause = before.checkpoint_ms + done.checkpoint_ms, before.pause_ms + done.pause_ms
     return {
         "model_calls_regenerated": c["regenerated"],
+        "model_calls_regenerated_while_continuing": c["regenerated_continuing"],
         "tokens_regenerated": c["tokens_regenerated"],
         "tool_calls_reexecuted": c["tool_calls_reexecuted"],
         "model_calls_kept": c["model_calls_kept"],
         "tokens_kept": c["tokens_kept"],
         "tool_calls_kept": c["tool_calls_kept"],
+        "model_calls_generated": c["generated"],
         "after_crash_s": done.wall_s,
         "wall_s": round(before.wall_s + done.wall_s, 2),
-        "results_written": done.summary.results_written,
+        "results_written": len(set(ids)),
+        "duplicate_results": len(ids) - len(set(ids)),
         "recovery": done.summary.recovery,
+        "checkpoints_published": done.checkpoints,
+        "checkpoint_ms_p50": percentile(ms, 50),
+        "checkpoint_ms_p99": percentile(ms, 99),
+        "checkpoint_pause_ms_p50": percentile(pause, 50),
+        "checkpoint_pause_ms_p99": percentile(pause, 99),
+        "peak_rss_mb": {k: max(before.peak.get(k, 0.0), v) for k, v in done.peak.items()},
+        "engine": engine,
         "home": str(done.home),
     }
+
+
+class _Counter:
+    """The local engine's own token counter: what one way of recovering made it generate is what
+    it generated before the crash plus what it generated during that way's own recovery."""
+
+    def __init__(self, engine: Any, dialect: str | None, cuts: bool) -> None:
+        self.engine, self.dialect, self.cuts = engine, dialect, cuts
+
+    def read(self) -> int | None:
+        return self.engine.tokens_predicted() if self.engine is not None else None
+
+    def plus(self, pre: int | None, start: int | None) -> int | None:
+        """``pre`` and what was generated since the counter read ``start``."""
+        now = self.read()
+        return None if now is None or pre is None or start is None else pre + now - start
+
+    def work(self, done: Phase, total: int | None) -> dict[str, Any] | None:
+        """The engine's figures for a run that ended in ``done`` (None: no engine)."""
+        return None if self.dialect is None else _engine_work(self.dialect, self.cuts, total, done.counts)
 
 
 def _engine_work(dialect: str, cuts: bool, total: int | None, counts: dict[str, int]) -> dict[str, Any]:

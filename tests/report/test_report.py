@@ -155,3 +155,25 @@ def test_the_demo_refuses_a_home_that_already_holds_a_collection(tmp_path: Path)
     assert done.returncode == 2 and "already holds a collection" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger"]
     assert (tmp_path / "ledger" / "data.mdb").read_bytes() == b"keep me"
+
+
+def test_a_week_of_checkpoints_and_rollouts_still_fits_one_page() -> None:
+    """Rendering alone, on a timeline as a long collection leaves it: the chart keeps the page's
+    width, the cut lines go faint, and no more rollouts are drawn than a page holds."""
+    from rollcut.report import MAX_ROWS, Attempt, CheckpointMark, Timeline, render_page
+
+    tl = Timeline(t0=0.0, t1=1000.0)
+    for i in range(MAX_ROWS + 20):
+        rid = f"r{i}"
+        tl.rollouts.append(rid)
+        tl.attempts[(rid, 1)] = Attempt(rid, 1, opened=i / 2, start=i / 2, end=i / 2 + 5, outcome="accepted")
+    tl.checkpoints = [
+        CheckpointMark(f"ck-{k}", cut=k * 10, prepared=k * 2.0, sealed=k * 2.0 + 0.1, committed=k * 2.0 + 0.2)
+        for k in range(400)
+    ]
+    html = render_page(tl, "HOME")
+    chart = re.search(r'<svg class="checkpoints" width="(\d+)"', html)
+    assert chart is not None and int(chart.group(1)) <= 1060
+    assert html.count('class="attempt accepted"') == MAX_ROWS
+    assert f"Showing {MAX_ROWS:,} of {MAX_ROWS + 20:,} rollouts" in html
+    assert html.count('class="cut many"') == 400

@@ -220,7 +220,10 @@ def _summarize(out: dict[str, Any], example: str) -> None:
     _legend(con, [(what, meaning) for what, _, meaning in rows])
     if out["compared"]:
         ways = list(out["compared"])
-        cmp_t = Table("", *[_HEADERS[w] for w in ways], title="what the crash cost, measured in this run")
+        cmp_t = Table(title="what the crash cost, measured in this run")
+        cmp_t.add_column("", no_wrap=True)  # a row's name on one line; the headers wrap instead
+        for w in ways:
+            cmp_t.add_column(_HEADERS[w], justify="right")
         for key, name, _ in _COST_ROWS:
             cmp_t.add_row(name, *[_num(out["compared"][w][key]) for w in ways])
         con.print(cmp_t)

@@ -137,8 +137,9 @@ async def run_demo(
                 )
                 compared[way] = _cost(alt, first, counter.work(alt, counter.plus(pre, start)))
                 tell(Compared(way, compared[way]))
-        out = _report(rollouts, first, main, compared, time.perf_counter() - t0, home, root)
-        out["engine"] = counter.work(main, total)
+        out = _report(
+            rollouts, first, main, compared, time.perf_counter() - t0, home, counter.work(main, total)
+        )
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -151,19 +152,19 @@ def _report(
     compared: dict[str, Any],
     wall_s: float,
     home: Path | None,
-    root: Path,
+    engine: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The demo's one JSON object (``--json``, and ``HOME/demo.json``)."""
-    ids = [json.loads(r)["rollout_id"] for r in main.rows.read_text().splitlines() if r.strip()]
+    """The demo's one JSON object (``--json``, and ``HOME/demo.json``): how the run went, by the same
+    measures as each compared way (:func:`_cost`), and what the main recovery kept and redid."""
+    run = _cost(main, first, engine)
     counts, summary = main.counts, main.summary
-    checkpoint_ms, pause_ms = first.checkpoint_ms + main.checkpoint_ms, first.pause_ms + main.pause_ms
     return {
         "rollouts": rollouts,
-        "results_written": len(set(ids)),
-        "duplicate_results": len(ids) - len(set(ids)),
+        "results_written": run["results_written"],
+        "duplicate_results": run["duplicate_results"],
         "crashes": int(first.crash is not None),
         "crash": None if first.crash is None else first.crash.as_dict(),
-        "checkpoints_published": main.checkpoints,
+        "checkpoints_published": run["checkpoints_published"],
         "recovery": summary.recovery,
         "fresh_dispatch_never_started": summary.never_started,  # queued at the crash: kept on attempt 1
         "fallbacks_to_fresh": summary.fallbacks_to_fresh,
@@ -183,17 +184,18 @@ def _report(
             "served_from_log": main.served_tools,
         },
         "failed": summary.failed,
-        "checkpoint_ms_p50": percentile(checkpoint_ms, 50),
-        "checkpoint_ms_p99": percentile(checkpoint_ms, 99),
-        "checkpoint_pause_ms_p50": percentile(pause_ms, 50),  # the collection stood still this long
-        "checkpoint_pause_ms_p99": percentile(pause_ms, 99),
-        "peak_rss_mb": {k: max(first.peak.get(k, 0.0), v) for k, v in main.peak.items()},
+        **{k: run[k] for k in _TIMINGS},  # checkpoint and pause p50/p99 of the whole run
+        "peak_rss_mb": run["peak_rss_mb"],  # per server (its largest process), over the whole run
         "checkpoint_problems": main.problems,  # None: not verified; else every problem found (none: [])
         "compared": compared or None,
         "wall_s": round(wall_s, 2),
-        "home": str(root) if home is not None else None,
+        "home": str(main.home) if home is not None else None,
         "rows": str(main.rows) if home is not None else None,  # NeMo Gym's row format, one per rollout
+        "engine": engine,
     }
+
+
+_TIMINGS = ("checkpoint_ms_p50", "checkpoint_ms_p99", "checkpoint_pause_ms_p50", "checkpoint_pause_ms_p99")
 
 
 def _fresh(home: Path) -> Path:

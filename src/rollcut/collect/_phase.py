@@ -273,13 +273,13 @@ async def _crash_when_armed(
         return None
     killed = {p.name: p.pids[0] if p.pids else 0 for p in stack}
     col.stop()  # first: a checkpoint started among the dead would wait out its whole deadline
-    running = col.running
+    running, written = col.running, col.summary.results_written
     for p in stack:
         p.kill()  # every Gym process, SIGKILL, mid-run
     at_s = round(time.perf_counter() - t0, 2)
     await run  # rows already in hand-off are written and acknowledged: they finished before the crash
     finished = col.summary.results_written
-    mid = min(running, len(watch.spec.tasks) - finished)
+    mid = max(0, running - (finished - written))  # those handed off were counted as running
     last = ledger.latest_checkpoint()
     standing = Standing(finished, mid, len(watch.spec.tasks) - finished - mid)
     crash = CrashInfo(killed, standing, last.checkpoint_id if last else None, at_s)

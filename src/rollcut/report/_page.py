@@ -33,10 +33,12 @@ svg text{font:10px system-ui,sans-serif}.rid{text-anchor:end;fill:#374151}.axis{
 .in-bar{fill:#fff;pointer-events:none}.tick{stroke:#f3f4f6}
 .attempt.accepted{fill:#16a34a}.attempt.interrupted{fill:#f59e0b}.attempt.retired{fill:#6b7280}
 .attempt.running{fill:#60a5fa}.cut{stroke:#2563eb;stroke-dasharray:3 3;stroke-width:1}
-.cut.recovery{stroke:#7c3aed;stroke-dasharray:none;stroke-width:2}.crash{fill:#fecaca;opacity:.7}
+.cut.recovery{stroke:#7c3aed;stroke-dasharray:none;stroke-width:2}.cut.many{opacity:.3}.crash{fill:#fecaca;opacity:.7}
 .crash-label{fill:#b91c1c;font-weight:600}.cross{stroke:#b91c1c;stroke-width:1.6}
 .link{fill:none;stroke:#7c3aed;stroke-width:1.3}.bar{fill:#2563eb}.bar.recovery{fill:#7c3aed}
 """
+
+CHART_W = 1000  # px the checkpoint chart's bars share
 
 _CLASS_MEANING = {
     "first attempt": "finished without being interrupted",
@@ -90,17 +92,18 @@ def _checkpoint_chart(tl: Timeline) -> str:
     if not done:
         return "<p>No published checkpoint has both its prepare and its commit in the stream.</p>"
     top = max(m.ms or 0 for m in done) or 1.0
-    w, h, gap = 14, 120, 4
+    step = min(18.0, CHART_W / len(done))  # a week's checkpoints still fit the page's width
+    w, h = max(round(step * 0.78, 1), 1.0), 120
     bars = []
     for i, m in enumerate(done):
         bh = max(round(h * (m.ms or 0) / top), 1)
         kind = "bar recovery" if m.recovery else "bar"
         title = f"{m.checkpoint_id}: {m.ms:.0f} ms, cut at stream seq {m.cut}"
         bars.append(
-            f'<rect class="{kind}" x="{40 + i * (w + gap)}" y="{h - bh + 10}" width="{w}" height="{bh}">'
+            f'<rect class="{kind}" x="{round(40 + i * step, 1)}" y="{h - bh + 10}" width="{w}" height="{bh}">'
             f"<title>{escape(title)}</title></rect>"
         )
-    width = 40 + len(done) * (w + gap) + 10
+    width = round(40 + len(done) * step + 10)
     axis = (
         f'<text class="axis" x="0" y="18">{top:.0f} ms</text><text class="axis" x="0" y="{h + 10}">0</text>'
     )

@@ -19,6 +19,7 @@ MAX_ROWS = 1500
 """Rollouts drawn at most (those with more than one attempt first): a page stays a page."""
 
 ROW, BAR, LABEL_W, PLOT_W, TOP = 14, 10, 92, 1000, 30
+MANY_CUTS = 40  # more checkpoint lines than this are drawn faint
 
 
 def _step(span: float) -> float:
@@ -58,10 +59,11 @@ def timeline_svg(tl: Timeline, rows: list[str]) -> str:
         band = f'x="{x1}" y="{TOP - 6}" width="{max(x2 - x1, 3)}" height="{bottom - TOP + 6}"'
         out.append(f'<rect class="crash" {band}><title>{escape(title)}</title></rect>')
         out.append(f'<text class="crash-label" x="{x1 + 3}" y="{TOP + 2}">crash</text>')
+    many = " many" if len(tl.checkpoints) > MANY_CUTS else ""  # faint, so the bars stay readable
     for m in tl.checkpoints:
         if m.sealed is None or not tl.t0 <= m.sealed <= tl.t1:
             continue
-        kind = "cut recovery" if m.recovery else "cut"
+        kind = "cut recovery" if m.recovery else f"cut{many}"
         took = f", {m.ms:.0f} ms end to end" if m.ms is not None else ""
         title = f"checkpoint {m.checkpoint_id}: cut at stream seq {m.cut}{took}"
         cx = x(m.sealed)

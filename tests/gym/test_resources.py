@@ -334,3 +334,26 @@ async def test_the_same_checkpoint_restores_again_after_its_replacement_made_cal
     rig.service.sessions.clear()
     again = (await rig.post("/add", "r1", 3, {"n": 2})).json()
     assert again["result"] == {"value": 3} and again["revision"] == 2  # attempt 2's call is not inherited
+
+
+async def test_a_session_retired_while_prepare_waits_for_it_is_skipped_not_exported(
+    log: EventLog, make_rig: Any
+) -> None:
+    """An exported environment snapshots every live session at prepare. A session retired (its
+    database closed) while prepare waited for its lock was exported anyway, and the checkpoint
+    failed on "Cannot operate on a closed database" (seen in a 300-rollout collection)."""
+    rig = await make_rig(WorkplaceExported())
+    for r in ("gone", "stays"):
+        await log.dispatch(r, {}, instance="c")
+        await rig.post("/seed_session", r, 1)
+    held = next(s for s in rig.service.sessions.values() if s.ident.rollout_id == "gone")
+    async with held.lock:  # a tool call in progress: prepare waits here
+        exporting = asyncio.ensure_future(rig.service.export("ck-race"))
+        await until(lambda: held.lock._waiters)  # type: ignore[attr-defined]
+        assert rig.service.retire("gone", "accepted") == 1  # the hand-off lands meanwhile
+    report = await exporting
+    assert report.unreproducible == []
+    from rollcut.bus import ResourcesSnapshot
+
+    snapped = [s.event.rollout_id async for s in log.read() if isinstance(s.event, ResourcesSnapshot)]
+    assert snapped == ["stays"]

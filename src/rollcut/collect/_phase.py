@@ -120,9 +120,10 @@ class _Watch:
         self.published = base
         self.crash_now = asyncio.Event()
         # the crash is armed by the first checkpoint published while half of what runs at once was
-        # running, and lands when the next rollout finishes: the others are mid-episode then (mid-
-        # call, for one-turn episodes), the crash shows every kind (finished and kept, running and
-        # continued), and where it falls between two checkpoints is up to the rollouts, not us
+        # running and one had a turn done (or had finished), and lands when the next rollout
+        # finishes: the others are mid-episode then (mid-call, for one-turn episodes), the crash
+        # shows every kind (finished and kept, running and continued), and where it falls between
+        # two checkpoints is up to the rollouts, not us
         self.half = (min(len(spec.tasks), spec.concurrency) + 1) // 2 if crash else 0
         self.armed = False
         self.running: Callable[[], int] = lambda: 0  # the collector's live count, once it exists
@@ -142,8 +143,8 @@ class _Watch:
         cid = res.record.checkpoint_id
         self.spec.tell(Checkpointed(self.published, cid, res.record.cut, st, round(ms, 1), res.pause_ms))
         running = self.running()
-        if self.half and running >= self.half:
-            self.armed = True
+        if self.half and running >= self.half and st.mid_episode + st.finished > 0:
+            self.armed = True  # half running, and some work already done: a crash now costs something
         elif self.half and st.finished and running:  # they outran the half: land now
             self.crash_now.set()
 

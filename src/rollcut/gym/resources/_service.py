@@ -256,6 +256,8 @@ class ResourcesService:
                 if s.retired:
                     continue
                 async with s.lock:  # drained: no mutation is half-done
+                    if s.retired or self.sessions.get(s.ident) is not s:
+                        continue  # closed or retired while this waited for it: its state is gone
                     blob = self.env.export_state(s.state)
                     await self._append(
                         ResourcesSnapshot(

@@ -21,7 +21,7 @@ from ._app import JsonOpt, app, console, fail, print_json, progress_bar, run
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from ..collect import StoryEvent
+    from ..collect import Resumed, StoryEvent
 
 __all__ = ["demo_cmd"]
 
@@ -145,7 +145,7 @@ class _Teller:
                 f"{c['tool_calls_reexecuted']} tool calls done again, {c['after_crash_s']:.1f} s to finish"
             )
 
-    def _resumed(self, ev: Any) -> None:
+    def _resumed(self, ev: Resumed) -> None:
         where = (
             f"checkpoint {ev.checkpoint_id} (cut at stream seq {ev.cut})" if ev.checkpoint_id else "nothing"
         )

@@ -21,7 +21,7 @@ from ._story import (
 )
 from ._summary import CollectorHooks, Summary, summary_dict
 from ._tasks import demo_rows, demo_tasks
-from ._work import count_work
+from ._work import WorkTally, count_work
 
 __all__ = [
     "ALTERNATIVES",
@@ -49,6 +49,7 @@ __all__ = [
     "StoryEvent",
     "Summary",
     "Turn",
+    "WorkTally",
     "count_work",
     "demo_rows",
     "demo_tasks",

@@ -156,7 +156,7 @@ def _report(
 ) -> dict[str, Any]:
     """The demo's one JSON object (``--json``, and ``HOME/demo.json``): how the run went, by the same
     measures as each compared way (:func:`_cost`), and what the main recovery kept and redid."""
-    run = _cost(main, first, engine)
+    run = compared.get("rollcut") or _cost(main, first, engine)  # the main recovery's, costed once
     counts, summary = main.counts, main.summary
     return {
         "rollouts": rollouts,

@@ -23,7 +23,7 @@ from ..bus import (
     ResourcesMutated,
 )
 
-__all__ = ["count_work"]
+__all__ = ["WorkTally", "count_work"]
 
 _KEYS = (
     "generated",
@@ -41,6 +41,60 @@ _KEYS = (
 )
 
 
+class WorkTally:
+    """:func:`count_work` one event at a time, for a reader that already walks the stream for
+    something else (``rollcut report``): one pass, not two."""
+
+    def __init__(self) -> None:
+        self.out = dict.fromkeys(_KEYS, 0)
+        self.calls: dict[str, list[tuple[int, int, str, int]]] = defaultdict(list)  # rid -> (a, seq, dig, n)
+        self.tools: dict[str, list[tuple[int, int, tuple[int, str, bytes]]]] = defaultdict(list)
+        self.cuts: dict[str, list[tuple[int, int]]] = defaultdict(list)  # rid -> (attempt, from_cut > 0)
+        self.opened_from: dict[tuple[str, int], int] = {}
+
+    def add(self, seq: int, ev: object) -> None:
+        """Count one stored event (``seq``: its stream position)."""
+        out = self.out
+        if isinstance(ev, ModelCallCompleted):
+            out["generated"] += 1
+            out["completed_tokens"] += ev.receipt.count
+            self.calls[ev.rollout_id].append((ev.attempt, seq, ev.request_digest, ev.receipt.count))
+        elif isinstance(ev, ModelCallContinued):
+            out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
+        elif isinstance(ev, ModelCallReused):
+            out["reused"] += 1
+        elif isinstance(ev, ResourcesMutated):
+            out["mutations"] += 1
+            what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
+            self.tools[ev.rollout_id].append((ev.attempt, seq, what))
+        elif isinstance(ev, AttemptOpened):
+            self.opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
+            if ev.from_cut > 0:
+                self.cuts[ev.rollout_id].append((ev.attempt, ev.from_cut))
+
+    def result(self) -> dict[str, int]:
+        """The figures (see :func:`count_work`), once every event was added."""
+        out = dict(self.out)
+        for rid, made in self.calls.items():  # a completed call generated again, whatever the reason
+            for attempt, seq, dig, n in made:
+                if any(a < attempt and d == dig for a, _, d, _ in made):
+                    out["regenerated"] += 1
+                    out["tokens_regenerated"] += n
+                    # in an attempt that continued from a cut, a regeneration is a loss; in a fresh
+                    # dispatch (a restart-only environment, a refused continuation) it is what was asked
+                    out["regenerated_continuing"] += self.opened_from.get((rid, attempt), 0) > 0
+                elif _kept(self.cuts.get(rid, ()), attempt, seq):
+                    out["model_calls_kept"] += 1
+                    out["tokens_kept"] += n
+        for rid, done in self.tools.items():
+            for attempt, seq, what in done:
+                if any(a < attempt and w == what for a, _, w in done):
+                    out["tool_calls_reexecuted"] += 1
+                elif _kept(self.cuts.get(rid, ()), attempt, seq):
+                    out["tool_calls_kept"] += 1
+        return out
+
+
 async def count_work(log: EventLog) -> dict[str, int]:
     """What the log says happened: model calls generated and reused, tool mutations, and any completed
     model call generated twice (``regenerated``; ``regenerated_continuing``: in an attempt that
@@ -49,47 +103,10 @@ async def count_work(log: EventLog) -> dict[str, int]:
     made again (``tool_calls_reexecuted``); and what continuations kept: completed model calls (and
     their tokens) and tool mutations of earlier attempts at or below the cut a later attempt
     continued from."""
-    calls: dict[str, list[tuple[int, int, str, int]]] = defaultdict(list)  # rid -> (attempt, seq, dig, n)
-    tools: dict[str, list[tuple[int, int, tuple[int, str, bytes]]]] = defaultdict(list)
-    cuts: dict[str, list[tuple[int, int]]] = defaultdict(list)  # rid -> (attempt, from_cut > 0)
-    opened_from: dict[tuple[str, int], int] = {}
-    out = dict.fromkeys(_KEYS, 0)
+    tally = WorkTally()
     async for s in log.read():
-        ev = s.event
-        if isinstance(ev, ModelCallCompleted):
-            out["generated"] += 1
-            out["completed_tokens"] += ev.receipt.count
-            calls[ev.rollout_id].append((ev.attempt, s.seq, ev.request_digest, ev.receipt.count))
-        elif isinstance(ev, ModelCallContinued):
-            out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
-        elif isinstance(ev, ModelCallReused):
-            out["reused"] += 1
-        elif isinstance(ev, ResourcesMutated):
-            out["mutations"] += 1
-            what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
-            tools[ev.rollout_id].append((ev.attempt, s.seq, what))
-        elif isinstance(ev, AttemptOpened):
-            opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
-            if ev.from_cut > 0:
-                cuts[ev.rollout_id].append((ev.attempt, ev.from_cut))
-    for rid, made in calls.items():  # a completed call generated again, whatever the reason
-        for attempt, seq, dig, n in made:
-            if any(a < attempt and d == dig for a, _, d, _ in made):
-                out["regenerated"] += 1
-                out["tokens_regenerated"] += n
-                # in an attempt that continued from a cut, a regeneration is a loss; in a fresh
-                # dispatch (a restart-only environment, a refused continuation) it is what was asked
-                out["regenerated_continuing"] += opened_from.get((rid, attempt), 0) > 0
-            elif _kept(cuts.get(rid, ()), attempt, seq):
-                out["model_calls_kept"] += 1
-                out["tokens_kept"] += n
-    for rid, done in tools.items():
-        for attempt, seq, what in done:
-            if any(a < attempt and w == what for a, _, w in done):
-                out["tool_calls_reexecuted"] += 1
-            elif _kept(cuts.get(rid, ()), attempt, seq):
-                out["tool_calls_kept"] += 1
-    return out
+        tally.add(s.seq, s.event)
+    return tally.result()
 
 
 def _kept(continuations: list[tuple[int, int]] | tuple[()], attempt: int, seq: int) -> bool:

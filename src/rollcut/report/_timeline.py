@@ -26,7 +26,7 @@ from ..bus import (
     RolloutEvent,
     RolloutRetired,
 )
-from ..collect import count_work
+from ..collect import WorkTally
 from ..ledger import Ledger
 
 __all__ = ["Attempt", "CheckpointMark", "Crash", "Timeline", "read_timeline"]
@@ -98,7 +98,7 @@ class Timeline:
     attempts: dict[tuple[str, int], Attempt] = field(default_factory=dict)
     checkpoints: list[CheckpointMark] = field(default_factory=list)
     crashes: list[Crash] = field(default_factory=list)
-    work: dict[str, int] = field(default_factory=dict)  # count_work's figures
+    work: dict[str, int] = field(default_factory=dict)  # count_work's figures (a WorkTally's)
     t0: float = 0.0
     t1: float = 0.0
     events: int = 0
@@ -140,12 +140,14 @@ async def read_timeline(log: EventLog, ledger: Ledger) -> Timeline:
     tl = Timeline()
     marks = {c.checkpoint_id: CheckpointMark(c.checkpoint_id, c.cut) for c in ledger.checkpoints()}
     first_ts: float | None = None
+    tally = WorkTally()  # what was kept and done again, counted in the same pass
     async for s in log.read(strict=False):
         ev = s.event
         if ev is None:
             tl.corrupt += 1
             continue
         tl.events += 1
+        tally.add(s.seq, ev)
         first_ts = ev.ts if first_ts is None else min(first_ts, ev.ts)
         tl.t1 = max(tl.t1, ev.ts)
         if isinstance(ev, RolloutEvent):
@@ -161,7 +163,7 @@ async def read_timeline(log: EventLog, ledger: Ledger) -> Timeline:
             marks[a.checkpoint_id].recovery = True
     tl.checkpoints = sorted(marks.values(), key=lambda m: m.cut)
     tl.crashes = _crashes(tl)
-    tl.work = await count_work(log)
+    tl.work = tally.result()
     return tl
 
 

@@ -35,6 +35,7 @@ PACKAGES = [
     "rollcut.gym.model.engine",
     "rollcut.gym.resources",
     "rollcut.gym.agent",
+    "rollcut.gym.opaque",
     "rollcut.collect",
     "rollcut.report",
     "rollcut.bench",

@@ -189,6 +189,26 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
     assert out["last_checkpoint"]["model_calls_kept"] <= out["rollcut"]["model_calls_kept"]
 
 
+@pytest.mark.slow
+def test_bench_e2e_with_an_opaque_agent_replays_its_journal_and_restart_generates_it_again() -> None:
+    out = json.loads(_run("bench", "e2e", "--agent", "opaque", "--rollouts", "9", "--json").stdout)
+    assert out["agent"] == "opaque"
+    replay, restart = out["rollcut"], out["restart"]
+    for r in (replay, restart, out["last_checkpoint"]):
+        assert r["results_written"] == 9 and r["duplicate_results"] == 0, r
+    # journal replay: every request the lineage completed answered from the journal, nothing again
+    assert replay["recovery"]["continue"] > 0 and replay["exchanges_replayed"] > 0
+    assert (replay["model_calls_regenerated"], replay["tool_calls_reexecuted"], replay["divergences"]) == (
+        0,
+        0,
+        0,
+    )
+    # restart from input: the same crash, every call the journal kept generated again
+    assert restart["exchanges_replayed"] == 0
+    assert restart["model_calls_regenerated"] == replay["model_calls_kept"] > 0
+    assert restart["tool_calls_reexecuted"] == replay["tool_calls_kept"] > 0
+
+
 def test_an_error_is_one_line_with_its_brackets_whatever_the_width(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

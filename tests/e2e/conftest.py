@@ -61,6 +61,15 @@ class Deployment:
         for p in self.stack:
             p.kill()
 
+    def crash_one(self, name: str) -> None:
+        """SIGKILL one server (every process of it) and start it again on its port, as a supervisor
+        would; the others go on."""
+        i, proc = next((i, p) for i, p in enumerate(self.stack) if p.name == name)
+        proc.kill()
+        argv = list(proc.argv)
+        argv[argv.index("--port") + 1] = str(proc.port)
+        self.stack[i] = ServerProcess(argv, workers=proc.workers, logs=proc.logs).start()
+
     def restart(self, *, same_ports: bool = False) -> None:
         """Start every Gym server again; on the ports they had, as a supervisor would, if asked."""
         ports = {p.name: p.port for p in self.stack} if same_ports else {}

@@ -95,13 +95,26 @@ class Episodes:
         )
         return state.attempt + 1
 
-    async def crash(self) -> None:
-        """SIGKILL every Gym process; the framework's open requests fail with them."""
-        self.dep.crash()
+    async def fresh_dispatch(self, rollout_id: str) -> int:
+        """Open the rollout's next attempt from its input (the fallback when it cannot continue)."""
+        state = await self.log.fence_state(rollout_id)
+        assert state is not None
+        if state.open:
+            return await self.log.supersede(rollout_id, state.attempt, instance="collector", from_cut=0)
+        await self.log.open_attempt(rollout_id, state.attempt + 1, instance="collector", from_cut=0)
+        return state.attempt + 1
+
+    async def runs_broken_off(self) -> None:
+        """Wait for the framework's open requests, which a crash broke off."""
         for run in self._runs:
             with contextlib.suppress(httpx.HTTPError):
                 await run
         self._runs.clear()
+
+    async def crash(self) -> None:
+        """SIGKILL every Gym process; the framework's open requests fail with them."""
+        self.dep.crash()
+        await self.runs_broken_off()
 
     # --- what the log says --------------------------------------------------------------
 

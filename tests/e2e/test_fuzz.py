@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
 from rollcut.gym import ServerProcess
+from rollcut.gym.opaque import REFERENCE_AGENT
 from rollcut.gym.wire import ErrorKind
 
 from .conftest import NS, Deployment, deploy
@@ -106,11 +108,33 @@ async def _dispatch(dep: Deployment, rollout_id: str) -> None:
         await log.close()
 
 
+@pytest.fixture(scope="module")
+def fuzzed_opaque(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """An opaque agent server (the reference agent behind its relay) instead of the Simple Agent."""
+    agent = {
+        "agent": "opaque",
+        "command": f"{sys.executable} {REFERENCE_AGENT}",
+        "capability": "replayable_egress",
+    }
+    with deploy(
+        tmp_path_factory.mktemp("fuzz-opaque"), tasks=[], envs=("counter",), agent_options=agent
+    ) as dep:
+        asyncio.run(_dispatch(dep, "fz-ok"))
+        yield dep
+
+
 @pytest.mark.parametrize("kind", ["model", "counter", "workplace", "blackjack", "agent", "environment"])
 def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: Deployment, kind: str) -> None:
-    server = next(p for p in fuzzed.stack if p.name == kind)
+    _fuzz(next(p for p in fuzzed.stack if p.name == kind))
+
+
+def test_the_opaque_agent_and_its_relay_too(fuzzed_opaque: Deployment) -> None:
+    _fuzz(next(p for p in fuzzed_opaque.stack if p.name == "agent"))
+
+
+def _fuzz(server: ServerProcess) -> None:
     routes = _routes(server)
-    assert routes, f"{kind} publishes no routes"
+    assert routes, f"{server.name} publishes no routes"
     seen: set[int] = set()
 
     with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -119,6 +143,9 @@ def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: De
         @given(
             route=st.sampled_from(routes),
             tool=st.sampled_from(["add", "nope", *HOSTILE_IDS[:5]]),
+            rest=st.sampled_from(
+                ["chat/completions", "responses", "models", "add", "tools", "a/b", "%2e%2e"]
+            ),
             ident=_identity(),
             body=_body(),
             ctype=st.sampled_from(["application/json", "text/plain", None]),
@@ -126,6 +153,7 @@ def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: De
         def one(
             route: tuple[str, str],
             tool: str,
+            rest: str,
             ident: tuple[str, dict[str, str]],
             body: bytes | None,
             ctype: str | None,
@@ -134,7 +162,8 @@ def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: De
             prefix, headers = ident
             if ctype:
                 headers = {**headers, "content-type": ctype}
-            url = prefix + path.replace("{tool}", quote(tool, safe="") or "x")
+            name = quote(tool, safe="") or "x"
+            url = prefix + path.replace("{tool}", name).replace("{env}", name).replace("{rest}", rest)
             raw = {k: v.encode() for k, v in headers.items()}  # utf-8 bytes: a hostile id need not be ASCII
             resp = client.request(method, url, content=body, headers=raw)
             seen.add(resp.status_code)

@@ -20,6 +20,7 @@ import msgspec
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
+    AttemptClaimed,
     AttemptOpened,
     AttemptTombstoned,
     CheckpointCommitted,
@@ -32,6 +33,9 @@ from rollcut.bus import (
     ModelCallContinued,
     ModelCallPrefixCut,
     ModelCallReused,
+    RelayDiverged,
+    RelayExchange,
+    RelayReplayed,
     ResourcesMutated,
     ResourcesSeeded,
     ResultAccepted,
@@ -206,7 +210,77 @@ def episode_with_continuation() -> list[Event]:
     ]
 
 
-HISTORIES = {"episode_with_continuation": episode_with_continuation}
+STREAMED = [b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n', b"data: [DONE]\n\n"]
+"""The chunks of the streamed exchange in :func:`opaque_agent_replay`, as the agent received them."""
+
+
+def opaque_agent_replay() -> list[Event]:
+    """An opaque agent's rollout: three journaled exchanges (plain, streamed, a tool call), a crash,
+    attempt 2 replaying them and diverging at its fourth request."""
+    ids = _ids()
+
+    def ev(cls: type[Event], component: str, **kw: Any) -> Event:
+        return cls(component=component, instance=f"{component}-w0", **next(ids), **kw)  # type: ignore[call-arg]
+
+    o = {"rollout_id": "o1"}
+    route, tool = "/v1/chat/completions", "/tools/counter/add"
+
+    def exchange(n: int, attempt: int, **kw: Any) -> Event:
+        return ev(
+            RelayExchange,
+            "agent",
+            **o,
+            attempt=attempt,
+            n=n,
+            method="POST",
+            request_digest=f"{n:02x}" * 16,
+            **kw,
+        )
+
+    return [
+        ev(RolloutDispatched, "collector", **o, attempt=1, input={"env": "counter"}, input_digest=DIGEST),
+        ev(AttemptClaimed, "agent", **o, attempt=1),
+        exchange(1, 1, route=route, status=200, content_type="application/json", body=b'{"choices": []}'),
+        exchange(
+            2, 1, route=route, status=200, content_type="text/event-stream", chunks=STREAMED, streamed=True
+        ),
+        exchange(
+            3,
+            1,
+            route=tool,
+            status=200,
+            content_type="application/json",
+            body=b"{}",
+            env="counter",
+            revision=1,
+        ),
+        ev(AttemptTombstoned, "coordinator", **o, attempt=1, reason="restore", next_attempt=2),
+        ev(AttemptOpened, "coordinator", **o, attempt=2, previous_attempt=1, checkpoint_id="ck1", from_cut=5),
+        *(
+            ev(RelayReplayed, "agent", **o, attempt=2, n=n, request_digest=f"{n:02x}" * 16, source_attempt=1)
+            for n in (1, 2, 3)
+        ),
+        ev(
+            RelayDiverged,
+            "agent",
+            **o,
+            attempt=2,
+            n=4,
+            method="POST",
+            route=route,
+            request_digest="ee" * 16,
+            expected_route=route,
+            expected_digest="04" * 16,
+            policy="fresh_dispatch",
+            why="request 4 differs from the journal",
+        ),
+    ]
+
+
+HISTORIES = {
+    "episode_with_continuation": episode_with_continuation,
+    "opaque_agent_replay": opaque_agent_replay,
+}
 
 
 def stored(events: list[Event], subjects: Subjects) -> list[tuple[int, str, bytes]]:
@@ -247,5 +321,7 @@ def write(name: str, version_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    for name in HISTORIES:
+    import sys
+
+    for name in sys.argv[1:] or HISTORIES:  # name one to add it without rewriting the others
         write(name, HERE / "v1")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from rollcut import SchemaError
-from rollcut.bus import Codec, ModelCallAdmitted, Subjects
+from rollcut.bus import Codec, ModelCallAdmitted, RelayDiverged, RelayExchange, RelayReplayed, Subjects
 
-from .histories import HERE, HISTORIES, NAMESPACE, fold, read_frames
+from .histories import HERE, HISTORIES, NAMESPACE, STREAMED, fold, read_frames
 
 
 @pytest.mark.parametrize("name", sorted(HISTORIES))
@@ -31,6 +31,23 @@ def test_golden_history_covers_compressed_and_every_lane() -> None:
     assert any(f[3] & 1 for _, _, f in frames), "a zstd frame"
     lanes = {subject.split(".")[2] for _, subject, _ in frames}
     assert lanes == {"ev", "fence", "mark"}
+
+
+def test_an_opaque_agents_journal_reads_back_byte_for_byte() -> None:
+    codec, subjects = Codec(), Subjects(NAMESPACE)
+    frames = read_frames(HERE / "v1" / "opaque_agent_replay.frames.jsonl")
+    events = [codec.decode(f, seq=seq, subject=subj) for seq, subj, f in frames]
+    journal = [e for e in events if isinstance(e, RelayExchange)]
+    assert [(e.n, e.streamed, e.env, e.revision) for e in journal] == [
+        (1, False, "", None),
+        (2, True, "", None),
+        (3, False, "counter", 1),
+    ]
+    assert journal[1].chunks == STREAMED and journal[0].body == b'{"choices": []}'
+    assert [e.n for e in events if isinstance(e, RelayReplayed)] == [1, 2, 3]
+    (diverged,) = [e for e in events if isinstance(e, RelayDiverged)]
+    assert (diverged.n, diverged.policy) == (4, "fresh_dispatch")
+    assert all(subjects.parse(subj).component == "agent" for _, subj, _ in frames[1:5])
 
 
 def _v0_to_v1(raw: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,18 @@ async def test_closed_admission_answers_503_with_retry_after(rig: ModelRig) -> N
     assert int(resp.headers["retry-after"]) >= 1
 
 
+async def test_a_streamed_call_refused_at_admission_is_a_503_not_an_error_in_a_stream(rig: ModelRig) -> None:
+    """A refusal before the call ran must be an HTTP answer a client can retry on; inside a 200 stream
+    the openai SDK raises it to the agent instead. The end of a refused call used to race its first
+    token, and often won (an opaque agent's relay, which retries 503s, met it in the stream)."""
+    await rig.log.dispatch("r1", {}, instance="collector")
+    rig.participant.gate.close("ck-test", until=asyncio.get_running_loop().time() + 10)
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    for _ in range(20):
+        resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+        assert resp.status_code == 503 and resp.json()["error"]["type"] == "admission_closed", resp.text
+
+
 async def test_repeated_call_after_restore_is_served_from_the_log(rig: ModelRig) -> None:
     await rig.log.dispatch("r1", {}, instance="collector")
     body = {"messages": [{"role": "user", "content": "expensive"}], "tools": TOOLS}

@@ -16,6 +16,7 @@ from rollcut.bus import (
     CheckpointSealed,
     EventLog,
     ModelCallCompleted,
+    RelayReplayed,
     ResultAccepted,
     TokenReceipt,
 )
@@ -134,6 +135,34 @@ async def test_the_page_draws_one_named_bar_per_attempt_and_loads_nothing(
     assert re.findall(r"(?:src|href)=", html) == []
     assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o600
     assert shown["attempts"] == 5 and shown["classes"]["continued"] == 1
+
+
+async def test_an_opaque_agents_replayed_requests_are_counted_on_the_page(
+    log: EventLog, ledger: Ledger, tmp_path: Path
+) -> None:
+    for n in (1, 2):  # "cont"'s attempt 2 answered from its relay's journal,
+        await log.append(
+            RelayReplayed(
+                component="agent",
+                instance="a-0",
+                rollout_id="cont",
+                attempt=2,
+                n=n,
+                request_digest="ab" * 8,
+                source_attempt=1,
+            )
+        )
+    shown = await write_report(log, ledger, tmp_path / "report.html", "HOME")
+    assert (shown["work"]["exchanges_replayed"], shown["work"]["divergences"]) == (2, 0)
+    html = (tmp_path / "report.html").read_text()
+    assert "Opaque agents: 2 requests answered from their relay's journal" in html
+
+
+async def test_without_opaque_agents_the_page_says_nothing_of_them(
+    log: EventLog, ledger: Ledger, tmp_path: Path
+) -> None:
+    await write_report(log, ledger, tmp_path / "report.html", "HOME")
+    assert "Opaque agents" not in (tmp_path / "report.html").read_text()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,10 @@ the crash, so ``excluded`` is a run of its own with the same crash rule, not a c
 its engine counter is its own. ``workers`` gives every server that many worker
 processes (before the crash and after it); ``mixed`` runs every bundled environment
 instead of the demo's three, so growth with the number of rollouts, workers and
-servers shows in ``wall_s``, the checkpoint times and each server's peak memory.
+servers shows in ``wall_s``, the checkpoint times and each server's peak memory. With
+``agent="opaque"`` the rollouts are run by the reference opaque agent behind the journaling relay:
+``rollcut`` is then journal replay (``exchanges_replayed``), ``restart`` starting it over from its
+input.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ async def bench_e2e(
     checkpoint_every_s: float = 0.5,
     concurrency: int = 16,
     engine: str | None = None,
+    agent: str = "simple",
 ) -> dict[str, Any]:
     """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (the
     same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own)."""
@@ -62,6 +66,7 @@ async def bench_e2e(
         "checkpoint_every_s": checkpoint_every_s,
         "concurrency": concurrency,
         "engine": engine,
+        "agent": agent,
     }
     common: dict[str, Any] = {
         "rollouts": rollouts,
@@ -72,6 +77,7 @@ async def bench_e2e(
         "checkpoint_every_s": checkpoint_every_s,
         "concurrency": concurrency,
         "engine": engine,
+        "agent": agent,
     }
     if any(w in ways for w in ("rollcut", *ALTERNATIVES)):
         run = await run_demo(**common, compare=tuple(w for w in ALTERNATIVES if w in ways))

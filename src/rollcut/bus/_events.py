@@ -47,6 +47,9 @@ __all__ = [
     "ModelCallReused",
     "ParticipantLeaseExpired",
     "ParticipantReplied",
+    "RelayDiverged",
+    "RelayExchange",
+    "RelayReplayed",
     "ResourcesMutated",
     "ResourcesRetired",
     "ResourcesSeeded",
@@ -324,6 +327,58 @@ class ResultAccepted(RolloutEvent, frozen=True, kw_only=True, tag="result.accept
     output_ref: str = ""
 
 
+# --- the egress relay of an opaque agent ---------------------------------------
+
+
+class RelayExchange(RolloutEvent, frozen=True, kw_only=True, tag="relay.exchange"):
+    """The ``n``-th request an opaque agent sent through its relay in this lineage, and the answer it
+    got, byte for byte: durable before the answer leaves, so a restarted agent is answered from it.
+
+    ``request_digest`` is over the method, route and normalised body
+    (:func:`rollcut.gym.opaque.request_digest`); ``body`` is the answer of a plain response,
+    ``chunks`` those of a streamed one, in the pieces the agent received them. ``env`` and
+    ``revision`` name the tool session and its revision after a tool call (a resources server's
+    replay queue starts after the last one journaled); ``oversize`` says the answer was over the
+    journal's limit and is not kept, so this exchange cannot be replayed.
+    """
+
+    n: Annotated[int, Meta(ge=1)]
+    method: Annotated[str, Meta(max_length=16)]
+    route: Annotated[str, Meta(max_length=4096)]
+    request_digest: HexDigest
+    status: Annotated[int, Meta(ge=100, le=599)]
+    content_type: Annotated[str, Meta(max_length=256)] = ""
+    body: bytes = b""
+    chunks: list[bytes] = []
+    streamed: bool = False
+    env: str = ""
+    revision: Revision | None = None
+    oversize: bool = False
+
+
+class RelayReplayed(RolloutEvent, frozen=True, kw_only=True, tag="relay.replayed"):
+    """A request of this attempt answered from the lineage's journal: nothing was sent upstream."""
+
+    n: Annotated[int, Meta(ge=1)]
+    request_digest: HexDigest
+    source_attempt: Attempt
+
+
+class RelayDiverged(RolloutEvent, frozen=True, kw_only=True, tag="relay.diverged"):
+    """The ``n``-th request of a replaying agent differed from the journal's (``expected``): what
+    ``policy`` then did (``fresh_dispatch``: the rollout starts over from its input; ``go_live``: the
+    journal is abandoned from ``n`` on, allowed only for stateless tools)."""
+
+    n: Annotated[int, Meta(ge=1)]
+    method: Annotated[str, Meta(max_length=16)]
+    route: Annotated[str, Meta(max_length=4096)]
+    request_digest: HexDigest
+    expected_route: Annotated[str, Meta(max_length=4096)] = ""
+    expected_digest: str = ""
+    policy: Literal["fresh_dispatch", "go_live"] = "fresh_dispatch"
+    why: Annotated[str, Meta(max_length=1000)] = ""
+
+
 # --- checkpoint markers -----------------------------------------------------
 
 
@@ -411,6 +466,9 @@ AnyEvent = (
     | ResourcesRetired
     | AttemptClaimed
     | AgentBoundary
+    | RelayExchange
+    | RelayReplayed
+    | RelayDiverged
     | RolloutCompleted
     | ResultAccepted
     | CheckpointPrepared

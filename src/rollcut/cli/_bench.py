@@ -176,6 +176,14 @@ def bench_e2e_cmd(
             "build`), and the excluded way (cuts off) runs too.",
         ),
     ] = None,
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="simple (the Simple Agent), or opaque: the reference opaque agent, a program of its own "
+            "behind the journaling relay (rollcut's recovery then replays its journal).",
+        ),
+    ] = "simple",
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
@@ -183,6 +191,8 @@ def bench_e2e_cmd(
 
     if engine not in (None, "llama.cpp"):
         raise fail(f"--engine {engine!r}: llama.cpp (the one rollcut can start here)")
+    if agent not in ("simple", "opaque"):
+        raise fail(f"--agent {agent!r}: simple or opaque")
     ways = tuple(way or (WAYS if engine else [w for w in WAYS if w != "excluded"]))
     if engine is None and "excluded" in ways:
         raise fail("--way excluded compares generation cuts on an engine: add --engine llama.cpp")
@@ -201,6 +211,7 @@ def bench_e2e_cmd(
         checkpoint_every_s=every,
         concurrency=concurrency,
         engine=engine,
+        agent=agent,
     )
 
 

@@ -61,6 +61,14 @@ def demo_cmd(
     engine_url: Annotated[
         str, typer.Option("--engine-url", help="An engine already running (its base URL).")
     ] = "",
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="simple (the Simple Agent), or opaque: a program of its own behind the journaling relay, "
+            "continued by replaying its journal (docs/opaque-agents.md).",
+        ),
+    ] = "simple",
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
@@ -70,6 +78,8 @@ def demo_cmd(
 
     if engine is not None and engine not in DIALECTS:
         raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
+    if agent not in ("simple", "opaque"):
+        raise fail(f"--agent {agent!r}: simple or opaque")
     if engine == "vllm" and not engine_url:
         raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
@@ -87,6 +97,7 @@ def demo_cmd(
                 story=teller,
                 engine=engine,
                 engine_url=engine_url,
+                agent=agent,
             )
         )
     if as_json:
@@ -155,7 +166,7 @@ class _Teller:
             f"{ev.never_started} had not started"
         )
         for c in ev.continued[:_SHOWN_CONTINUATIONS]:
-            self.say(f"   ↪ {c.rollout_id} continues as attempt {c.attempt} after turn {c.turns_done}")
+            self.say(f"   ↪ {c.rollout_id} continues as attempt {c.attempt} after {c.unit} {c.turns_done}")
         more = len(ev.continued) - _SHOWN_CONTINUATIONS
         if more > 0:
             self.say(f"   ↪ … and {more} more")

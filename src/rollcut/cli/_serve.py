@@ -135,16 +135,38 @@ def serve_resources(
 @serve_app.command("agent")
 @served
 def serve_agent(
-    agent: Annotated[str, typer.Argument(help="Agent: simple.")],
+    agent: Annotated[str, typer.Argument(help="Agent: simple, or opaque (a program behind the relay).")],
     model: Annotated[str, typer.Option(help="Policy model server base URL.")],
     resources: Annotated[list[str], typer.Option(help="ENV=URL of a resources server (repeatable).")],
     common: dict[str, Any],
+    command: Annotated[
+        str, typer.Option(help="opaque: the program one attempt runs (task on stdin, answer on stdout).")
+    ] = "",
+    capability: Annotated[
+        str,
+        typer.Option(
+            help="opaque: replayable_egress, sandbox_snapshot or restart_only (default: restart_only)."
+        ),
+    ] = "",
+    on_divergence: Annotated[
+        str, typer.Option(help="opaque: fresh_dispatch, or go_live (stateless tools only).")
+    ] = "fresh_dispatch",
 ) -> None:
-    """The Simple Agent: /run with boundaries, parking and continuation."""
+    """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
+    behind the journaling relay (docs/opaque-agents.md)."""
     bad = [r for r in resources if "=" not in r]
     if bad:
         raise fail(f"--resources takes ENV=URL, got {', '.join(bad)}")
-    _serve("agent", **common, agent=agent, model=model, resources=dict(r.split("=", 1) for r in resources))
+    _serve(
+        "agent",
+        **common,
+        agent=agent,
+        model=model,
+        resources=dict(r.split("=", 1) for r in resources),
+        command=command,
+        capability=capability,
+        on_divergence=on_divergence,
+    )
 
 
 @serve_app.command("environment")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,7 +40,7 @@ from ..gym import DEMO_ENVIRONMENTS
 from ..participants import RecoveryMode
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
-from ._tasks import demo_rows
+from ._tasks import demo_rows, demo_tasks
 
 __all__ = ["ALTERNATIVES", "DEMO_NAMESPACE", "run_demo"]
 
@@ -67,6 +69,7 @@ async def run_demo(
     engine: str | None = None,
     engine_url: str = "",
     engine_cuts: bool = True,
+    agent: str = "simple",
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
 
@@ -82,6 +85,8 @@ async def run_demo(
     before and after the crash (None: the demo's); with ``verify`` every published checkpoint is
     verified from scratch at the end. ``concurrency`` defaults to every rollout at once, up to 64.
     The demo checkpoints every half second on purpose (many cuts, many in-flight generations).
+    ``agent="opaque"``: the rollouts are run by the reference opaque agent, a program of its own
+    behind the journaling relay (``docs/opaque-agents.md``), instead of the Simple Agent.
     """
     t0 = time.perf_counter()
     tell = story or (lambda _: None)
@@ -103,10 +108,12 @@ async def run_demo(
         credentials_for(root / "nats", DEMO_NAMESPACE)
         run_at_once = min(rollouts, concurrency or 64)
         spec = PhaseSpec(
-            tasks=demo_rows(rollouts, seed, envs),
+            # an opaque agent speaks chat completions, not NeMo Gym's Responses rows: rollcut's task rows
+            tasks=demo_rows(rollouts, seed, envs) if agent == "simple" else demo_tasks(rollouts, seed, envs),
             seed=seed,
             envs=envs,
             model=model,
+            agent=agent_options(agent),
             concurrency=run_at_once,
             every_s=checkpoint_every_s,
             verify=verify,
@@ -218,6 +225,22 @@ def _copy_at_crash(root: Path, where: Path) -> Path:
     return where
 
 
+def agent_options(agent: str) -> dict[str, Any]:
+    """The agent server's options for ``agent``: the Simple Agent, or the reference opaque agent
+    behind the relay, declared replayable (it is: deterministic, every side effect over HTTP)."""
+    if agent == "simple":
+        return {}
+    if agent != "opaque":
+        raise ConfigError(f"unknown agent {agent!r}; have: simple, opaque")
+    from ..gym.opaque import REFERENCE_AGENT
+
+    return {
+        "agent": "opaque",
+        "command": shlex.join([sys.executable, str(REFERENCE_AGENT)]),
+        "capability": "replayable_egress",
+    }
+
+
 def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str, Any]:
     """What finishing after the crash cost one way (work done again, work kept, the time it took),
     and how that run went (``bench e2e`` reports it per way)."""
@@ -233,6 +256,8 @@ def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str
         "tokens_kept": c["tokens_kept"],
         "tool_calls_kept": c["tool_calls_kept"],
         "model_calls_generated": c["generated"],
+        "exchanges_replayed": c["exchanges_replayed"],
+        "divergences": c["divergences"],
         "after_crash_s": done.wall_s,
         "wall_s": round(before.wall_s + done.wall_s, 2),
         "results_written": len(set(ids)),

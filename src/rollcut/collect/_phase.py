@@ -53,6 +53,7 @@ class PhaseSpec:
     seed: int
     envs: tuple[str, ...]
     model: dict[str, Any]
+    agent: dict[str, Any]
     concurrency: int
     every_s: float
     verify: bool
@@ -156,7 +157,8 @@ class _Watch:
         for rid in plan.continue_:
             rec = self.ledger.rollout(rid)  # projected up to the plan's cut, at least
             turns = (rec.last_boundary_turn or 0) if rec else 0
-            continued.append(Continuation(rid, plan.opened.get(rid, 0), turns))
+            unit = "request" if self.spec.agent.get("agent") == "opaque" else "turn"
+            continued.append(Continuation(rid, plan.opened.get(rid, 0), turns, unit))
         never = len(plan.unstarted)
         self.spec.tell(
             Resumed(
@@ -200,6 +202,7 @@ async def run_phase(
             logs=home / "logs",
             envs=spec.envs,
             model_options=spec.model,
+            agent_options=spec.agent,
         )
         spec.tell(Started({p.name: p.pids[0] if p.pids else 0 for p in stack}, nats.url, restarted=resume))
         try:

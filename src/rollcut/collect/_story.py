@@ -84,11 +84,13 @@ class Crashed:
 
 @dataclass(frozen=True)
 class Continuation:
-    """One rollout continuing where it was: its new attempt, and the turns already done."""
+    """One rollout continuing where it was: its new attempt, and the turns already done (for an
+    opaque agent, whose turns rollcut cannot see: the requests its relay journaled, ``unit``)."""
 
     rollout_id: str
     attempt: int
     turns_done: int
+    unit: str = "turn"
 
 
 @dataclass(frozen=True)

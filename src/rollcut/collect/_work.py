@@ -20,6 +20,8 @@ from ..bus import (
     ModelCallCompleted,
     ModelCallContinued,
     ModelCallReused,
+    RelayDiverged,
+    RelayReplayed,
     ResourcesMutated,
 )
 
@@ -38,6 +40,8 @@ _KEYS = (
     "model_calls_kept",
     "tokens_kept",
     "tool_calls_kept",
+    "exchanges_replayed",
+    "divergences",
 )
 
 
@@ -67,6 +71,10 @@ class WorkTally:
             out["mutations"] += 1
             what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
             self.tools[ev.rollout_id].append((ev.attempt, seq, what))
+        elif isinstance(ev, RelayReplayed):
+            out["exchanges_replayed"] += 1  # an opaque agent's request answered from its journal
+        elif isinstance(ev, RelayDiverged):
+            out["divergences"] += 1
         elif isinstance(ev, AttemptOpened):
             self.opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
             if ev.from_cut > 0:
@@ -102,7 +110,8 @@ async def count_work(log: EventLog) -> dict[str, int]:
     tokens of completed calls and the durable prefixes continuations started from; tool mutations
     made again (``tool_calls_reexecuted``); and what continuations kept: completed model calls (and
     their tokens) and tool mutations of earlier attempts at or below the cut a later attempt
-    continued from."""
+    continued from; and an opaque agent's requests answered from its relay's journal
+    (``exchanges_replayed``) and its replays that diverged (``divergences``)."""
     tally = WorkTally()
     async for s in log.read():
         tally.add(s.seq, s.event)

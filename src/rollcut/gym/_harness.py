@@ -166,14 +166,16 @@ def start_stack(
     return_token_ids: bool = True,
     envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
     model_options: dict[str, Any] | None = None,
+    agent_options: dict[str, Any] | None = None,
     replicas: int = 1,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, one resources server per
-    environment in ``envs``, the Simple Agent and the environment server, in that order (each
-    process's ``name`` is its kind, or its environment). ``ports`` pins a server's port by name (a
-    supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
-    the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
-    engine backend: ``{"backend": "engine", "upstream": URL}``)."""
+        environment in ``envs``, the Simple Agent and the environment server, in that order (each
+        process's ``name`` is its kind, or its environment). ``ports`` pins a server's port by name (a
+        supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
+        the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
+        engine backend: ``{"backend": "engine", "upstream": URL}``), ``agent_options`` agent-server options
+    (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``)."""
     ports = ports or {}
     common: dict[str, Any] = {
         "url": url,
@@ -215,6 +217,7 @@ def start_stack(
                 resources={n: p.url for n, p in servers.items()},
                 workers=workers or agent_workers,
                 port=ports.get("agent", 0),
+                **(agent_options or {}),
             )
         ).ready()
         env = launch(

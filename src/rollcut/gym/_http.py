@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.cookiejar
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypedDict
 
 import httpx
@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
 from ..bus import Component, Event, EventLog
+from ..participants import Participant
 from ._peers import PeerRouter
 from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
 
@@ -26,12 +27,14 @@ __all__ = [
     "Envelope",
     "IdentityPrefix",
     "append_or_refuse",
+    "deep_health",
     "envelope",
     "error_response",
     "gym_app",
     "gym_client",
     "identity_of",
     "json_body",
+    "run_admitted",
 ]
 
 
@@ -232,6 +235,31 @@ def identity_of(request: Request, body: Mapping[str, Any] | None = None) -> Iden
         ng_path=prefix.get("ng"),
         cookie=request.cookies.get(SESSION_COOKIE),
     )
+
+
+async def deep_health(http: httpx.AsyncClient, urls: list[str]) -> Any:
+    """The ``/healthz`` of a server that calls others (an agent): ok only if each of them answers, so a
+    framework waiting on it after a crash waits for what an episode needs, not just this process."""
+    down = []
+    for url in urls:
+        try:
+            if (await http.get(f"{url.rstrip('/')}/healthz", timeout=2)).status_code != 200:
+                down.append(url)
+        except httpx.HTTPError:
+            down.append(url)
+    if down:
+        return JSONResponse({"status": "unavailable", "down": down}, status_code=503)
+    return {"status": "ok"}
+
+
+async def run_admitted(
+    participant: Participant | None, run: Callable[[], Awaitable[dict[str, Any]]]
+) -> JSONResponse:
+    """An agent's ``/run``, admitted like any accepted work: refused (503) while a checkpoint holds it."""
+    if participant is None:
+        return JSONResponse(await run())
+    async with participant.gate.admit():
+        return JSONResponse(await run())
 
 
 async def append_or_refuse(log: EventLog, event: Event) -> int:

@@ -82,11 +82,18 @@ class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
 
 
 class AgentServe(ServeOptions, kw_only=True, tag="agent"):
-    """An agent server (``rollcut serve agent simple``)."""
+    """An agent server (``rollcut serve agent simple`` or ``rollcut serve agent opaque``).
+
+    ``command``, ``capability`` and ``on_divergence`` are the opaque agent's: the program it runs per
+    attempt, what its runtime guarantees (``replayable_egress``, ``sandbox_snapshot``,
+    ``restart_only``; empty: restart_only), and what a replay's divergent request leads to."""
 
     agent: str = "simple"
     model: str = ""
     resources: dict[str, str] = {}
+    command: str = ""
+    capability: str = ""
+    on_divergence: str = "fresh_dispatch"
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

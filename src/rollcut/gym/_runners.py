@@ -11,6 +11,7 @@ every worker is ready (see :mod:`rollcut.gym._serving`).
 
 from __future__ import annotations
 
+import shlex
 import socket
 import sys
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from .agent import SimpleAgent, create_agent_app
 from .model import LocalBackend, ModelService, OpenAIBackend, create_app
 from .model._backend import Backend
 from .model.engine import DIALECTS, engine_backend
+from .opaque import Capability, OpaqueAgent, create_opaque_app
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
 __all__ = ["Make", "serve", "serve_participant", "serve_worker"]
@@ -129,7 +131,38 @@ async def _serve_resources(
     await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make, peers=peers)
 
 
+def _own_url(opts: ServeSpec, sock: socket.socket) -> str:
+    """This server's own base URL, as a process it starts on this host reaches it."""
+    host = "127.0.0.1" if opts.host in ("0.0.0.0", "", "::") else opts.host
+    return f"http://{host}:{sock.getsockname()[1]}"
+
+
+def _opaque(opts: AgentServe, sock: socket.socket) -> Make:
+    relay_url = _own_url(opts, sock)
+
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        agent = OpaqueAgent(
+            log,
+            instance=instance,
+            command=shlex.split(opts.command),
+            relay_url=relay_url,
+            model_url=opts.model,
+            resources=opts.resources,
+            http=gym_client(600),
+            participant=participant,
+            capability=Capability(opts.capability or Capability.RESTART_ONLY),
+            on_divergence="go_live" if opts.on_divergence == "go_live" else "fresh_dispatch",
+        )
+        return create_opaque_app(agent, max_body_bytes=opts.max_body_bytes), agent
+
+    return make
+
+
 async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
+    if opts.agent == "opaque":
+        await serve_participant(opts, sock, worker, "exported", _opaque(opts, sock), peers=peers, drain=False)
+        return
+
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         agent = SimpleAgent(
             log,
@@ -184,8 +217,23 @@ def check(opts: ServeSpec) -> None:
         raise ConfigError(f"unknown engine dialect {opts.engine_dialect!r}; have: {', '.join(DIALECTS)}")
     if isinstance(opts, ResourcesServe) and opts.env not in ENVIRONMENTS:
         raise ConfigError(f"unknown environment {opts.env!r}; have: {', '.join(ENVIRONMENTS)}")
-    if isinstance(opts, AgentServe) and opts.agent != "simple":
-        raise ConfigError(f"unknown agent {opts.agent!r}; have: simple")
+    if isinstance(opts, AgentServe):
+        _check_agent(opts)
+
+
+def _check_agent(opts: AgentServe) -> None:
+    if opts.agent not in ("simple", "opaque"):
+        raise ConfigError(f"unknown agent {opts.agent!r}; have: simple, opaque")
+    if opts.agent != "opaque":
+        return
+    if not shlex.split(opts.command):
+        raise ConfigError("serve agent opaque needs --command: the program that runs one attempt")
+    if opts.capability and opts.capability not in set(Capability):
+        raise ConfigError(f"unknown capability {opts.capability!r}; have: {', '.join(Capability)}")
+    if opts.capability == Capability.SANDBOX_SNAPSHOT:
+        raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+    if opts.on_divergence not in ("fresh_dispatch", "go_live"):
+        raise ConfigError(f"--on-divergence {opts.on_divergence!r}: use fresh_dispatch or go_live")
 
 
 def serve(opts: ServeSpec) -> None:

@@ -110,6 +110,8 @@ class ErrorKind(StrEnum):
     """The inference engine failed the call or answered in a shape rollcut does not keep."""
     WORKER_UNAVAILABLE = "worker_unavailable"
     """The worker of this server that holds the rollout did not answer (it died and is restarting)."""
+    AGENT_FAILED = "agent_failed"
+    """An opaque agent's own process failed: it exited non-zero, or printed no answer."""
     FRESH_DISPATCH = "fresh_dispatch"
     NOT_CONTINUABLE = "not_continuable"
     REPLAY_MISMATCH = "replay_mismatch"
@@ -136,6 +138,7 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.WORKER_UNAVAILABLE: 503,
     ErrorKind.ENGINE_UNAVAILABLE: 503,
     ErrorKind.ENGINE_ERROR: 502,
+    ErrorKind.AGENT_FAILED: 502,
     ErrorKind.FRESH_DISPATCH: 409,
     ErrorKind.NOT_CONTINUABLE: 409,
     ErrorKind.REPLAY_MISMATCH: 409,

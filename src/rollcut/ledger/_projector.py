@@ -25,6 +25,7 @@ from ..bus import (
     CheckpointCommitted,
     Event,
     EventLog,
+    RelayExchange,
     ResourcesMutated,
     ResourcesSeeded,
     ResourcesSnapshot,
@@ -141,6 +142,13 @@ def _completed(rec: RolloutIndex, seq: int, ev: RolloutCompleted) -> None:
         rec.status = "completed"
 
 
+def _exchange(rec: RolloutIndex, seq: int, ev: RelayExchange) -> None:
+    # an opaque agent can be continued through any journaled exchange: each is its boundary, and
+    # its number stands for the turn
+    rec.last_boundary_seq, rec.last_boundary_attempt = seq, ev.attempt
+    rec.last_boundary_turn = ev.n
+
+
 def _accepted(rec: RolloutIndex, seq: int, ev: ResultAccepted) -> None:
     rec.accepted_seq, rec.status = seq, "accepted"
 
@@ -158,6 +166,7 @@ _ROLLOUT: dict[type[Event], Callable[[RolloutIndex, int, Any], None]] = {
     AttemptTombstoned: _tombstoned,
     AttemptOpened: _opened,
     AgentBoundary: _boundary,
+    RelayExchange: _exchange,
     RolloutCompleted: _completed,
     ResultAccepted: _accepted,
     RolloutRetired: _retired,

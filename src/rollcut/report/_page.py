@@ -149,6 +149,17 @@ def _work(w: dict[str, int]) -> str:
     )
 
 
+def _journal(w: dict[str, int]) -> str:
+    """An opaque agent's share: requests its relay answered from the journal, replays that diverged."""
+    replayed, diverged = w.get("exchanges_replayed", 0), w.get("divergences", 0)
+    if not replayed and not diverged:
+        return ""
+    return (
+        f"<p>Opaque agents: {replayed:,} requests answered from their relay's journal (nothing sent "
+        f"upstream); {diverged:,} replays diverged from it (started over, or live for stateless tools).</p>"
+    )
+
+
 def render_page(tl: Timeline, home: str) -> str:
     """The whole page for ``tl``."""
     drawn = sorted(tl.rollouts, key=lambda r: -len(tl.of(r)))[:MAX_ROWS]
@@ -189,6 +200,7 @@ def render_page(tl: Timeline, home: str) -> str:
         _checkpoint_chart(tl),
         "<h2>Work kept and done again</h2>",
         _work(tl.work),
+        _journal(tl.work),
         '<p class="sub">Counted from the stream: a model call is done again when a later attempt generated '
         "the same request; kept when an attempt continued from a cut after it. Times are the writers' "
         "clocks.</p></body></html>\n",

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
-from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, deep_health, gym_app, identity_of, json_body, run_admitted
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
@@ -22,10 +20,7 @@ def create_agent_app(agent: SimpleAgent, *, max_body_bytes: int = DEFAULT_MAX_BO
     async def run(request: Request) -> Any:
         task = await json_body(request)
         ident = identity_of(request, task)
-        if agent.participant is not None:
-            async with agent.participant.gate.admit():
-                return JSONResponse(await agent.run(ident, task))
-        return JSONResponse(await agent.run(ident, task))
+        return await run_admitted(agent.participant, lambda: agent.run(ident, task))
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:
@@ -33,17 +28,6 @@ def create_agent_app(agent: SimpleAgent, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     @app.get("/healthz")
     async def healthz() -> Any:
-        # deep: the model server and every resources server this agent calls must answer
-        urls = [agent.model_url, *agent.resources.values()]
-        down = []
-        for url in urls:
-            try:
-                if (await agent.http.get(f"{url.rstrip('/')}/healthz", timeout=2)).status_code != 200:
-                    down.append(url)
-            except httpx.HTTPError:
-                down.append(url)
-        if down:
-            return JSONResponse({"status": "unavailable", "down": down}, status_code=503)
-        return {"status": "ok"}
+        return await deep_health(agent.http, [agent.model_url, *agent.resources.values()])
 
     return app

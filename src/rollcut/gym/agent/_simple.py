@@ -21,31 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from ..._errors import StaleAttemptError
-from ...bus import AgentBoundary, AgentBoundaryRecord, AttemptClaimed, AttemptOpened, EventLog
+from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import inherited
+from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
 from .._http import gym_client
-from ..wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
+from .._tasks import check_task
+from ..wire import ErrorKind, GymError, Identity
 from ._responses import run_responses
-from ._tasks import check_task
 
-__all__ = ["FreshDispatchNeeded", "Run", "SimpleAgent"]
+__all__ = ["Run", "SimpleAgent"]
 
 SYSTEM = "You are a careful agent. Use the tools, then answer."
-
-
-class FreshDispatchNeeded(GymError):
-    """A re-issued operation met a different logged one: the rollout must start over from its input."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(ErrorKind.FRESH_DISPATCH, why)
 
 
 @dataclass
@@ -171,25 +163,12 @@ class SimpleAgent:
     async def _send_waiting(
         self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None
     ) -> httpx.Response:
-        give_up = time.monotonic() + self.admission_wait_s
-        while True:
-            headers = identity_headers(ident)
-            if cookies:  # this run's session, sent as a header: the client keeps no cookie jar
-                headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
-            resp = await self.http.post(url, json=body, headers=headers)
-            if resp.status_code == 200:
-                return resp
-            err = error_from_response(resp, where=url)
-            if err.kind is not ErrorKind.ADMISSION_CLOSED or time.monotonic() > give_up:
-                break
-            # a checkpoint is closing or reopening that server: the call was not admitted, so the
-            # same call, a moment later, is safe; failing the run here would make the framework
-            # start the attempt over and redo everything it completed
+        def waited() -> None:
             self.stats["admission_waits"] += 1
-            await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
-        if err.needs_fresh_dispatch:
-            raise FreshDispatchNeeded(str(err))
-        raise err
+
+        return await post_waiting(
+            self.http, url, ident, body, wait_s=self.admission_wait_s, on_wait=waited, cookies=cookies
+        )
 
     async def boundary(self, run: Run, record: AgentBoundaryRecord) -> None:
         """A completed nonterminal turn: its boundary on the log, then park here if a checkpoint asks."""
@@ -207,55 +186,17 @@ class SimpleAgent:
         await self._maybe_park(run)
 
     async def _restart_point(self, ident: Identity) -> AgentBoundaryRecord | None:
-        if ident.attempt < 2:
-            return None
-        last = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
-        opened = last.event if last else None
-        if not isinstance(opened, AttemptOpened) or opened.attempt != ident.attempt:
-            raise GymError(
-                ErrorKind.STALE_ATTEMPT,
-                str(StaleAttemptError(ident.rollout_id, ident.attempt, None)),
-                rollout_id=ident.rollout_id,
-                attempt=ident.attempt,
-            )
-        if not opened.from_cut:
-            return None  # a fresh dispatch: start from the input
+        from_cut = await continued_from(self.log, ident)
+        if not from_cut:
+            return None  # attempt 1, or a fresh dispatch: start from the input
         boundary = None
-        for s in await inherited(self.log, ident.rollout_id, opened.from_cut):
+        for s in await inherited(self.log, ident.rollout_id, from_cut):
             if isinstance(s.event, AgentBoundary):
                 boundary = s.event.record
         return boundary if boundary is not None else AgentBoundaryRecord(turn=0, output_items=[])
 
     async def _refuse_a_rerun(self, ident: Identity) -> None:
-        """An attempt runs once. Posting it again (a framework retrying a failed /run) would start
-        it over from its input and redo everything it completed; the fence cannot see that, since
-        the attempt is legitimately open, so the agent refuses: open the next attempt instead."""
-        if ident in self._runs:
-            raise GymError(ErrorKind.ATTEMPT_IN_USE, f"{ident.rollout_id}/{ident.attempt} is running here")
-        already = f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt"
-        # model calls with no claim before them: a run that did not claim (an older rollcut)
-        if await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model")):
-            raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
-        # only an open attempt of a dispatched rollout is claimed: a claim is on the log for good
-        state = await self.log.fence_state(ident.rollout_id)
-        if state is None:
-            raise GymError(ErrorKind.UNKNOWN_ROLLOUT, f"rollout {ident.rollout_id} was never dispatched")
-        if not state.open or state.attempt != ident.attempt:
-            raise GymError(
-                ErrorKind.STALE_ATTEMPT,
-                str(
-                    StaleAttemptError(ident.rollout_id, ident.attempt, state.attempt if state.open else None)
-                ),
-                rollout_id=ident.rollout_id,
-                attempt=ident.attempt,
-            )
-        # the claim, atomically, before anything is seeded: of concurrent runs of one attempt, on any
-        # worker or agent process, exactly one goes on and the others change nothing
-        claimed = AttemptClaimed(
-            component="agent", instance=self.instance, rollout_id=ident.rollout_id, attempt=ident.attempt
-        )
-        if await self.log.claim(claimed) is None:
-            raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
+        await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         check_task(task, list(self.resources))

@@ -154,7 +154,10 @@ class _Tokens:
         refusal is an HTTP error answer, not an event inside a stream."""
         first = asyncio.ensure_future(self.queue.get())
         await asyncio.wait([first, self.task], return_when=asyncio.FIRST_COMPLETED)
-        if self.task.done() and self.task.exception() is not None and not first.done():
+        # no token came if the queue is empty, or holds only the end the task's callback put there
+        # (that end often won the race to here, and the refusal then went out inside a stream)
+        no_token = not first.done() or first.result() is None
+        if self.task.done() and self.task.exception() is not None and no_token:
             first.cancel()
             exc = self.task.exception()
             assert exc is not None

@@ -131,6 +131,7 @@ def create_resources_app(
         return {
             "instance": service.instance,
             "env": service.env.name,
+            "mode": service.env.mode,
             **service.stats,
             "sessions": len(service.sessions),
             "verifying": service.verifying,

@@ -11,7 +11,8 @@ live there, following its lineage (``rollcut.replay.lineage``) when that
 attempt was itself a continuation (the environment's codec, plus deltas), for
 the complete set of rollouts first, and activates them together only if every
 one validates. The tool calls made after the agent's last boundary (revisions
-above the boundary's recorded revision) form the session's *replay queue*:
+above the boundary's recorded revision, or above the last tool call an opaque
+agent's relay journaled) form the session's *replay queue*:
 the continuing agent re-issues them, and they are answered from the log
 instead of running twice. A re-issued call that differs from the logged one
 is refused (``replay_mismatch``): the rollout must fall back to fresh
@@ -34,6 +35,7 @@ from ...bus import (
     AgentBoundary,
     AttemptOpened,
     EventLog,
+    RelayExchange,
     ResourcesMutated,
     ResourcesRetired,
     ResourcesSeeded,
@@ -351,6 +353,10 @@ class ResourcesService:
                 base, base_rev, after_base = ev.state, ev.revision, []
             elif isinstance(ev, AgentBoundary):
                 boundary_rev = ev.record.resources_revisions.get(self.env.name, 0)
+            elif isinstance(ev, RelayExchange) and ev.env == self.env.name and ev.revision is not None:
+                # an opaque agent's relay answers every journaled tool call itself: the queue starts
+                # after the last one it holds
+                boundary_rev = max(boundary_rev, ev.revision)
         if seeded is None:
             return None
         mode = self.env.mode

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..wire import ErrorKind, GymError
+from .wire import ErrorKind, GymError
 
 __all__ = ["check_task"]
 

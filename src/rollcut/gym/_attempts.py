@@ -1,0 +1,109 @@
+"""What every agent rollcut runs does with an attempt before and around its loop.
+
+Shared by the Simple Agent (whose loop rollcut sees) and the opaque agent's
+launcher (whose loop it does not): an attempt is claimed once, a continued
+attempt finds the cut it continues from, and a call to a server a checkpoint
+holds closed is sent again once it reopens instead of failing the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from .._errors import StaleAttemptError
+from ..bus import AttemptClaimed, AttemptOpened, EventLog
+from .wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
+
+__all__ = ["FreshDispatchNeeded", "claim_attempt", "continued_from", "post_waiting"]
+
+
+class FreshDispatchNeeded(GymError):
+    """A re-issued operation met a different logged one: the rollout must start over from its input."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(ErrorKind.FRESH_DISPATCH, why)
+
+
+def _stale(ident: Identity, current: int | None) -> GymError:
+    return GymError(
+        ErrorKind.STALE_ATTEMPT,
+        str(StaleAttemptError(ident.rollout_id, ident.attempt, current)),
+        rollout_id=ident.rollout_id,
+        attempt=ident.attempt,
+    )
+
+
+async def continued_from(log: EventLog, ident: Identity) -> int:
+    """The cut attempt ``ident`` continues from (0: from its input). An attempt the fence has moved
+    past is refused as stale: its run would only write what the server refuses."""
+    if ident.attempt < 2:
+        return 0
+    last = await log.last_on(log.subjects.fence(ident.rollout_id))
+    opened = last.event if last else None
+    if not isinstance(opened, AttemptOpened) or opened.attempt != ident.attempt:
+        raise _stale(ident, None)
+    return opened.from_cut
+
+
+async def claim_attempt(log: EventLog, instance: str, ident: Identity, *, running_here: bool) -> None:
+    """An attempt runs once. Posting it again (a framework retrying a failed /run) would start it
+    over from its input and redo everything it completed; the fence cannot see that, since the
+    attempt is legitimately open, so the agent refuses: open the next attempt instead."""
+    if running_here:
+        raise GymError(ErrorKind.ATTEMPT_IN_USE, f"{ident.rollout_id}/{ident.attempt} is running here")
+    already = f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt"
+    # model calls with no claim before them: a run that did not claim (an older rollcut)
+    if await log.last_on(log.subjects.event(ident.rollout_id, ident.attempt, "model")):
+        raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
+    # only an open attempt of a dispatched rollout is claimed: a claim is on the log for good
+    state = await log.fence_state(ident.rollout_id)
+    if state is None:
+        raise GymError(ErrorKind.UNKNOWN_ROLLOUT, f"rollout {ident.rollout_id} was never dispatched")
+    if not state.open or state.attempt != ident.attempt:
+        raise _stale(ident, state.attempt if state.open else None)
+    # the claim, atomically, before anything is seeded: of concurrent runs of one attempt, on any
+    # worker or agent process, exactly one goes on and the others change nothing
+    claimed = AttemptClaimed(
+        component="agent", instance=instance, rollout_id=ident.rollout_id, attempt=ident.attempt
+    )
+    if await log.claim(claimed) is None:
+        raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
+
+
+async def post_waiting(
+    http: httpx.AsyncClient,
+    url: str,
+    ident: Identity,
+    body: dict[str, Any],
+    *,
+    wait_s: float,
+    on_wait: Callable[[], None] | None = None,
+    cookies: dict[str, str] | None = None,
+) -> httpx.Response:
+    """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
+    a refusal the rollout cannot continue past becomes :class:`FreshDispatchNeeded`."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        headers = identity_headers(ident)
+        if cookies:  # this run's session, sent as a header: the client keeps no cookie jar
+            headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        resp = await http.post(url, json=body, headers=headers)
+        if resp.status_code == 200:
+            return resp
+        err = error_from_response(resp, where=url)
+        if err.kind is not ErrorKind.ADMISSION_CLOSED or time.monotonic() > give_up:
+            break
+        # a checkpoint is closing or reopening that server: the call was not admitted, so the
+        # same call, a moment later, is safe; failing the run here would make the framework
+        # start the attempt over and redo everything it completed
+        if on_wait is not None:
+            on_wait()
+        await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+    if err.needs_fresh_dispatch:
+        raise FreshDispatchNeeded(str(err))
+    raise err

@@ -1,0 +1,37 @@
+"""Opaque agents: agents rollcut cannot see inside, continued by journaling and replaying their egress.
+
+The agent runs as its own program behind a relay (:class:`Relay`) that journals
+every request and answer on the log and answers a restarted agent from that
+journal; ``docs/opaque-agents.md`` says what is normalised, when a replay
+diverges and what each declared :class:`Capability` promises.
+"""
+
+import pathlib as _pathlib
+
+from ._app import create_opaque_app
+from ._journal import JournalGap, lineage_journal
+from ._launcher import Capability, OpaqueAgent, SandboxSnapshot
+from ._normalise import canonical_body, normalised_route, request_digest
+from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Outgoing, Relay, RelayRun
+
+REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
+"""The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of
+rollcut's) run as ``python REFERENCE_AGENT [--nonce]``."""
+
+__all__ = [
+    "MAX_JOURNALED_BYTES",
+    "REFERENCE_AGENT",
+    "Capability",
+    "DivergencePolicy",
+    "JournalGap",
+    "OpaqueAgent",
+    "Outgoing",
+    "Relay",
+    "RelayRun",
+    "SandboxSnapshot",
+    "canonical_body",
+    "create_opaque_app",
+    "lineage_journal",
+    "normalised_route",
+    "request_digest",
+]

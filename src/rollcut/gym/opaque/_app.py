@@ -1,0 +1,81 @@
+"""The opaque agent server's HTTP surface: Gym's ``POST /run``, and the relay under ``/r/<rid>/<attempt>``.
+
+``/r/<rollout>/<attempt>/v1/...`` is the agent's OpenAI base URL and
+``/r/<rollout>/<attempt>/tools/<env>/...`` its tool server; both take the
+rollout's identity from the path only (headers are the agent's, and it needs
+no change but its base URL). Replays are answered while a checkpoint is being
+taken; /run itself is admitted like any agent's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from .._http import DEFAULT_MAX_BODY_BYTES, deep_health, gym_app, identity_of, json_body, run_admitted
+from ..wire import ErrorKind, GymError, Identity
+from ._launcher import OpaqueAgent
+from ._normalise import normalised_route, request_digest
+from ._relay import Outgoing
+
+__all__ = ["create_opaque_app"]
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def _path_identity(request: Request) -> Identity:
+    prefix: dict[str, str] = getattr(request.state, "identity_prefix", None) or {}
+    if "rollout_id" not in prefix:
+        raise GymError(
+            ErrorKind.MISSING_IDENTITY, "the relay takes the rollout from its path: /r/<rollout>/<attempt>"
+        )
+    return identity_of(request)
+
+
+def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    """The app: /run, the relay routes, /rollcut/stats and a deep /healthz."""
+    app = gym_app("rollcut opaque agent", max_body_bytes=max_body_bytes)
+    relay = agent.relay
+
+    async def relayed(request: Request, target: str, path: str) -> Response:
+        ident = _path_identity(request)
+        url, env = relay.upstream(target, path)
+        route = normalised_route(request.url.path, request.url.query)
+        body = await request.body()
+        ctype = request.headers.get("content-type", "")
+        digest = request_digest(request.method, route, body, ctype)
+        method = request.method.upper()
+        return await relay.handle(ident, Outgoing(method, route, digest, url, env, body, ctype))
+
+    @app.post("/run")
+    async def run(request: Request) -> Any:
+        task = await json_body(request)
+        ident = identity_of(request, task)
+        return await run_admitted(agent.participant, lambda: agent.run(ident, task))
+
+    @app.api_route("/v1/{rest:path}", methods=_METHODS)
+    async def model(rest: str, request: Request) -> Response:
+        return await relayed(request, "model", f"/v1/{rest}")
+
+    @app.api_route("/tools/{env}/{rest:path}", methods=_METHODS)
+    async def tools(env: str, rest: str, request: Request) -> Response:
+        return await relayed(request, env, f"/{rest}")
+
+    @app.get("/rollcut/stats")
+    async def stats() -> dict[str, Any]:
+        return {
+            "instance": agent.instance,
+            "capability": str(agent.capability),
+            "on_divergence": relay.on_divergence,
+            **agent.stats,
+            **relay.stats,
+            "running": len(relay.runs),
+        }
+
+    @app.get("/healthz")
+    async def healthz() -> Any:
+        return await deep_health(agent.http, [relay.model_url, *relay.resources.values()])
+
+    return app

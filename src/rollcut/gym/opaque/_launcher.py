@@ -1,0 +1,289 @@
+"""The opaque agent's /run: start the agent's own program, pointed at the relay, and verify its answer.
+
+rollcut cannot see inside such an agent (a CLI coding agent, a harness in its
+own process tree, a third-party framework), so it runs it as a program: the
+task as JSON on stdin; ``OPENAI_BASE_URL`` and ``ROLLCUT_TOOLS_URL`` pointing at
+the relay with the rollout's identity in the path (nothing else of rollcut's
+environment is passed on: no bus URL, no credentials); its answer as the last
+JSON line on stdout (``{"answer": ...}``, more fields allowed). Around it the
+launcher does what a Gym agent does: claim the attempt, seed the tool session,
+verify the answer and close the session.
+
+What a continued attempt gets depends on what the runtime declared
+(``--capability``, see :class:`Capability`): ``replayable_egress`` replays the
+lineage's journal to the restarted program; ``sandbox_snapshot`` also restores
+the agent's sandbox through a :class:`SandboxSnapshot` hook first; anything
+else (``restart_only``, or nothing declared) is refused as ``fresh_dispatch``:
+the rollout starts over from its input. Fail closed: side effects outside the
+relay (its files, its subprocesses, its own network) are invisible to rollcut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from ..._errors import ConfigError
+from ...bus import EventLog
+from ...participants import ExportReport, Participant
+from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
+from .._tasks import check_task
+from ..wire import ErrorKind, GymError, Identity
+from ._journal import JournalGap, lineage_journal
+from ._relay import DivergencePolicy, Relay
+
+__all__ = ["Capability", "OpaqueAgent", "SandboxSnapshot"]
+
+_MAX_ANSWER_BYTES = 1024 * 1024  # what is read of the agent's stdout
+_STDERR_TAIL = 4000  # what of its stderr a failure quotes
+
+
+class Capability(StrEnum):
+    """What the runtime of an opaque agent guarantees about the agent's side effects."""
+
+    REPLAYABLE_EGRESS = "replayable_egress"
+    """Every side effect goes through the relay (model and tool calls over HTTP); the agent is
+    deterministic given identical answers. A restarted agent is replayed from the journal."""
+    SANDBOX_SNAPSHOT = "sandbox_snapshot"
+    """Side effects outside the relay live in a sandbox the runtime snapshots at each checkpoint and
+    restores before the replay (a :class:`SandboxSnapshot` hook; none is built in)."""
+    RESTART_ONLY = "restart_only"
+    """Nothing is guaranteed: a rollout that was cut off starts over from its input. The default."""
+
+
+@runtime_checkable
+class SandboxSnapshot(Protocol):
+    """The hook a ``sandbox_snapshot`` runtime provides (e.g. a container or VM snapshotter)."""
+
+    async def snapshot(self, ident: Identity, checkpoint_id: str) -> None:
+        """At a checkpoint's prepare: make the sandbox of ``ident`` durable, as of now."""
+        ...
+
+    async def restore(self, ident: Identity, from_cut: int) -> None:
+        """Before a continued attempt starts: the sandbox as the snapshot at or below ``from_cut`` had it."""
+        ...
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The agent dies with its launcher (PR_SET_PDEATHSIG): a left-over agent must not outlive the
+    attempt it belonged to (the relay refuses it anyway, but it would burn a CPU)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
+class OpaqueAgent:
+    """Runs an opaque agent program per attempt, behind a journaling :class:`Relay`."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        instance: str,
+        command: list[str],
+        relay_url: str,
+        model_url: str,
+        resources: dict[str, str],
+        http: httpx.AsyncClient,
+        participant: Participant | None = None,
+        capability: Capability = Capability.RESTART_ONLY,
+        on_divergence: DivergencePolicy = "fresh_dispatch",
+        sandbox: SandboxSnapshot | None = None,
+        admission_wait_s: float = 120.0,
+    ) -> None:
+        if not command:
+            raise ConfigError("an opaque agent needs the command that starts it (--command)")
+        if capability is Capability.SANDBOX_SNAPSHOT and sandbox is None:
+            raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+        self.log, self.instance, self.command = log, instance, command
+        self.relay_url = relay_url.rstrip("/")
+        self.resources = {k: v.rstrip("/") for k, v in resources.items()}
+        self.http, self.participant = http, participant
+        self.capability, self.sandbox = capability, sandbox
+        self.admission_wait_s = admission_wait_s
+        self.relay = Relay(
+            log,
+            instance=instance,
+            model_url=model_url,
+            resources=resources,
+            http=http,
+            participant=participant,
+            on_divergence=on_divergence,
+            admission_wait_s=admission_wait_s,
+        )
+        self.stats = {
+            "runs_started": 0,
+            "runs_finished": 0,
+            "runs_replayed": 0,
+            "fresh_dispatch": 0,
+            "runs_failed": 0,
+            "runs_retired": 0,
+        }
+
+    # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
+
+    async def export(self, checkpoint_id: str) -> ExportReport:
+        if self.sandbox is not None:
+            for ident in list(self.relay.runs):
+                await self.sandbox.snapshot(ident, checkpoint_id)
+        return await self.relay.export(checkpoint_id)
+
+    def release(self, checkpoint_id: str) -> None:
+        self.relay.release(checkpoint_id)
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        return None  # each continued run reads its journal from the log
+
+    def retire(self, rollout_id: str, reason: str) -> None:
+        """A retired rollout's agent is stopped; its /run answers 409 ``retired``."""
+        if reason == "accepted":
+            return
+        for run in list(self.relay.runs.values()):
+            if run.ident.rollout_id == rollout_id:
+                run.stop(f"{rollout_id} was retired: {reason}", ErrorKind.RETIRED)
+
+    # --- /run ------------------------------------------------------------------------------
+
+    async def _post(self, url: str, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = (
+            await post_waiting(self.http, url, ident, body, wait_s=self.admission_wait_s)
+        ).json()
+        return answer
+
+    async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        check_task(task, list(self.resources))
+        if "responses_create_params" in task or "env" not in task:
+            # NeMo Gym's rows end in a verify of a Responses API object, which only the agent could build
+            raise GymError(ErrorKind.BAD_REQUEST, "an opaque agent runs rollcut task rows (env, prompt, …)")
+        await claim_attempt(self.log, self.instance, ident, running_here=ident in self.relay.runs)
+        self.stats["runs_started"] += 1
+        try:
+            return await self._run(ident, task)
+        except FreshDispatchNeeded:
+            self.stats["fresh_dispatch"] += 1
+            raise
+
+    async def _journal(self, ident: Identity) -> list[Any]:
+        """The journal a continued attempt replays; a fresh one has none. Refused as fresh_dispatch
+        when the runtime did not declare that a replay reproduces the agent."""
+        from_cut = await continued_from(self.log, ident)
+        if not from_cut:
+            return []
+        if self.capability is Capability.RESTART_ONLY:
+            raise FreshDispatchNeeded(
+                f"{ident.rollout_id}: this agent declares restart_only (no replayable egress), "
+                "so a cut-off rollout starts over from its input"
+            )
+        if self.sandbox is not None:
+            await self.sandbox.restore(ident, from_cut)
+        try:
+            return await lineage_journal(self.log, ident.rollout_id, from_cut)
+        except JournalGap as exc:
+            raise FreshDispatchNeeded(str(exc)) from exc
+
+    async def _run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        env = str(task["env"])
+        res = self.resources[env]
+        journal = await self._journal(ident)
+        await self._post(f"{res}/seed_session", ident, task.get("seed", {}))
+        run = self.relay.open(ident, env, journal)
+        if journal:
+            self.stats["runs_replayed"] += 1
+        try:
+            code, out, err = await self._spawn(ident, env, task, run.on_stop)
+            run.check()  # a divergence or a retirement stopped it: that is the answer, not its exit
+        finally:
+            self.relay.close(ident)
+        if code != 0:
+            self.stats["runs_failed"] += 1
+            # the server's log (0600) keeps what the agent said; the answer quotes its end
+            print(f"{ident.rollout_id}/{ident.attempt}: the agent exited with {code}:", err, file=sys.stderr)
+            raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err[-_STDERR_TAIL:]}")
+        result = _answer(out)
+        answer = str(result.get("answer", ""))
+        verdict = await self._post(f"{res}/verify", ident, {**task.get("verify", {}), "answer": answer})
+        await self._post(f"{res}/close_session", ident, {})
+        self.stats["runs_finished"] += 1
+        return {
+            "reward": verdict.get("reward", 0.0),
+            "verified": verdict,
+            "turns": result.get("turns", 0),
+            "answer": answer,
+            "continued": bool(journal),
+            "agent": result,
+        }
+
+    async def _spawn(
+        self, ident: Identity, env: str, task: dict[str, Any], on_stop: list[Any]
+    ) -> tuple[int, bytes, str]:
+        """Run the agent's program to its end; its exit code, stdout and stderr's tail."""
+        base = f"{self.relay_url}/r/{ident.rollout_id}/{ident.attempt}"
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLCUT_", "NATS_"))}
+        child_env.update(
+            OPENAI_BASE_URL=f"{base}/v1",
+            OPENAI_API_KEY="rollcut-relay",  # the relay takes identity from the path, not a key
+            ROLLCUT_TOOLS_URL=f"{base}/tools/{env}",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+        on_stop.append(kill)
+        try:
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            proc.stdin.write(json.dumps(task).encode())
+            with contextlib.suppress(ConnectionError):
+                await proc.stdin.drain()
+            proc.stdin.close()
+            out, err = await asyncio.gather(_bounded(proc.stdout, _MAX_ANSWER_BYTES), _tail(proc.stderr))
+            code = await proc.wait()
+        finally:
+            if proc.returncode is None:  # the run was cancelled (the framework went away): so is the agent
+                kill()
+                await proc.wait()
+        return code, out, err
+
+
+async def _bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
+    """At most ``limit`` bytes of the stream (the rest is read and dropped: the agent must not block)."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    return bytes(kept)
+
+
+async def _tail(stream: asyncio.StreamReader) -> str:
+    tail = b""
+    while chunk := await stream.read(65536):
+        tail = (tail + chunk)[-_STDERR_TAIL:]
+    return tail.decode(errors="replace")
+
+
+def _answer(out: bytes) -> dict[str, Any]:
+    """The agent's answer: its last non-empty stdout line, a JSON object."""
+    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.strip()]
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise GymError(ErrorKind.AGENT_FAILED, "the agent printed no answer (a JSON object as its last line)")
+    return answer

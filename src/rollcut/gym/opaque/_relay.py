@@ -1,0 +1,411 @@
+"""The egress relay: every request an opaque agent makes, journaled, and replayed after a crash.
+
+The agent is pointed at ``<relay>/r/<rollout>/<attempt>/v1`` (its OpenAI base
+URL) and ``<relay>/r/<rollout>/<attempt>/tools/<env>`` (its tools). A live
+request goes on to the model server or the resources server with the rollout's
+identity; their answer is appended as ``relay.exchange`` ``n`` of the lineage
+(method, route, digest of the normalised request, status, content type and the
+answer's bytes, or a stream's chunks) *before* the agent gets it: the last
+chunk of a stream is held back until the record is durable.
+
+A restarted agent (the next attempt, from its original input) is answered from
+the lineage's journal, request ``n`` by exchange ``n``, byte for byte, with no
+upstream call, as long as each request has the journaled one's digest. Past
+the journal's end it goes live. A request that differs is a *divergence*:
+recorded (``relay.diverged``), then ``fresh_dispatch`` (the agent is stopped
+and the rollout starts over from its input) or, for an environment whose tools
+are stateless, ``go_live`` (the rest of the journal is abandoned). A history
+is never half journal, half something else.
+
+At a checkpoint the relay holds nothing the log does not: its prepare only
+closes admission to *new live* requests (held, not refused, until the
+checkpoint ends; replays go on) and answers at once. A live model call in
+flight is cut by the model server's own prepare, like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import msgspec
+from fastapi.responses import Response, StreamingResponse
+
+from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
+from ...participants import ExportReport, Participant
+from .._attempts import FreshDispatchNeeded
+from .._http import append_or_refuse, envelope
+from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
+
+__all__ = ["MAX_JOURNALED_BYTES", "DivergencePolicy", "Relay", "RelayRun"]
+
+DivergencePolicy = Literal["fresh_dispatch", "go_live"]
+"""What a divergent request leads to (``--on-divergence``)."""
+
+MAX_JOURNALED_BYTES = 768 * 1024
+"""The largest answer kept in the journal; a larger one reaches the agent but is recorded as
+``oversize``, and a replay that gets to it diverges (an event holds at most ~1 MiB)."""
+
+_NOT_ANSWERS = frozenset({408, 409, 429})  # refusals about the attempt or the moment, not answers
+
+
+def _journaled(status: int) -> bool:
+    """An answer to the request itself: 2xx, or a 4xx that says what was wrong with it. A 5xx or a
+    refusal about the attempt (stale, retired) is not kept, and the request keeps its number."""
+    return 200 <= status < 300 or (400 <= status < 500 and status not in _NOT_ANSWERS)
+
+
+@dataclass
+class RelayRun:
+    """One attempt's relay: the journal it replays and where it is in it."""
+
+    ident: Identity
+    env: str
+    journal: list[RelayExchange]
+    cursor: int = 0  # the next journal entry a request is compared with
+    next_n: int = 1  # the number of the next live exchange
+    live: bool = False
+    stopped: str | None = None  # why the run may not go on (a divergence, a retirement)
+    stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
+    on_stop: list[Any] = field(default_factory=list)  # callbacks: stop the agent's process
+
+    def __post_init__(self) -> None:
+        self.next_n = len(self.journal) + 1
+        self.live = not self.journal
+
+    def stop(self, why: str, kind: ErrorKind = ErrorKind.FRESH_DISPATCH) -> None:
+        if self.stopped is None:
+            self.stopped, self.stop_kind = why, kind
+        for cb in self.on_stop:
+            cb()
+
+    def check(self) -> None:
+        if self.stopped is not None:
+            if self.stop_kind is ErrorKind.FRESH_DISPATCH:
+                raise FreshDispatchNeeded(self.stopped)
+            raise GymError(self.stop_kind, self.stopped)
+
+
+class Relay:
+    """Journals, replays and forwards an opaque agent's requests; one per agent worker."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        instance: str,
+        model_url: str,
+        resources: dict[str, str],
+        http: httpx.AsyncClient,
+        participant: Participant | None = None,
+        on_divergence: DivergencePolicy = "fresh_dispatch",
+        admission_wait_s: float = 120.0,
+        max_journaled_bytes: int = MAX_JOURNALED_BYTES,
+    ) -> None:
+        self.log, self.instance, self.http = log, instance, http
+        self.model_url = model_url.rstrip("/")
+        self.resources = {k: v.rstrip("/") for k, v in resources.items()}
+        self.participant = participant
+        self.on_divergence = on_divergence
+        self.admission_wait_s = admission_wait_s
+        self.max_journaled_bytes = max_journaled_bytes
+        self.runs: dict[Identity, RelayRun] = {}
+        self._reopened = asyncio.Event()
+        self._reopened.set()
+        self.stats = {
+            "exchanges_live": 0,
+            "exchanges_replayed": 0,
+            "divergences": 0,
+            "journaled_bytes": 0,
+            "oversize": 0,
+            "live_held_for_checkpoint": 0,
+        }
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def open(self, ident: Identity, env: str, journal: list[RelayExchange]) -> RelayRun:
+        run = self.runs[ident] = RelayRun(ident, env, journal)
+        return run
+
+    def close(self, ident: Identity) -> None:
+        self.runs.pop(ident, None)
+
+    def run_of(self, ident: Identity) -> RelayRun:
+        """Only an attempt running here is relayed: the path's identity must name one (a process left
+        over from a dead attempt, or anyone guessing ids, is refused and changes nothing)."""
+        run = self.runs.get(ident)
+        if run is None:
+            why = f"{ident.rollout_id}/{ident.attempt} is not running on this relay"
+            raise GymError(ErrorKind.STALE_ATTEMPT, why, rollout_id=ident.rollout_id, attempt=ident.attempt)
+        return run
+
+    # --- checkpoint hooks ----------------------------------------------------------------
+
+    async def export(self, checkpoint_id: str) -> ExportReport:
+        """Prepare: nothing to write (the journal is the state); new live requests wait from now on."""
+        self._reopened.clear()
+        return ExportReport()
+
+    def release(self, checkpoint_id: str) -> None:
+        self._reopened.set()
+
+    async def _admitted(self) -> None:
+        """Hold a new live request while a checkpoint (or a restore) holds this participant closed."""
+        gate = self.participant.gate if self.participant is not None else None
+        if gate is None or gate.state == "open":
+            return
+        self.stats["live_held_for_checkpoint"] += 1
+        give_up = time.monotonic() + self.admission_wait_s
+        while gate.state == "closed":
+            if time.monotonic() > give_up:
+                raise GymError(ErrorKind.ADMISSION_CLOSED, f"{self.instance}: a checkpoint held it too long")
+            with contextlib.suppress(TimeoutError):  # woken by the release, or looks again
+                await asyncio.wait_for(self._reopened.wait(), 0.25)
+
+    # --- one request ---------------------------------------------------------------------
+
+    def upstream(self, target: str, path: str) -> tuple[str, str]:
+        """The URL a request goes to, and the env it is a tool call of ("" for the model)."""
+        if target == "model":
+            return f"{self.model_url}{path}", ""
+        base = self.resources.get(target)
+        if base is None:
+            raise GymError(ErrorKind.NOT_FOUND, f"no resources server for environment {target!r}")
+        return f"{base}{path}", target
+
+    async def handle(self, ident: Identity, req: Outgoing) -> Response:
+        """Answer request ``req`` of ``ident`` from the journal, or live."""
+        run = self.run_of(ident)
+        run.check()
+        if not run.live:
+            if run.cursor < len(run.journal):
+                rec = run.journal[run.cursor]
+                run.cursor += 1  # no await since reading it: requests take entries in arrival order
+                same = rec.request_digest == req.digest and (rec.method, rec.route) == (req.method, req.route)
+                if same and not rec.oversize:
+                    return await self._replay(run, rec)
+                await self._diverged(run, rec, req)
+            else:
+                run.live = True
+        return await self._live(run, req)
+
+    async def _replay(self, run: RelayRun, rec: RelayExchange) -> Response:
+        await append_or_refuse(
+            self.log,
+            RelayReplayed(
+                **envelope("agent", self.instance, run.ident),
+                n=rec.n,
+                request_digest=rec.request_digest,
+                source_attempt=rec.attempt,
+            ),
+        )
+        self.stats["exchanges_replayed"] += 1
+        if run.cursor == len(run.journal):
+            run.live = True
+        headers = {"content-type": rec.content_type} if rec.content_type else None
+        if rec.streamed:
+            return StreamingResponse(_chunks(rec.chunks), status_code=rec.status, headers=headers)
+        return Response(rec.body, status_code=rec.status, headers=headers)
+
+    async def _diverged(self, run: RelayRun, rec: RelayExchange, req: Outgoing) -> None:
+        """Record the divergence, then stop the run (fresh dispatch) or go live from here."""
+        self.stats["divergences"] += 1
+        if rec.oversize:
+            why = f"request {rec.n}'s answer was over the journal's limit and was not kept"
+        else:
+            why = (
+                f"request {rec.n} of {run.ident.rollout_id} differs from the journal: {req.method} "
+                f"{req.route} (digest {req.digest[:12]}) where {rec.method} {rec.route} "
+                f"({rec.request_digest[:12]}) was sent"
+            )
+        policy: DivergencePolicy = self.on_divergence
+        if policy == "go_live":
+            mode = await self._mode(run.env)
+            if mode != "stateless":
+                policy, why = "fresh_dispatch", f"{why}; go_live needs stateless tools, {run.env} is {mode}"
+        await append_or_refuse(
+            self.log,
+            RelayDiverged(
+                **envelope("agent", self.instance, run.ident),
+                n=rec.n,
+                method=req.method[:16],
+                route=req.route[:4096],
+                request_digest=req.digest,
+                expected_route=rec.route,
+                expected_digest=rec.request_digest,
+                policy=policy,
+                why=why[:1000],
+            ),
+        )
+        if policy == "go_live":  # the rest of the journal is abandoned: this request is n, live
+            run.live, run.next_n = True, rec.n
+            return
+        run.stop(why)
+        run.check()
+
+    async def _mode(self, env: str) -> str:
+        """The checkpoint mode the environment's resources server declares (``unknown`` if it cannot say)."""
+        base = self.resources.get(env)
+        try:
+            answer = (await self.http.get(f"{base}/rollcut/stats", timeout=5)).json() if base else {}
+        except (httpx.HTTPError, ValueError):
+            return "unknown"
+        return str(answer.get("mode", "unknown")) if isinstance(answer, dict) else "unknown"
+
+    async def _send(self, ident: Identity, req: Outgoing) -> httpx.Response:
+        """The request upstream, with the rollout's identity; a checkpoint's closed admission there is
+        waited out (it was not admitted, so sending it again is safe)."""
+        await self._admitted()
+        give_up = time.monotonic() + self.admission_wait_s
+        headers = {**identity_headers(ident), **({"content-type": req.ctype} if req.ctype else {})}
+        while True:
+            request = self.http.build_request(req.method, req.url, content=req.body, headers=headers)
+            resp = await self.http.send(request, stream=True)
+            if resp.status_code != 503 or time.monotonic() > give_up:
+                return resp
+            await resp.aread()
+            err = error_from_response(resp, where=req.url)
+            await resp.aclose()
+            if err.kind is not ErrorKind.ADMISSION_CLOSED:
+                raise err
+            await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+
+    async def _live(self, run: RelayRun, req: Outgoing) -> Response:
+        try:
+            resp = await self._send(run.ident, req)
+        except httpx.HTTPError as exc:
+            raise GymError(ErrorKind.HTTP_ERROR, f"{req.url}: {exc!r}", status=502) from exc
+        out_type = resp.headers.get("content-type", "")
+        headers = {"content-type": out_type} if out_type else None
+        record = _Pending(run, req, resp.status_code, out_type)
+        if out_type.startswith("text/event-stream") and resp.status_code == 200:
+            return StreamingResponse(self._stream(record, resp), status_code=200, headers=headers)
+        try:
+            data = await resp.aread()
+        finally:
+            await resp.aclose()
+        if resp.status_code == 409:
+            _refused(run, error_from_response(resp, where=req.url))
+        if req.env and resp.status_code == 200:
+            record.revision = _revision(data, resp.headers.get(REVISION_HEADER))
+        await self._journal(record, body=data)
+        return Response(data, status_code=resp.status_code, headers=headers)
+
+    async def _stream(self, record: _Pending, resp: httpx.Response) -> AsyncIterator[bytes]:
+        """Chunks pass through as they come, except the last: it goes once the exchange is durable."""
+        chunks: list[bytes] = []
+        held: bytes | None = None
+        try:
+            async for chunk in resp.aiter_raw():
+                if held is not None:
+                    yield held
+                held = chunk
+                chunks.append(chunk)
+        finally:
+            await resp.aclose()
+        if not _ends_in_error(chunks):  # a failure told inside the stream is not an answer to keep
+            await self._journal(record, chunks=chunks, streamed=True)
+        if held is not None:
+            yield held
+
+    async def _journal(
+        self, p: _Pending, *, body: bytes = b"", chunks: list[bytes] | None = None, streamed: bool = False
+    ) -> None:
+        if not _journaled(p.status):
+            return
+        chunks = chunks or []
+        size = len(body) + sum(len(c) for c in chunks)
+        oversize = size > self.max_journaled_bytes
+        n, p.run.next_n = p.run.next_n, p.run.next_n + 1  # no await between: numbers follow arrival here
+        await append_or_refuse(
+            self.log,
+            RelayExchange(
+                **envelope("agent", self.instance, p.run.ident),
+                n=n,
+                method=p.req.method,
+                route=p.req.route,
+                request_digest=p.req.digest,
+                status=p.status,
+                content_type=p.content_type[:256],
+                body=b"" if oversize else body,
+                chunks=[] if oversize else chunks,
+                streamed=streamed,
+                env=p.req.env,
+                revision=p.revision,
+                oversize=oversize,
+            ),
+        )
+        self.stats["exchanges_live"] += 1
+        self.stats["journaled_bytes"] += 0 if oversize else size
+        self.stats["oversize"] += oversize
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A request of the agent as the relay handles it: ``route`` (normalised, relay-relative) and
+    ``digest`` identify it in the journal; ``url`` is where it goes live, a tool call of ``env``
+    ("" for the model)."""
+
+    method: str
+    route: str
+    digest: str
+    url: str
+    env: str
+    body: bytes
+    ctype: str
+
+
+@dataclass
+class _Pending:
+    """A live exchange on its way to the journal."""
+
+    run: RelayRun
+    req: Outgoing
+    status: int
+    content_type: str
+    revision: int | None = None
+
+
+def _ends_in_error(chunks: list[bytes]) -> bool:
+    """Whether a server-sent-events stream carries an error event (OpenAI's ``{"error": …}`` data, or a
+    Responses stream's ``error`` / ``response.failed``): a call that failed after its stream began."""
+    for line in b"".join(chunks).splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            data = msgspec.json.decode(line[5:].strip())
+        except msgspec.DecodeError:
+            continue
+        if isinstance(data, dict) and ("error" in data or data.get("type") in ("error", "response.failed")):
+            return True
+    return False
+
+
+def _refused(run: RelayRun, err: GymError) -> None:
+    """An upstream refusal that means the rollout cannot go on as it is: the run stops there."""
+    if err.needs_fresh_dispatch:
+        run.stop(str(err))
+    elif err.kind in (ErrorKind.RETIRED, ErrorKind.STALE_ATTEMPT):
+        run.stop(str(err), err.kind)
+
+
+async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for c in chunks:
+        yield c
+
+
+def _revision(data: bytes, header: str | None) -> int | None:
+    """The tool session's revision after a call: rollcut's answer field, or a bare answer's header."""
+    if header is not None and header.isdigit():
+        return int(header)
+    try:
+        answer = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    rev = answer.get("revision") if isinstance(answer, dict) else None
+    return rev if isinstance(rev, int) and not isinstance(rev, bool) and rev >= 0 else None

@@ -1,0 +1,292 @@
+"""Opaque agents across crashes: the reference agent (its own program, the openai SDK) behind the relay.
+
+Every Gym server is a process; the opaque agent's program is a child of the agent server's
+worker; SIGKILL takes the agent server (the program and the relay with it), or every Gym
+process. The continued attempt must be answered from the journal for everything the lineage
+completed (nothing generated or executed again) and finish exactly as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rollcut.bus import (
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallPrefixCut,
+    RelayDiverged,
+    RelayExchange,
+    RelayReplayed,
+    ResourcesMutated,
+)
+from rollcut.gym.opaque import REFERENCE_AGENT
+
+from ..helpers import until
+from .conftest import Deployment, deploy
+from .episodes import Episodes, episodes
+
+pytestmark = pytest.mark.slow
+
+# turn 2 ends with the agent thinking for a while: exchanges 1-5 are done (its tool list, two model
+# calls, two tool calls), and a kill then is mid-episode
+TASK = {
+    "id": "opaque",
+    "env": "counter",
+    "prompt": "Count upwards from 3, then say the total.",
+    "seed": {"start": 3},
+    "verify": {},
+    "max_steps": 12,
+    "pause_after_turn": 2,
+    "pause_s": 2.0,
+}
+DONE_BEFORE_PAUSE = 5
+
+
+def opaque_stack(root: Path, token_delay: float = 0.002) -> Any:
+    return deploy(
+        root,
+        token_delay=token_delay,
+        tool_turns=4,
+        envs=("counter",),
+        agent_options={
+            "agent": "opaque",
+            "command": f"{sys.executable} {REFERENCE_AGENT}",
+            "capability": "replayable_egress",
+        },
+    )
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Deployment]:
+    with opaque_stack(tmp_path) as dep:
+        yield dep
+
+
+@pytest.fixture
+async def ep(stack: Deployment) -> AsyncIterator[Episodes]:
+    async with episodes(stack) as e:
+        yield e
+
+
+async def kinds(ep: Episodes, rid: str, attempt: int, kind: type) -> list[Any]:
+    return [e for _, e in await ep.events(rid, attempt) if isinstance(e, kind)]
+
+
+async def run_until_paused(ep: Episodes, rid: str, task: dict[str, Any]) -> asyncio.Future[httpx.Response]:
+    await ep.log.dispatch(rid, task, instance="collector")
+    run = ep.start_run(rid, 1, task)
+
+    async def thinking() -> bool:
+        return len(await kinds(ep, rid, 1, RelayExchange)) >= DONE_BEFORE_PAUSE
+
+    await until(thinking, timeout=60, what=f"{DONE_BEFORE_PAUSE} exchanges of {rid}")
+    return run
+
+
+async def continued(ep: Episodes, rid: str, attempt: int, task: dict[str, Any]) -> dict[str, Any]:
+    resp = await ep.post_run(rid, attempt, task)
+    assert resp.status_code == 200, resp.text
+    out: dict[str, Any] = resp.json()
+    return out
+
+
+async def assert_nothing_done_twice(ep: Episodes, rid: str) -> None:
+    assert await ep.regenerated(rid) == []  # no model call generated again
+    assert await ep.reapplied(rid) == []  # no tool call executed again
+
+
+def same_episode(out: dict[str, Any], ref: dict[str, Any]) -> None:
+    assert out["continued"] is True
+    assert (out["answer"], out["verified"], out["turns"]) == (ref["answer"], ref["verified"], ref["turns"])
+    # the agent's own state: every message it saw and sent, hashed by the agent itself
+    assert out["agent"]["state"] == ref["agent"]["state"]
+    assert out["agent"]["notes"] == ref["agent"]["notes"]
+
+
+async def test_the_agent_server_killed_mid_episode_is_replayed_from_the_journal(ep: Episodes) -> None:
+    ref = await ep.reference(TASK)
+    await run_until_paused(ep, "r", TASK)
+    done = await kinds(ep, "r", 1, RelayExchange)
+    ep.dep.crash_one("agent")  # its workers, the relay in them, the agent's program
+    await ep.runs_broken_off()
+    ck = await ep.checkpoint()  # the tail: everything durable before the kill
+    attempt = await ep.continue_from("r", ck)
+    out = await continued(ep, "r", attempt, TASK)
+    same_episode(out, ref)
+    replayed = await kinds(ep, "r", attempt, RelayReplayed)
+    assert [e.n for e in replayed] == [e.n for e in done] == list(range(1, len(done) + 1))
+    assert {e.source_attempt for e in replayed} == {1}
+    # what attempt 2 did live starts where the journal ended, numbered on
+    live = await kinds(ep, "r", attempt, RelayExchange)
+    assert [e.n for e in live] == list(range(len(done) + 1, len(done) + 1 + len(live)))
+    assert len(done) + len(live) == len(await kinds(ep, "reference", 1, RelayExchange))
+    await assert_nothing_done_twice(ep, "r")
+    # the model server generated, in attempt 2, only calls the journal did not hold
+    calls_1 = await kinds(ep, "r", 1, ModelCallCompleted)
+    calls_2 = await kinds(ep, "r", attempt, ModelCallCompleted)
+    assert len(calls_1) + len(calls_2) == len(await kinds(ep, "reference", 1, ModelCallCompleted))
+
+
+async def test_every_gym_process_killed_then_a_second_crash_during_the_replay(ep: Episodes) -> None:
+    ref = await ep.reference(TASK)
+    await run_until_paused(ep, "r", TASK)
+    done = len(await kinds(ep, "r", 1, RelayExchange))
+    await ep.crash()
+    ep.dep.restart(same_ports=True)
+    ck = await ep.checkpoint()
+    a2 = await ep.continue_from("r", ck)
+    ep.start_run("r", a2, TASK)
+
+    async def replaying_and_thinking() -> bool:  # attempt 2 replayed the journal and thinks again
+        return len(await kinds(ep, "r", a2, RelayReplayed)) >= done
+
+    await until(replaying_and_thinking, timeout=60, what="attempt 2 replaying")
+    assert await kinds(ep, "r", a2, RelayExchange) == []  # nothing live yet
+    await ep.crash()
+    ep.dep.restart(same_ports=True)
+    ck2 = await ep.checkpoint()
+    a3 = await ep.continue_from("r", ck2)
+    out = await continued(ep, "r", a3, TASK)
+    same_episode(out, ref)
+    replayed = await kinds(ep, "r", a3, RelayReplayed)
+    # attempt 3 continues attempt 1 through attempt 2: the same journal, from its first writer
+    assert [e.n for e in replayed] == list(range(1, done + 1))
+    assert {e.source_attempt for e in replayed} == {1}
+    await assert_nothing_done_twice(ep, "r")
+
+
+async def test_a_checkpoint_taken_while_the_agent_thinks_publishes_and_is_continued(ep: Episodes) -> None:
+    ref = await ep.reference(TASK)
+    await run_until_paused(ep, "r", TASK)
+    before = len(await kinds(ep, "r", 1, RelayExchange))
+    ck = await ep.checkpoint()  # the agent is thinking: nothing to wait for, nothing it must reach
+    assert len(await kinds(ep, "r", 1, RelayExchange)) == before  # it published before the agent moved
+    assert not await ep.finished("r")
+    await ep.crash()
+    ep.dep.restart(same_ports=True)
+    attempt = await ep.continue_from("r", ck)  # that checkpoint, not a tail sealed after the crash
+    out = await continued(ep, "r", attempt, TASK)
+    same_episode(out, ref)
+    assert len(await kinds(ep, "r", attempt, RelayReplayed)) == before
+    await assert_nothing_done_twice(ep, "r")
+
+
+async def test_a_nondeterministic_agent_diverges_and_starts_over_with_no_mixed_history(ep: Episodes) -> None:
+    task = {**TASK, "nonce": True}
+    await run_until_paused(ep, "r", task)
+    await ep.crash()
+    ep.dep.restart(same_ports=True)
+    ck = await ep.checkpoint()
+    a2 = await ep.continue_from("r", ck)
+    resp = await ep.post_run("r", a2, task)
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["error"]["type"] == "fresh_dispatch"
+    (diverged,) = await kinds(ep, "r", a2, RelayDiverged)
+    # its first model request after a tool round carries the nonce: request 4 (tools, model, tool, model)
+    assert diverged.n == 4 and diverged.policy == "fresh_dispatch"
+    assert [e.n for e in await kinds(ep, "r", a2, RelayReplayed)] == [1, 2, 3]
+    # nothing of attempt 2 went live: no exchange, no generation, no tool call
+    for kind in (RelayExchange, ModelCallCompleted, ResourcesMutated):
+        assert await kinds(ep, "r", a2, kind) == []
+    # the framework's fallback: the next attempt from the input, which runs whole and replays nothing
+    a3 = await ep.fresh_dispatch("r")
+    resp = await ep.post_run("r", a3, task)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["continued"] is False
+    assert await kinds(ep, "r", a3, RelayReplayed) == []
+
+
+async def test_the_relay_answers_only_an_attempt_running_on_it(ep: Episodes) -> None:
+    agent = next(p for p in ep.dep.stack if p.name == "agent").url
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+    await ep.log.dispatch("idle", TASK, instance="collector")  # dispatched, but no agent runs it
+    for path in (
+        "/r/idle/1/v1/chat/completions",
+        "/r/idle/1/tools/counter/add",
+        "/r/nobody/1/tools/counter/add",
+    ):
+        resp = await ep.http.post(f"{agent}{path}", json=body)
+        assert resp.status_code == 409 and resp.json()["error"]["type"] == "stale_attempt", resp.text
+    resp = await ep.http.post(f"{agent}/v1/chat/completions", json=body, headers={"x-rollout-id": "idle"})
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "missing_identity"
+    assert [e for _, e in await ep.events("idle") if not isinstance(e, type(None))][
+        1:
+    ] == []  # the dispatch only
+
+
+@pytest.fixture
+def undeclared(tmp_path: Path) -> Iterator[Deployment]:
+    """The same agent, its runtime declaring no capability."""
+    agent = {"agent": "opaque", "command": f"{sys.executable} {REFERENCE_AGENT}"}
+    with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=agent) as dep:
+        yield dep
+
+
+async def test_an_agent_that_declares_nothing_is_restart_only(undeclared: Deployment) -> None:
+    async with episodes(undeclared) as ep:
+        await run_until_paused(ep, "r", TASK)
+        await ep.crash()
+        ep.dep.restart(same_ports=True)
+        a2 = await ep.continue_from("r", await ep.checkpoint())
+        resp = await ep.post_run("r", a2, TASK)
+        assert resp.status_code == 409 and resp.json()["error"]["type"] == "fresh_dispatch"
+        assert "restart_only" in resp.json()["error"]["message"]
+        # fail closed: nothing of the journal was replayed, nothing went live
+        for kind in (RelayReplayed, RelayExchange, ModelCallCompleted):
+            assert await kinds(ep, "r", a2, kind) == []
+        a3 = await ep.fresh_dispatch("r")
+        resp = await ep.post_run("r", a3, TASK)
+        assert resp.status_code == 200 and resp.json()["continued"] is False
+
+
+@pytest.fixture
+def slow_tokens(tmp_path: Path) -> Iterator[Deployment]:
+    """The same deployment with generations long enough to be cut by a checkpoint."""
+    with opaque_stack(tmp_path, token_delay=0.03) as dep:
+        yield dep
+
+
+async def test_a_model_call_running_at_a_checkpoint_continues_from_its_cut(slow_tokens: Deployment) -> None:
+    task = {k: v for k, v in TASK.items() if not k.startswith("pause")}
+    async with episodes(slow_tokens) as ep:
+        ref = await ep.reference(task)
+        await ep.log.dispatch("r", task, instance="collector")
+        ep.start_run("r", 1, task)
+
+        async def generating() -> bool:  # its second model call is admitted and not finished
+            evs = [e for _, e in await ep.events("r", 1)]
+            admitted = [e.call_id for e in evs if isinstance(e, ModelCallAdmitted)]
+            done = {e.call_id for e in evs if isinstance(e, ModelCallCompleted)}
+            return len(admitted) >= 2 and admitted[-1] not in done
+
+        await until(generating, timeout=60, what="a second model call generating")
+        ck = await ep.checkpoint()  # the relay answers at once; the model server cuts the call
+        await ep.crash()
+        (cut,) = await kinds(ep, "r", 1, ModelCallPrefixCut)
+        assert cut.token_boundary > 0
+        ep.dep.restart(same_ports=True)
+        attempt = await ep.continue_from("r", ck)
+        out = await continued(ep, "r", attempt, task)
+        same_episode(out, ref)
+        # the replayed agent sent the cut call again past the journal's end: it went on from its prefix
+        (cont,) = await kinds(ep, "r", attempt, ModelCallContinued)
+        assert (cont.source_call_id, cont.token_boundary) == (cut.call_id, cut.token_boundary)
+        assert len(await kinds(ep, "r", attempt, RelayReplayed)) >= 3  # tools, model call 1, its tool call
+        await assert_nothing_done_twice(ep, "r")
+
+
+async def test_a_retired_rollout_stops_its_agent(ep: Episodes) -> None:
+    run = await run_until_paused(ep, "r", TASK)
+    done = len(await kinds(ep, "r", 1, RelayExchange))
+    await ep.log.retire("r", instance="collector", reason="over budget")
+    resp = await run  # the launcher stops the agent; nothing more of it reaches the log
+    assert resp.status_code == 409 and resp.json()["error"]["type"] == "retired", resp.text
+    assert len(await kinds(ep, "r", 1, RelayExchange)) == done

@@ -9,6 +9,8 @@ completed (nothing generated or executed again) and finish exactly as an uninter
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -89,6 +91,27 @@ async def run_until_paused(ep: Episodes, rid: str, task: dict[str, Any]) -> asyn
 
     await until(thinking, timeout=60, what=f"{DONE_BEFORE_PAUSE} exchanges of {rid}")
     return run
+
+
+def agent_program(ep: Episodes) -> int:
+    """The pid of the reference agent's program running under the agent server's workers."""
+    workers = set(next(p for p in ep.dep.stack if p.name == "agent").pids)
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or gone meanwhile
+        if ppid in workers and REFERENCE_AGENT.name.encode() in cmdline:
+            found.append(int(proc.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def agent_restarts(ep: Episodes) -> int:
+    agent = next(p for p in ep.dep.stack if p.name == "agent").url
+    return int((await ep.http.get(f"{agent}/rollcut/stats")).json()["agent_restarts"])
 
 
 async def continued(ep: Episodes, rid: str, attempt: int, task: dict[str, Any]) -> dict[str, Any]:
@@ -290,3 +313,48 @@ async def test_a_retired_rollout_stops_its_agent(ep: Episodes) -> None:
     resp = await run  # the launcher stops the agent; nothing more of it reaches the log
     assert resp.status_code == 409 and resp.json()["error"]["type"] == "retired", resp.text
     assert len(await kinds(ep, "r", 1, RelayExchange)) == done
+
+
+async def test_the_agents_program_killed_alone_is_started_again_within_its_attempt(ep: Episodes) -> None:
+    ref = await ep.reference(TASK)
+    run = await run_until_paused(ep, "r", TASK)
+    done = await kinds(ep, "r", 1, RelayExchange)
+    os.kill(agent_program(ep), signal.SIGKILL)  # the OOM killer's way: the relay and the servers live on
+    resp = await run
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert (out["answer"], out["verified"], out["turns"]) == (ref["answer"], ref["verified"], ref["turns"])
+    assert out["agent"]["state"] == ref["agent"]["state"] and out["continued"] is False
+    # the same attempt: its program, started again from its input, was answered from the journal
+    replayed = await kinds(ep, "r", 1, RelayReplayed)
+    assert [e.n for e in replayed] == [e.n for e in done] and {e.source_attempt for e in replayed} == {1}
+    assert await agent_restarts(ep) == 1
+    await assert_nothing_done_twice(ep, "r")
+
+
+async def test_a_call_in_flight_when_the_program_dies_is_journaled_and_not_generated_again(
+    slow_tokens: Deployment,
+) -> None:
+    task = {k: v for k, v in TASK.items() if not k.startswith("pause")}
+    async with episodes(slow_tokens) as ep:
+        ref = await ep.reference(task)
+        await ep.log.dispatch("r", task, instance="collector")
+        run = ep.start_run("r", 1, task)
+
+        async def generating() -> bool:
+            evs = [e for _, e in await ep.events("r", 1)]
+            admitted = [e.call_id for e in evs if isinstance(e, ModelCallAdmitted)]
+            done = {e.call_id for e in evs if isinstance(e, ModelCallCompleted)}
+            return len(admitted) >= 2 and admitted[-1] not in done
+
+        await until(generating, timeout=60, what="a second model call generating")
+        os.kill(agent_program(ep), signal.SIGKILL)
+        resp = await run
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["agent"]["state"] == ref["agent"]["state"]
+        # the call the dead program was waiting for ran to its end upstream, was journaled, and the
+        # program started again got it from the journal: every model call generated once
+        generated = await kinds(ep, "r", 1, ModelCallCompleted)
+        assert len(generated) == len(await kinds(ep, "reference", 1, ModelCallCompleted))
+        assert len(await kinds(ep, "r", 1, RelayReplayed)) >= 3
+        await assert_nothing_done_twice(ep, "r")

@@ -15,10 +15,12 @@ from rollcut.gym import AgentServe, cli_argv
 from rollcut.gym.opaque import (
     REFERENCE_AGENT,
     JournalGap,
+    RelayRun,
     lineage_journal,
     normalised_route,
     request_digest,
 )
+from rollcut.gym.wire import Identity
 
 BODY = b'{"model": "policy", "messages": [{"role": "user", "content": "caf\\u00e9"}], "max_tokens": 8}'
 
@@ -152,3 +154,16 @@ def test_an_opaque_agent_that_cannot_run_is_refused_before_it_binds(
     )
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr
+
+
+def test_a_runs_journal_takes_its_live_exchanges_in_number_order_and_rewinds_to_all_of_them() -> None:
+    run = RelayRun(Identity("r", 2), "counter", [_exchange("r", 1, 1), _exchange("r", 1, 2)])
+    assert (run.live, run.next_n) == (False, 3)
+    run.cursor, run.live = 2, True  # replayed both, went live
+    run.kept(_exchange("r", 2, 4))  # stored before 3 (concurrent requests)
+    run.kept(_exchange("r", 2, 3))
+    assert [(e.attempt, e.n) for e in run.journal] == [(1, 1), (1, 2), (2, 3), (2, 4)]
+    run.rewind()  # its program killed: started again, answered from all four
+    assert (run.cursor, run.live, run.next_n) == (0, False, 5)
+    run.abandon_from(2)  # a go_live divergence at 2 drops 2 and what follows
+    assert ([e.n for e in run.journal], run.live, run.next_n) == ([1], True, 2)

@@ -9,16 +9,18 @@ diverges and what each declared :class:`Capability` promises.
 import pathlib as _pathlib
 
 from ._app import create_opaque_app
+from ._exchange import Outgoing, RelayRun
 from ._journal import JournalGap, lineage_journal
-from ._launcher import Capability, OpaqueAgent, SandboxSnapshot
+from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxSnapshot
 from ._normalise import canonical_body, normalised_route, request_digest
-from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Outgoing, Relay, RelayRun
+from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
 """The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of
 rollcut's) run as ``python REFERENCE_AGENT [--nonce]``."""
 
 __all__ = [
+    "MAX_AGENT_RESTARTS",
     "MAX_JOURNALED_BYTES",
     "REFERENCE_AGENT",
     "Capability",

@@ -16,9 +16,9 @@ from fastapi.responses import Response
 
 from .._http import DEFAULT_MAX_BODY_BYTES, deep_health, gym_app, identity_of, json_body, run_admitted
 from ..wire import ErrorKind, GymError, Identity
+from ._exchange import Outgoing
 from ._launcher import OpaqueAgent
 from ._normalise import normalised_route, request_digest
-from ._relay import Outgoing
 
 __all__ = ["create_opaque_app"]
 

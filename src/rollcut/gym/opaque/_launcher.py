@@ -38,10 +38,14 @@ from ...participants import ExportReport, Participant
 from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
+from ._exchange import RelayRun
 from ._journal import JournalGap, lineage_journal
 from ._relay import DivergencePolicy, Relay
 
-__all__ = ["Capability", "OpaqueAgent", "SandboxSnapshot"]
+__all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxSnapshot"]
+
+MAX_AGENT_RESTARTS = 3
+"""How often an attempt's agent killed by a signal is started again in place before the run fails."""
 
 _MAX_ANSWER_BYTES = 1024 * 1024  # what is read of the agent's stdout
 _STDERR_TAIL = 4000  # what of its stderr a failure quotes
@@ -126,6 +130,7 @@ class OpaqueAgent:
             "fresh_dispatch": 0,
             "runs_failed": 0,
             "runs_retired": 0,
+            "agent_restarts": 0,
         }
 
     # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
@@ -193,13 +198,12 @@ class OpaqueAgent:
         env = str(task["env"])
         res = self.resources[env]
         journal = await self._journal(ident)
+        continued = bool(journal)  # the run's journal grows with what it does live
         await self._post(f"{res}/seed_session", ident, task.get("seed", {}))
         run = self.relay.open(ident, env, journal)
-        if journal:
-            self.stats["runs_replayed"] += 1
+        self.stats["runs_replayed"] += continued
         try:
-            code, out, err = await self._spawn(ident, env, task, run.on_stop)
-            run.check()  # a divergence or a retirement stopped it: that is the answer, not its exit
+            code, out, err = await self._agent(ident, env, task, run)
         finally:
             self.relay.close(ident)
         if code != 0:
@@ -217,9 +221,27 @@ class OpaqueAgent:
             "verified": verdict,
             "turns": result.get("turns", 0),
             "answer": answer,
-            "continued": bool(journal),
+            "continued": continued,
             "agent": result,
         }
+
+    async def _agent(
+        self, ident: Identity, env: str, task: dict[str, Any], run: RelayRun
+    ) -> tuple[int, bytes, str]:
+        """The agent's program to its end. Killed by a signal (the OOM killer, a segfault, an operator),
+        it is started again within the attempt from its input, answered from the journal, this
+        attempt's own exchanges included: nothing it did runs twice."""
+        for restarts in range(MAX_AGENT_RESTARTS + 1):
+            run.on_stop.clear()
+            code, out, err = await self._spawn(ident, env, task, run.on_stop)
+            run.check()  # a divergence or a retirement stopped it: that is the answer, not its exit
+            if code >= 0 or self.capability is Capability.RESTART_ONLY or restarts == MAX_AGENT_RESTARTS:
+                break
+            await run.settle()  # what it had sent upstream is journaled first (or failed)
+            run.rewind()
+            self.stats["agent_restarts"] += 1
+            print(f"{ident.rollout_id}/{ident.attempt}: the agent died ({code}); again", file=sys.stderr)
+        return code, out, err
 
     async def _spawn(
         self, ident: Identity, env: str, task: dict[str, Any], on_stop: list[Any]

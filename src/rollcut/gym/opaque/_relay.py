@@ -29,18 +29,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
-import msgspec
 from fastapi.responses import Response, StreamingResponse
 
 from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
 from ...participants import ExportReport, Participant
-from .._attempts import FreshDispatchNeeded
 from .._http import append_or_refuse, envelope
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
+from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
 
 __all__ = ["MAX_JOURNALED_BYTES", "DivergencePolicy", "Relay", "RelayRun"]
 
@@ -50,45 +48,6 @@ DivergencePolicy = Literal["fresh_dispatch", "go_live"]
 MAX_JOURNALED_BYTES = 768 * 1024
 """The largest answer kept in the journal; a larger one reaches the agent but is recorded as
 ``oversize``, and a replay that gets to it diverges (an event holds at most ~1 MiB)."""
-
-_NOT_ANSWERS = frozenset({408, 409, 429})  # refusals about the attempt or the moment, not answers
-
-
-def _journaled(status: int) -> bool:
-    """An answer to the request itself: 2xx, or a 4xx that says what was wrong with it. A 5xx or a
-    refusal about the attempt (stale, retired) is not kept, and the request keeps its number."""
-    return 200 <= status < 300 or (400 <= status < 500 and status not in _NOT_ANSWERS)
-
-
-@dataclass
-class RelayRun:
-    """One attempt's relay: the journal it replays and where it is in it."""
-
-    ident: Identity
-    env: str
-    journal: list[RelayExchange]
-    cursor: int = 0  # the next journal entry a request is compared with
-    next_n: int = 1  # the number of the next live exchange
-    live: bool = False
-    stopped: str | None = None  # why the run may not go on (a divergence, a retirement)
-    stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
-    on_stop: list[Any] = field(default_factory=list)  # callbacks: stop the agent's process
-
-    def __post_init__(self) -> None:
-        self.next_n = len(self.journal) + 1
-        self.live = not self.journal
-
-    def stop(self, why: str, kind: ErrorKind = ErrorKind.FRESH_DISPATCH) -> None:
-        if self.stopped is None:
-            self.stopped, self.stop_kind = why, kind
-        for cb in self.on_stop:
-            cb()
-
-    def check(self) -> None:
-        if self.stopped is not None:
-            if self.stop_kind is ErrorKind.FRESH_DISPATCH:
-                raise FreshDispatchNeeded(self.stopped)
-            raise GymError(self.stop_kind, self.stopped)
 
 
 class Relay:
@@ -209,7 +168,7 @@ class Relay:
             run.live = True
         headers = {"content-type": rec.content_type} if rec.content_type else None
         if rec.streamed:
-            return StreamingResponse(_chunks(rec.chunks), status_code=rec.status, headers=headers)
+            return StreamingResponse(replayed(rec.chunks), status_code=rec.status, headers=headers)
         return Response(rec.body, status_code=rec.status, headers=headers)
 
     async def _diverged(self, run: RelayRun, rec: RelayExchange, req: Outgoing) -> None:
@@ -243,7 +202,7 @@ class Relay:
             ),
         )
         if policy == "go_live":  # the rest of the journal is abandoned: this request is n, live
-            run.live, run.next_n = True, rec.n
+            run.abandon_from(rec.n)
             return
         run.stop(why)
         run.check()
@@ -276,136 +235,97 @@ class Relay:
             await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
 
     async def _live(self, run: RelayRun, req: Outgoing) -> Response:
+        """Upstream, then into the journal, in a task of its own: an agent that dies meanwhile (its
+        connection gone) does not cut the exchange short, so what ran upstream is journaled, and an
+        agent started again is answered from it instead of running it twice."""
+        return await asyncio.shield(run.track(self._exchange(run, req)))
+
+    async def _exchange(self, run: RelayRun, req: Outgoing) -> Response:
         try:
             resp = await self._send(run.ident, req)
         except httpx.HTTPError as exc:
             raise GymError(ErrorKind.HTTP_ERROR, f"{req.url}: {exc!r}", status=502) from exc
         out_type = resp.headers.get("content-type", "")
         headers = {"content-type": out_type} if out_type else None
-        record = _Pending(run, req, resp.status_code, out_type)
+        record = Pending(run, req, resp.status_code, out_type)
         if out_type.startswith("text/event-stream") and resp.status_code == 200:
-            return StreamingResponse(self._stream(record, resp), status_code=200, headers=headers)
+            pipe: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+            run.track(self._pump(record, resp, pipe))
+            return StreamingResponse(_drain(pipe), status_code=200, headers=headers)
         try:
             data = await resp.aread()
         finally:
             await resp.aclose()
         if resp.status_code == 409:
-            _refused(run, error_from_response(resp, where=req.url))
+            refused(run, error_from_response(resp, where=req.url))
         if req.env and resp.status_code == 200:
-            record.revision = _revision(data, resp.headers.get(REVISION_HEADER))
+            record.revision = revision_of(data, resp.headers.get(REVISION_HEADER))
         await self._journal(record, body=data)
         return Response(data, status_code=resp.status_code, headers=headers)
 
-    async def _stream(self, record: _Pending, resp: httpx.Response) -> AsyncIterator[bytes]:
-        """Chunks pass through as they come, except the last: it goes once the exchange is durable."""
+    async def _pump(
+        self, record: Pending, resp: httpx.Response, pipe: asyncio.Queue[bytes | BaseException | None]
+    ) -> None:
+        """A stream's chunks to the agent as they come, except the last: it goes once the exchange is
+        durable. Runs to the end whether or not the agent still reads."""
         chunks: list[bytes] = []
         held: bytes | None = None
         try:
             async for chunk in resp.aiter_raw():
                 if held is not None:
-                    yield held
+                    pipe.put_nowait(held)
                 held = chunk
                 chunks.append(chunk)
+            if not ends_in_error(chunks):  # a failure told inside the stream is not an answer to keep
+                await self._journal(record, chunks=chunks, streamed=True)
+        except BaseException as exc:  # the agent's stream breaks off, its end never sent
+            pipe.put_nowait(exc)
+            raise
         finally:
             await resp.aclose()
-        if not _ends_in_error(chunks):  # a failure told inside the stream is not an answer to keep
-            await self._journal(record, chunks=chunks, streamed=True)
         if held is not None:
-            yield held
+            pipe.put_nowait(held)
+        pipe.put_nowait(None)
 
     async def _journal(
-        self, p: _Pending, *, body: bytes = b"", chunks: list[bytes] | None = None, streamed: bool = False
+        self, p: Pending, *, body: bytes = b"", chunks: list[bytes] | None = None, streamed: bool = False
     ) -> None:
-        if not _journaled(p.status):
+        if not journaled(p.status):
             return
         chunks = chunks or []
         size = len(body) + sum(len(c) for c in chunks)
         oversize = size > self.max_journaled_bytes
         n, p.run.next_n = p.run.next_n, p.run.next_n + 1  # no await between: numbers follow arrival here
-        await append_or_refuse(
-            self.log,
-            RelayExchange(
-                **envelope("agent", self.instance, p.run.ident),
-                n=n,
-                method=p.req.method,
-                route=p.req.route,
-                request_digest=p.req.digest,
-                status=p.status,
-                content_type=p.content_type[:256],
-                body=b"" if oversize else body,
-                chunks=[] if oversize else chunks,
-                streamed=streamed,
-                env=p.req.env,
-                revision=p.revision,
-                oversize=oversize,
-            ),
+        ev = RelayExchange(
+            **envelope("agent", self.instance, p.run.ident),
+            n=n,
+            method=p.req.method,
+            route=p.req.route,
+            request_digest=p.req.digest,
+            status=p.status,
+            content_type=p.content_type[:256],
+            body=b"" if oversize else body,
+            chunks=[] if oversize else chunks,
+            streamed=streamed,
+            env=p.req.env,
+            revision=p.revision,
+            oversize=oversize,
         )
+        try:
+            await append_or_refuse(self.log, ev)
+        except BaseException:
+            if p.run.next_n == n + 1:  # not stored: the request keeps its number (unless one took the next)
+                p.run.next_n = n
+            raise
+        p.run.kept(ev)
         self.stats["exchanges_live"] += 1
         self.stats["journaled_bytes"] += 0 if oversize else size
         self.stats["oversize"] += oversize
 
 
-@dataclass(frozen=True)
-class Outgoing:
-    """A request of the agent as the relay handles it: ``route`` (normalised, relay-relative) and
-    ``digest`` identify it in the journal; ``url`` is where it goes live, a tool call of ``env``
-    ("" for the model)."""
-
-    method: str
-    route: str
-    digest: str
-    url: str
-    env: str
-    body: bytes
-    ctype: str
-
-
-@dataclass
-class _Pending:
-    """A live exchange on its way to the journal."""
-
-    run: RelayRun
-    req: Outgoing
-    status: int
-    content_type: str
-    revision: int | None = None
-
-
-def _ends_in_error(chunks: list[bytes]) -> bool:
-    """Whether a server-sent-events stream carries an error event (OpenAI's ``{"error": …}`` data, or a
-    Responses stream's ``error`` / ``response.failed``): a call that failed after its stream began."""
-    for line in b"".join(chunks).splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        try:
-            data = msgspec.json.decode(line[5:].strip())
-        except msgspec.DecodeError:
-            continue
-        if isinstance(data, dict) and ("error" in data or data.get("type") in ("error", "response.failed")):
-            return True
-    return False
-
-
-def _refused(run: RelayRun, err: GymError) -> None:
-    """An upstream refusal that means the rollout cannot go on as it is: the run stops there."""
-    if err.needs_fresh_dispatch:
-        run.stop(str(err))
-    elif err.kind in (ErrorKind.RETIRED, ErrorKind.STALE_ATTEMPT):
-        run.stop(str(err), err.kind)
-
-
-async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for c in chunks:
-        yield c
-
-
-def _revision(data: bytes, header: str | None) -> int | None:
-    """The tool session's revision after a call: rollcut's answer field, or a bare answer's header."""
-    if header is not None and header.isdigit():
-        return int(header)
-    try:
-        answer = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return None
-    rev = answer.get("revision") if isinstance(answer, dict) else None
-    return rev if isinstance(rev, int) and not isinstance(rev, bool) and rev >= 0 else None
+async def _drain(pipe: asyncio.Queue[bytes | BaseException | None]) -> AsyncIterator[bytes]:
+    """What :meth:`Relay._pump` passes on; a failure there breaks the agent's stream off."""
+    while (item := await pipe.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        yield item

@@ -1,0 +1,175 @@
+"""One attempt's relay state, and what the relay reads off a request and its answer.
+
+Kept apart from :mod:`._relay` (which does the I/O) so the rules are in one
+place: which answers are journaled, what a stream's error event is, where a
+tool call's revision is read, and how a run goes back to the start of its
+journal when its agent is started again within the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ...bus import RelayExchange
+from .._attempts import FreshDispatchNeeded
+from ..wire import ErrorKind, GymError, Identity
+
+__all__ = [
+    "Outgoing",
+    "Pending",
+    "RelayRun",
+    "ends_in_error",
+    "journaled",
+    "refused",
+    "replayed",
+    "revision_of",
+]
+
+_NOT_ANSWERS = frozenset({408, 409, 429})  # refusals about the attempt or the moment, not answers
+
+
+def journaled(status: int) -> bool:
+    """An answer to the request itself: 2xx, or a 4xx that says what was wrong with it. A 5xx or a
+    refusal about the attempt (stale, retired) is not kept, and the request keeps its number."""
+    return 200 <= status < 300 or (400 <= status < 500 and status not in _NOT_ANSWERS)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A request of the agent as the relay handles it: ``route`` (normalised, relay-relative) and
+    ``digest`` identify it in the journal; ``url`` is where it goes live, a tool call of ``env``
+    ("" for the model)."""
+
+    method: str
+    route: str
+    digest: str
+    url: str
+    env: str
+    body: bytes
+    ctype: str
+
+
+@dataclass
+class RelayRun:
+    """One attempt's relay: its journal (the lineage's, then what this attempt journals live), where
+    the agent is in it, and the live exchanges still running."""
+
+    ident: Identity
+    env: str
+    journal: list[RelayExchange]
+    cursor: int = 0  # the next journal entry a request is compared with
+    next_n: int = 1  # the number of the next live exchange
+    live: bool = False
+    stopped: str | None = None  # why the run may not go on (a divergence, a retirement)
+    stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
+    on_stop: list[Callable[[], None]] = field(default_factory=list)  # stop the agent's process
+    inflight: set[asyncio.Future[Any]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.next_n = len(self.journal) + 1
+        self.live = not self.journal
+
+    def stop(self, why: str, kind: ErrorKind = ErrorKind.FRESH_DISPATCH) -> None:
+        if self.stopped is None:
+            self.stopped, self.stop_kind = why, kind
+        for cb in self.on_stop:
+            cb()
+
+    def check(self) -> None:
+        if self.stopped is not None:
+            if self.stop_kind is ErrorKind.FRESH_DISPATCH:
+                raise FreshDispatchNeeded(self.stopped)
+            raise GymError(self.stop_kind, self.stopped)
+
+    def kept(self, ev: RelayExchange) -> None:
+        """A live exchange is durable: it joins the journal, in its number's place."""
+        bisect.insort(self.journal, ev, key=lambda e: e.n)
+
+    def abandon_from(self, n: int) -> None:
+        """Going live at a divergence: entries ``n`` and on are not this history's any more."""
+        del self.journal[n - 1 :]
+        self.live, self.next_n = True, n
+
+    def track(self, work: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """Run a live exchange as a task of its own: the agent going away does not cut it short."""
+        task = asyncio.ensure_future(work)
+        self.inflight.add(task)
+        task.add_done_callback(_settled(self.inflight))
+        return task
+
+    async def settle(self) -> None:
+        """Wait for the live exchanges still running (journaled, or failed)."""
+        while self.inflight:
+            await asyncio.gather(*self.inflight, return_exceptions=True)
+
+    def rewind(self) -> None:
+        """The agent starts again within this attempt: answered from the whole journal, its own live
+        exchanges included, from the first request."""
+        self.cursor, self.live, self.next_n = 0, not self.journal, len(self.journal) + 1
+
+
+def _settled(inflight: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
+        inflight.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: whoever awaited it has it; nobody else must be warned
+
+    return done
+
+
+@dataclass
+class Pending:
+    """A live exchange on its way to the journal."""
+
+    run: RelayRun
+    req: Outgoing
+    status: int
+    content_type: str
+    revision: int | None = None
+
+
+def ends_in_error(chunks: list[bytes]) -> bool:
+    """Whether a server-sent-events stream carries an error event (OpenAI's ``{"error": …}`` data, or a
+    Responses stream's ``error`` / ``response.failed``): a call that failed after its stream began."""
+    for line in b"".join(chunks).splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            data = msgspec.json.decode(line[5:].strip())
+        except msgspec.DecodeError:
+            continue
+        if isinstance(data, dict) and ("error" in data or data.get("type") in ("error", "response.failed")):
+            return True
+    return False
+
+
+def refused(run: RelayRun, err: GymError) -> None:
+    """An upstream refusal that means the rollout cannot go on as it is: the run stops there."""
+    if err.needs_fresh_dispatch:
+        run.stop(str(err))
+    elif err.kind in (ErrorKind.RETIRED, ErrorKind.STALE_ATTEMPT):
+        run.stop(str(err), err.kind)
+
+
+async def replayed(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    """A journaled stream, chunk by chunk as it was received."""
+    for c in chunks:
+        yield c
+
+
+def revision_of(data: bytes, header: str | None) -> int | None:
+    """The tool session's revision after a call: rollcut's answer field, or a bare answer's header."""
+    if header is not None and header.isdigit():
+        return int(header)
+    try:
+        answer = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    rev = answer.get("revision") if isinstance(answer, dict) else None
+    return rev if isinstance(rev, int) and not isinstance(rev, bool) and rev >= 0 else None

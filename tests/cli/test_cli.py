@@ -190,6 +190,18 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
 
 
 @pytest.mark.slow
+def test_bench_relay_times_live_and_replayed_calls_against_direct_ones() -> None:
+    out = json.loads(_run("bench", "relay", "--calls", "20", "--repeat", "2", "--json").stdout)
+    # every relay call of the first attempts journaled; every one of the continued attempts replayed
+    assert out["calls"] == 20 * 2 * 4 and out["exchanges_live"] == out["exchanges_replayed"] == 40
+    assert out["journaled_bytes"] > 0
+    for key in ("direct_ms", "relay_live_ms", "relay_replay_ms", "direct_reused_ms"):
+        assert 0 < out[key]["p50"] <= out[key]["p99"], key
+    for key in ("added_p50_ms", "direct_over_relay_p50"):
+        assert out[key]["min"] <= out[key]["median"] <= out[key]["max"], key
+
+
+@pytest.mark.slow
 def test_bench_e2e_with_an_opaque_agent_replays_its_journal_and_restart_generates_it_again() -> None:
     out = json.loads(_run("bench", "e2e", "--agent", "opaque", "--rollouts", "9", "--json").stdout)
     assert out["agent"] == "opaque"

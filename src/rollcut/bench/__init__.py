@@ -7,6 +7,7 @@ from ._e2e import WAYS, bench_e2e
 from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
+from ._relay import bench_relay
 from ._soak import bench_soak
 from ._workers import bench_workers
 
@@ -19,6 +20,7 @@ __all__ = [
     "bench_log",
     "bench_model",
     "bench_model_engine",
+    "bench_relay",
     "bench_soak",
     "bench_workers",
     "workload",

@@ -215,6 +215,21 @@ def bench_e2e_cmd(
     )
 
 
+@bench_app.command("relay")
+def bench_relay_cmd(
+    calls: Annotated[
+        int, typer.Option(help="Model calls through the relay (and as many direct) per repeat.")
+    ] = 100,
+    repeat: Annotated[
+        int, typer.Option(help="Rollouts, each run and then continued; the spread is over them.")
+    ] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the opaque agent's journaling relay costs a model call, live and replaying, against the
+    model server called directly in the same run."""
+    _measure("bench_relay", f"timing {calls * repeat * 4} model calls", as_json, calls=calls, repeat=repeat)
+
+
 @bench_app.command("workers")
 def bench_workers_cmd(
     rollouts: Annotated[int, typer.Option(help="Sessions per server and repeat.")] = 20,

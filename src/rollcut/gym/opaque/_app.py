@@ -42,7 +42,9 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
     async def relayed(request: Request, target: str, path: str) -> Response:
         ident = _path_identity(request)
         url, env = relay.upstream(target, path)
-        route = normalised_route(request.url.path, request.url.query)
+        query = request.url.query
+        url = f"{url}?{query}" if query else url
+        route = normalised_route(request.url.path, query)
         body = await request.body()
         ctype = request.headers.get("content-type", "")
         digest = request_digest(request.method, route, body, ctype)

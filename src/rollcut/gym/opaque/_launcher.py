@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from ..._errors import ConfigError
-from ...bus import EventLog
+from ...bus import EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
 from .._tasks import check_task
@@ -175,8 +175,11 @@ class OpaqueAgent:
         except FreshDispatchNeeded:
             self.stats["fresh_dispatch"] += 1
             raise
+        except GymError as exc:
+            self.stats["runs_retired"] += exc.kind is ErrorKind.RETIRED
+            raise
 
-    async def _journal(self, ident: Identity) -> list[Any]:
+    async def _journal(self, ident: Identity) -> list[RelayExchange]:
         """The journal a continued attempt replays; a fresh one has none. Refused as fresh_dispatch
         when the runtime did not declare that a replay reproduces the agent."""
         from_cut = await continued_from(self.log, ident)

@@ -68,7 +68,7 @@ class RelayRun:
     live: bool = False
     stopped: str | None = None  # why the run may not go on (a divergence, a retirement)
     stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
-    on_stop: list[Callable[[], None]] = field(default_factory=list)  # stop the agent's process
+    kill: Callable[[], None] | None = None  # stops the agent's process while it runs
     inflight: set[asyncio.Future[Any]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -78,8 +78,8 @@ class RelayRun:
     def stop(self, why: str, kind: ErrorKind = ErrorKind.FRESH_DISPATCH) -> None:
         if self.stopped is None:
             self.stopped, self.stop_kind = why, kind
-        for cb in self.on_stop:
-            cb()
+        if self.kill is not None:
+            self.kill()
 
     def check(self) -> None:
         if self.stopped is not None:

@@ -235,8 +235,8 @@ class OpaqueAgent:
         it is started again within the attempt from its input, answered from the journal, this
         attempt's own exchanges included: nothing it did runs twice."""
         for restarts in range(MAX_AGENT_RESTARTS + 1):
-            run.on_stop.clear()
-            code, out, err = await self._spawn(ident, env, task, run.on_stop)
+            run.check()  # stopped meanwhile (retired while the last one settled): not started again
+            code, out, err = await self._spawn(ident, env, task, run)
             run.check()  # a divergence or a retirement stopped it: that is the answer, not its exit
             if code >= 0 or self.capability is Capability.RESTART_ONLY or restarts == MAX_AGENT_RESTARTS:
                 break
@@ -247,7 +247,7 @@ class OpaqueAgent:
         return code, out, err
 
     async def _spawn(
-        self, ident: Identity, env: str, task: dict[str, Any], on_stop: list[Any]
+        self, ident: Identity, env: str, task: dict[str, Any], run: RelayRun
     ) -> tuple[int, bytes, str]:
         """Run the agent's program to its end; its exit code, stdout and stderr's tail."""
         base = f"{self.relay_url}/r/{ident.rollout_id}/{ident.attempt}"
@@ -270,7 +270,7 @@ class OpaqueAgent:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-        on_stop.append(kill)
+        run.kill = kill  # a divergence or a retirement stops it where it is
         try:
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             proc.stdin.write(json.dumps(task).encode())
@@ -280,6 +280,7 @@ class OpaqueAgent:
             out, err = await asyncio.gather(_bounded(proc.stdout, _MAX_ANSWER_BYTES), _tail(proc.stderr))
             code = await proc.wait()
         finally:
+            run.kill = None
             if proc.returncode is None:  # the run was cancelled (the framework went away): so is the agent
                 kill()
                 await proc.wait()

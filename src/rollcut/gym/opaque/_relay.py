@@ -106,8 +106,8 @@ class Relay:
     # --- checkpoint hooks ----------------------------------------------------------------
 
     async def export(self, checkpoint_id: str) -> ExportReport:
-        """Prepare: nothing to write (the journal is the state); new live requests wait from now on."""
-        self._reopened.clear()
+        """Prepare: nothing to write (the journal is the state); new live requests wait from now on
+        (the runtime closed the gate before calling this)."""
         return ExportReport()
 
     def release(self, checkpoint_id: str) -> None:
@@ -123,6 +123,7 @@ class Relay:
         while gate.state == "closed":
             if time.monotonic() > give_up:
                 raise GymError(ErrorKind.ADMISSION_CLOSED, f"{self.instance}: a checkpoint held it too long")
+            self._reopened.clear()  # closed by a prepare or by a restore: either ends in a release
             with contextlib.suppress(TimeoutError):  # woken by the release, or looks again
                 await asyncio.wait_for(self._reopened.wait(), 0.25)
 

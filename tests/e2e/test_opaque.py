@@ -358,3 +358,30 @@ async def test_a_call_in_flight_when_the_program_dies_is_journaled_and_not_gener
         assert len(generated) == len(await kinds(ep, "reference", 1, ModelCallCompleted))
         assert len(await kinds(ep, "r", 1, RelayReplayed)) >= 3
         await assert_nothing_done_twice(ep, "r")
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[Deployment]:
+    """The agent server with a limit on one run of the program."""
+    agent = {
+        "agent": "opaque",
+        "command": f"{sys.executable} {REFERENCE_AGENT}",
+        "capability": "replayable_egress",
+        "run_timeout": 3.0,
+    }
+    with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=agent) as dep:
+        yield dep
+
+
+async def test_a_program_over_its_time_limit_is_stopped_and_its_run_fails(limited: Deployment) -> None:
+    async with episodes(limited) as ep:
+        run = await run_until_paused(ep, "r", {**TASK, "pause_s": 600.0})  # it would think for ten minutes
+        resp = await run
+        assert resp.status_code == 502 and resp.json()["error"]["type"] == "agent_failed", resp.text
+        assert "--run-timeout" in resp.json()["error"]["message"]
+        with pytest.raises(AssertionError):  # its program is gone, not left thinking
+            agent_program(ep)
+        stats = (
+            await ep.http.get(f"{next(p for p in ep.dep.stack if p.name == 'agent').url}/rollcut/stats")
+        ).json()
+        assert stats["runs_timed_out"] == 1 and stats["running"] == 0

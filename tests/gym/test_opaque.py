@@ -136,6 +136,7 @@ def test_the_reference_agent_imports_nothing_of_rollcut() -> None:
         ({"command": "agent", "capability": "sandbox_snapshot"}, "needs a SandboxSnapshot hook"),
         ({"command": "agent", "capability": "whatever"}, "unknown capability 'whatever'"),
         ({"command": "agent", "on_divergence": "mix"}, "use fresh_dispatch or go_live"),
+        ({"command": "agent", "run_timeout": -1.0}, "--run-timeout -1.0: seconds, 0 for none"),
     ],
 )
 def test_an_opaque_agent_that_cannot_run_is_refused_before_it_binds(

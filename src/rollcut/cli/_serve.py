@@ -151,6 +151,10 @@ def serve_agent(
     on_divergence: Annotated[
         str, typer.Option(help="opaque: fresh_dispatch, or go_live (stateless tools only).")
     ] = "fresh_dispatch",
+    run_timeout: Annotated[
+        float,
+        typer.Option(help="opaque: seconds one run of the program may take, then it is killed (0: none)."),
+    ] = 0.0,
 ) -> None:
     """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
     behind the journaling relay (docs/opaque-agents.md)."""
@@ -166,6 +170,7 @@ def serve_agent(
         command=command,
         capability=capability,
         on_divergence=on_divergence,
+        run_timeout=run_timeout,
     )
 
 

@@ -86,7 +86,8 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
 
     ``command``, ``capability`` and ``on_divergence`` are the opaque agent's: the program it runs per
     attempt, what its runtime guarantees (``replayable_egress``, ``sandbox_snapshot``,
-    ``restart_only``; empty: restart_only), and what a replay's divergent request leads to."""
+    ``restart_only``; empty: restart_only), what a replay's divergent request leads to, and the
+    longest one run of the program may take (``run_timeout`` seconds; 0: no limit)."""
 
     agent: str = "simple"
     model: str = ""
@@ -94,6 +95,7 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
     command: str = ""
     capability: str = ""
     on_divergence: str = "fresh_dispatch"
+    run_timeout: float = 0.0
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

@@ -152,6 +152,7 @@ def _opaque(opts: AgentServe, sock: socket.socket) -> Make:
             participant=participant,
             capability=Capability(opts.capability or Capability.RESTART_ONLY),
             on_divergence="go_live" if opts.on_divergence == "go_live" else "fresh_dispatch",
+            run_timeout_s=opts.run_timeout or None,
         )
         return create_opaque_app(agent, max_body_bytes=opts.max_body_bytes), agent
 
@@ -232,6 +233,8 @@ def _check_agent(opts: AgentServe) -> None:
         raise ConfigError(f"unknown capability {opts.capability!r}; have: {', '.join(Capability)}")
     if opts.capability == Capability.SANDBOX_SNAPSHOT:
         raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+    if not opts.run_timeout >= 0:  # NaN too
+        raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
     if opts.on_divergence not in ("fresh_dispatch", "go_live"):
         raise ConfigError(f"--on-divergence {opts.on_divergence!r}: use fresh_dispatch or go_live")
 

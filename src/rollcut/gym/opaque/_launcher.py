@@ -102,6 +102,7 @@ class OpaqueAgent:
         on_divergence: DivergencePolicy = "fresh_dispatch",
         sandbox: SandboxSnapshot | None = None,
         admission_wait_s: float = 120.0,
+        run_timeout_s: float | None = None,
     ) -> None:
         if not command:
             raise ConfigError("an opaque agent needs the command that starts it (--command)")
@@ -113,6 +114,7 @@ class OpaqueAgent:
         self.http, self.participant = http, participant
         self.capability, self.sandbox = capability, sandbox
         self.admission_wait_s = admission_wait_s
+        self.run_timeout_s = run_timeout_s
         self.relay = Relay(
             log,
             instance=instance,
@@ -131,6 +133,7 @@ class OpaqueAgent:
             "runs_failed": 0,
             "runs_retired": 0,
             "agent_restarts": 0,
+            "runs_timed_out": 0,
         }
 
     # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
@@ -277,8 +280,13 @@ class OpaqueAgent:
             with contextlib.suppress(ConnectionError):
                 await proc.stdin.drain()
             proc.stdin.close()
-            out, err = await asyncio.gather(_bounded(proc.stdout, _MAX_ANSWER_BYTES), _tail(proc.stderr))
-            code = await proc.wait()
+            ended = asyncio.gather(_bounded(proc.stdout, _MAX_ANSWER_BYTES), _tail(proc.stderr), proc.wait())
+            try:
+                out, err, code = await asyncio.wait_for(ended, self.run_timeout_s)
+            except TimeoutError:
+                self.stats["runs_timed_out"] += 1
+                why = f"the agent ran over its {self.run_timeout_s:g} s (--run-timeout) and was stopped"
+                raise GymError(ErrorKind.AGENT_FAILED, why) from None
         finally:
             run.kill = None
             if proc.returncode is None:  # the run was cancelled (the framework went away): so is the agent

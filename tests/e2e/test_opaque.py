@@ -9,8 +9,10 @@ completed (nothing generated or executed again) and finish exactly as an uninter
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,10 +31,11 @@ from rollcut.bus import (
     RelayReplayed,
     ResourcesMutated,
 )
+from rollcut.collect import demo_tasks
 from rollcut.gym.opaque import REFERENCE_AGENT
 
 from ..helpers import until
-from .conftest import Deployment, deploy
+from .conftest import Deployment, deploy, finish
 from .episodes import Episodes, episodes
 
 pytestmark = pytest.mark.slow
@@ -156,6 +159,13 @@ async def test_the_agent_server_killed_mid_episode_is_replayed_from_the_journal(
     calls_1 = await kinds(ep, "r", 1, ModelCallCompleted)
     calls_2 = await kinds(ep, "r", attempt, ModelCallCompleted)
     assert len(calls_1) + len(calls_2) == len(await kinds(ep, "reference", 1, ModelCallCompleted))
+    # the result names every model call of the episode by its receipt, across both attempts, in order:
+    # the replayed ones are attempt 1's calls, the rest attempt 2's; each resolves in the token store
+    receipts = out["rollcut"]["model_calls"]
+    assert [c["call_id"] for c in receipts] == [e.call_id for e in calls_1 + calls_2]
+    for call, ev in zip(receipts, calls_1 + calls_2, strict=True):
+        assert (call["receipt_id"], call["receipt_digest"]) == (ev.receipt.receipt_id, ev.receipt.digest)
+        assert len(ep.tokens.get(ev.receipt).output_ids) == call["receipt_count"] > 0
 
 
 async def test_every_gym_process_killed_then_a_second_crash_during_the_replay(ep: Episodes) -> None:
@@ -385,3 +395,40 @@ async def test_a_program_over_its_time_limit_is_stopped_and_its_run_fails(limite
             await ep.http.get(f"{next(p for p in ep.dep.stack if p.name == 'agent').url}/rollcut/stats")
         ).json()
         assert stats["runs_timed_out"] == 1 and stats["running"] == 0
+
+
+COUNTING = demo_tasks(8, 0, ("counter",))
+
+
+@pytest.fixture
+def collection(tmp_path: Path) -> Iterator[Deployment]:
+    agent = {
+        "agent": "opaque",
+        "command": f"{sys.executable} {REFERENCE_AGENT}",
+        "capability": "replayable_egress",
+    }
+    with deploy(tmp_path, COUNTING, tool_turns=3, envs=("counter",), agent_options=agent) as dep:
+        yield dep
+
+
+def test_an_opaque_collection_exports_every_model_call_to_the_trainer(collection: Deployment) -> None:
+    """`rollcut collect` then `rollcut export`, as a trainer's pipeline would: an opaque agent's rows name
+    their model calls' receipts, and the export reads each call's arrays from the token store."""
+    code, summary = finish(collection.collect())
+    assert code == 0 and summary["results_written"] == len(COUNTING), summary
+    rows = collection.rows()
+    calls = sum(len(r["rollcut"]["model_calls"]) for r in rows)
+    assert calls == 4 * len(COUNTING)  # three tool rounds and the answer, each one call
+    out = collection.root / "turns.jsonl"
+    argv = ["export", str(collection.output), "--home", str(collection.root), "--out", str(out), "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollcut", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["turns"] == calls
+    turns = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {t["rollout_id"] for t in turns} == {r["rollout_id"] for r in rows}
+    for t in turns:  # the policy's tokens masked in, its prompt out
+        assert len(t["input_ids"]) == len(t["mask"]) == len(t["log_probs"]) and 0 < sum(t["mask"]) < len(
+            t["mask"]
+        )

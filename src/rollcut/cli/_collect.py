@@ -118,7 +118,9 @@ def collect_exit(summary: Summary) -> int:
 @app.command("export")
 @targeted("home", "tokens")
 def export_cmd(
-    rows: Annotated[Path, typer.Argument(help="A collection's rows (NeMo Gym format).")],
+    rows: Annotated[
+        Path, typer.Argument(help="A collection's rows (NeMo Gym's format, or rollcut's naming receipts).")
+    ],
     target: Target,
     out: Annotated[Path, typer.Option("--out", help="Where to write the training data.")],
     fmt: Annotated[

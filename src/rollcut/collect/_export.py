@@ -11,7 +11,9 @@ items), and every turn is checked against the token store: the row names
 each call's receipt (``rollcut.model_calls``), the store's record behind it
 must pass its digest, and must hold exactly the row's arrays. A row whose
 arrays the store does not vouch for is an error naming the rollout and
-turn, never a silently trained-on sample.
+turn, never a silently trained-on sample. A row of rollcut's own format
+(an opaque agent's) names only the receipts: its arrays are the store's
+records, each verified against its receipt's digest.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def _row_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
-    """Every turn of every completed rollout in ``rows`` (NeMo Gym-format), checked against ``tokens``."""
+    """Every turn of every completed rollout in ``rows`` (NeMo Gym's format, or rollcut's with receipts),
+    checked against ``tokens``."""
     with rows.open() as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -103,6 +106,8 @@ def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
             rid = str(row.get("rollout_id", f"line {line_no}"))
             calls = (row.get("rollcut") or {}).get("model_calls") or []
             turns = _row_turns(row)
+            if not turns and calls and "response" not in row:  # receipts only: the store's arrays
+                turns = [dict.fromkeys(_FIELDS) for _ in calls]
             if not turns:
                 raise ExportError(
                     f"{rows}:{line_no} ({rid}): no token arrays on the output items; collect with the model "
@@ -117,7 +122,11 @@ def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
             for i, (call, arrays) in enumerate(zip(calls, turns, strict=True), start=1):
                 receipt = TokenReceipt(
                     receipt_id=call["receipt_id"],
-                    count=int(call.get("receipt_count", len(arrays["generation_token_ids"]))),
+                    count=int(
+                        call["receipt_count"]
+                        if "receipt_count" in call
+                        else len(arrays["generation_token_ids"])
+                    ),
                     digest=call["receipt_digest"],
                 )
                 try:
@@ -125,7 +134,7 @@ def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
                 except TokenStoreError as exc:
                     raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
                 stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
-                if stored != tuple(arrays[f] for f in _FIELDS):
+                if arrays["prompt_token_ids"] is not None and stored != tuple(arrays[f] for f in _FIELDS):
                     raise ExportError(
                         f"{rid} turn {i}: the row's token arrays differ from the token store's record "
                         f"{receipt.receipt_id}",

@@ -179,6 +179,8 @@ class Rows:
             "answer": result.get("answer"),
             "continued": result.get("continued", False),
             "status": "completed",
+            # the receipts of its model calls, where the agent reports them (an opaque agent's launcher)
+            **({"rollcut": result["rollcut"]} if "rollcut" in result else {}),
         }
 
     def failure_row(self, rid: str, attempt: int, reason: str) -> tuple[Path, dict[str, Any]]:

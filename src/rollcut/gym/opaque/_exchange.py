@@ -26,6 +26,7 @@ __all__ = [
     "RelayRun",
     "ends_in_error",
     "journaled",
+    "model_calls",
     "refused",
     "replayed",
     "revision_of",
@@ -147,6 +148,37 @@ def ends_in_error(chunks: list[bytes]) -> bool:
         if isinstance(data, dict) and ("error" in data or data.get("type") in ("error", "response.failed")):
             return True
     return False
+
+
+_RECEIPT = ("call_id", "receipt_id", "receipt_digest", "receipt_count")
+
+
+def model_calls(journal: list[RelayExchange]) -> list[dict[str, Any]]:
+    """The model calls an agent's history consumed, in order, as their receipts: what the model server
+    put in each answer's ``rollcut`` object (a stream's: in its final chunk). A trainer reads each
+    call's token arrays from the token store by its receipt (``rollcut export``)."""
+    out = []
+    for ex in journal:
+        if not ex.route.startswith("/v1/") or ex.status != 200 or ex.oversize:
+            continue
+        for data in _answers(ex):
+            ext = data.get("rollcut") if isinstance(data, dict) else None
+            if isinstance(ext, dict) and all(k in ext for k in _RECEIPT):
+                out.append({k: ext[k] for k in _RECEIPT})
+    return out
+
+
+def _answers(ex: RelayExchange) -> list[Any]:
+    """The JSON objects of an answer: its body, or each ``data:`` line of a stream."""
+    lines = b"".join(ex.chunks).splitlines() if ex.streamed else [b"data:" + ex.body]
+    found = []
+    for line in lines:
+        if line.startswith(b"data:"):
+            try:
+                found.append(msgspec.json.decode(line[5:].strip()))
+            except msgspec.DecodeError:
+                continue
+    return found
 
 
 def refused(run: RelayRun, err: GymError) -> None:

@@ -38,7 +38,7 @@ from ...participants import ExportReport, Participant
 from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
-from ._exchange import RelayRun
+from ._exchange import RelayRun, model_calls
 from ._journal import JournalGap, lineage_journal
 from ._relay import DivergencePolicy, Relay
 
@@ -229,6 +229,7 @@ class OpaqueAgent:
             "answer": answer,
             "continued": continued,
             "agent": result,
+            "rollcut": {"model_calls": model_calls(run.journal)},  # a trainer's way to the token arrays
         }
 
     async def _agent(

@@ -55,17 +55,18 @@ TASK = {
 DONE_BEFORE_PAUSE = 5
 
 
+def opaque_agent(**more: Any) -> dict[str, Any]:
+    """The agent server's options: the reference agent behind the relay (and ``more``)."""
+    return {"agent": "opaque", "command": f"{sys.executable} {REFERENCE_AGENT}", **more}
+
+
 def opaque_stack(root: Path, token_delay: float = 0.002) -> Any:
     return deploy(
         root,
         token_delay=token_delay,
         tool_turns=4,
         envs=("counter",),
-        agent_options={
-            "agent": "opaque",
-            "command": f"{sys.executable} {REFERENCE_AGENT}",
-            "capability": "replayable_egress",
-        },
+        agent_options=opaque_agent(capability="replayable_egress"),
     )
 
 
@@ -258,8 +259,7 @@ async def test_the_relay_answers_only_an_attempt_running_on_it(ep: Episodes) -> 
 @pytest.fixture
 def undeclared(tmp_path: Path) -> Iterator[Deployment]:
     """The same agent, its runtime declaring no capability."""
-    agent = {"agent": "opaque", "command": f"{sys.executable} {REFERENCE_AGENT}"}
-    with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=agent) as dep:
+    with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=opaque_agent()) as dep:
         yield dep
 
 
@@ -373,12 +373,7 @@ async def test_a_call_in_flight_when_the_program_dies_is_journaled_and_not_gener
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[Deployment]:
     """The agent server with a limit on one run of the program."""
-    agent = {
-        "agent": "opaque",
-        "command": f"{sys.executable} {REFERENCE_AGENT}",
-        "capability": "replayable_egress",
-        "run_timeout": 3.0,
-    }
+    agent = opaque_agent(capability="replayable_egress", run_timeout=3.0)
     with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=agent) as dep:
         yield dep
 
@@ -402,11 +397,7 @@ COUNTING = demo_tasks(8, 0, ("counter",))
 
 @pytest.fixture
 def collection(tmp_path: Path) -> Iterator[Deployment]:
-    agent = {
-        "agent": "opaque",
-        "command": f"{sys.executable} {REFERENCE_AGENT}",
-        "capability": "replayable_egress",
-    }
+    agent = opaque_agent(capability="replayable_egress")
     with deploy(tmp_path, COUNTING, tool_turns=3, envs=("counter",), agent_options=agent) as dep:
         yield dep
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -19,7 +19,7 @@ from .._errors import StaleAttemptError
 from ..bus import AttemptClaimed, AttemptOpened, EventLog
 from .wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 
-__all__ = ["FreshDispatchNeeded", "claim_attempt", "continued_from", "post_waiting"]
+__all__ = ["FreshDispatchNeeded", "claim_attempt", "continued_from", "post_waiting", "sent_when_admitted"]
 
 
 class FreshDispatchNeeded(GymError):
@@ -75,6 +75,32 @@ async def claim_attempt(log: EventLog, instance: str, ident: Identity, *, runnin
         raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
 
 
+async def sent_when_admitted(
+    send: Callable[[], Awaitable[httpx.Response]],
+    *,
+    where: str,
+    wait_s: float,
+    on_wait: Callable[[], None] | None = None,
+) -> httpx.Response:
+    """``send()`` again while the server answers ``503 admission_closed``, for up to ``wait_s``: a
+    checkpoint is closing or reopening it, so the call was not admitted and the same call, a moment
+    later, is safe. Failing instead would make the framework start the attempt over and redo
+    everything it completed. Any other answer is returned as it is (a streamed one unread)."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        resp = await send()
+        if resp.status_code != 503 or time.monotonic() > give_up:
+            return resp
+        await resp.aread()
+        err = error_from_response(resp, where=where)
+        if err.kind is not ErrorKind.ADMISSION_CLOSED:
+            return resp
+        await resp.aclose()
+        if on_wait is not None:
+            on_wait()
+        await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+
+
 async def post_waiting(
     http: httpx.AsyncClient,
     url: str,
@@ -87,23 +113,15 @@ async def post_waiting(
 ) -> httpx.Response:
     """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
     a refusal the rollout cannot continue past becomes :class:`FreshDispatchNeeded`."""
-    give_up = time.monotonic() + wait_s
-    while True:
-        headers = identity_headers(ident)
-        if cookies:  # this run's session, sent as a header: the client keeps no cookie jar
-            headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
-        resp = await http.post(url, json=body, headers=headers)
-        if resp.status_code == 200:
-            return resp
-        err = error_from_response(resp, where=url)
-        if err.kind is not ErrorKind.ADMISSION_CLOSED or time.monotonic() > give_up:
-            break
-        # a checkpoint is closing or reopening that server: the call was not admitted, so the
-        # same call, a moment later, is safe; failing the run here would make the framework
-        # start the attempt over and redo everything it completed
-        if on_wait is not None:
-            on_wait()
-        await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+    headers = identity_headers(ident)
+    if cookies:  # this run's session, sent as a header: the client keeps no cookie jar
+        headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+    resp = await sent_when_admitted(
+        lambda: http.post(url, json=body, headers=headers), where=url, wait_s=wait_s, on_wait=on_wait
+    )
+    if resp.status_code == 200:
+        return resp
+    err = error_from_response(resp, where=url)
     if err.needs_fresh_dispatch:
         raise FreshDispatchNeeded(str(err))
     raise err

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,19 +135,23 @@ class Pending:
     revision: int | None = None
 
 
+def _sse_data(chunks: list[bytes]) -> Iterator[Any]:
+    """The JSON value of each ``data:`` line of a server-sent-events stream (others skipped)."""
+    for line in b"".join(chunks).splitlines():
+        if line.startswith(b"data:"):
+            try:
+                yield msgspec.json.decode(line[5:].strip())
+            except msgspec.DecodeError:
+                continue
+
+
 def ends_in_error(chunks: list[bytes]) -> bool:
     """Whether a server-sent-events stream carries an error event (OpenAI's ``{"error": …}`` data, or a
     Responses stream's ``error`` / ``response.failed``): a call that failed after its stream began."""
-    for line in b"".join(chunks).splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        try:
-            data = msgspec.json.decode(line[5:].strip())
-        except msgspec.DecodeError:
-            continue
-        if isinstance(data, dict) and ("error" in data or data.get("type") in ("error", "response.failed")):
-            return True
-    return False
+    return any(
+        isinstance(d, dict) and ("error" in d or d.get("type") in ("error", "response.failed"))
+        for d in _sse_data(chunks)
+    )
 
 
 _RECEIPT = ("call_id", "receipt_id", "receipt_digest", "receipt_count")
@@ -168,17 +172,9 @@ def model_calls(journal: list[RelayExchange]) -> list[dict[str, Any]]:
     return out
 
 
-def _answers(ex: RelayExchange) -> list[Any]:
-    """The JSON objects of an answer: its body, or each ``data:`` line of a stream."""
-    lines = b"".join(ex.chunks).splitlines() if ex.streamed else [b"data:" + ex.body]
-    found = []
-    for line in lines:
-        if line.startswith(b"data:"):
-            try:
-                found.append(msgspec.json.decode(line[5:].strip()))
-            except msgspec.DecodeError:
-                continue
-    return found
+def _answers(ex: RelayExchange) -> Iterator[Any]:
+    """The JSON values of an answer: its body, or each event of a stream."""
+    return _sse_data(ex.chunks if ex.streamed else [b"data:" + ex.body])
 
 
 def refused(run: RelayRun, err: GymError) -> None:

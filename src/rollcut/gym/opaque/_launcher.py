@@ -216,7 +216,7 @@ class OpaqueAgent:
             self.stats["runs_failed"] += 1
             # the server's log (0600) keeps what the agent said; the answer quotes its end
             print(f"{ident.rollout_id}/{ident.attempt}: the agent exited with {code}:", err, file=sys.stderr)
-            raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err[-_STDERR_TAIL:]}")
+            raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err}")
         result = _answer(out)
         answer = str(result.get("answer", ""))
         verdict = await self._post(f"{res}/verify", ident, {**task.get("verify", {}), "answer": answer})
@@ -281,7 +281,11 @@ class OpaqueAgent:
             with contextlib.suppress(ConnectionError):
                 await proc.stdin.drain()
             proc.stdin.close()
-            ended = asyncio.gather(_bounded(proc.stdout, _MAX_ANSWER_BYTES), _tail(proc.stderr), proc.wait())
+            ended = asyncio.gather(
+                _read(proc.stdout, _MAX_ANSWER_BYTES),
+                _read(proc.stderr, _STDERR_TAIL, tail=True),
+                proc.wait(),
+            )
             try:
                 out, err, code = await asyncio.wait_for(ended, self.run_timeout_s)
             except TimeoutError:
@@ -293,23 +297,16 @@ class OpaqueAgent:
             if proc.returncode is None:  # the run was cancelled (the framework went away): so is the agent
                 kill()
                 await proc.wait()
-        return code, out, err
+        return code, out, err.decode(errors="replace")
 
 
-async def _bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
-    """At most ``limit`` bytes of the stream (the rest is read and dropped: the agent must not block)."""
-    kept = bytearray()
+async def _read(stream: asyncio.StreamReader, limit: int, *, tail: bool = False) -> bytes:
+    """All of a stream read (the agent must not block on a full pipe), at most ``limit`` bytes kept: its
+    beginning, or with ``tail`` its end."""
+    kept = b""
     while chunk := await stream.read(65536):
-        if len(kept) < limit:
-            kept += chunk[: limit - len(kept)]
-    return bytes(kept)
-
-
-async def _tail(stream: asyncio.StreamReader) -> str:
-    tail = b""
-    while chunk := await stream.read(65536):
-        tail = (tail + chunk)[-_STDERR_TAIL:]
-    return tail.decode(errors="replace")
+        kept = (kept + chunk)[-limit:] if tail else kept + chunk[: max(0, limit - len(kept))]
+    return kept
 
 
 def _answer(out: bytes) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Literal
 
 import httpx
@@ -36,6 +36,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
 from ...participants import ExportReport, Participant
+from .._attempts import sent_when_admitted
 from .._http import append_or_refuse, envelope
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
@@ -165,8 +166,6 @@ class Relay:
             ),
         )
         self.stats["exchanges_replayed"] += 1
-        if run.cursor == len(run.journal):
-            run.live = True
         headers = {"content-type": rec.content_type} if rec.content_type else None
         if rec.streamed:
             return StreamingResponse(replayed(rec.chunks), status_code=rec.status, headers=headers)
@@ -221,19 +220,13 @@ class Relay:
         """The request upstream, with the rollout's identity; a checkpoint's closed admission there is
         waited out (it was not admitted, so sending it again is safe)."""
         await self._admitted()
-        give_up = time.monotonic() + self.admission_wait_s
         headers = {**identity_headers(ident), **({"content-type": req.ctype} if req.ctype else {})}
-        while True:
+
+        def send() -> Awaitable[httpx.Response]:
             request = self.http.build_request(req.method, req.url, content=req.body, headers=headers)
-            resp = await self.http.send(request, stream=True)
-            if resp.status_code != 503 or time.monotonic() > give_up:
-                return resp
-            await resp.aread()
-            err = error_from_response(resp, where=req.url)
-            await resp.aclose()
-            if err.kind is not ErrorKind.ADMISSION_CLOSED:
-                raise err
-            await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+            return self.http.send(request, stream=True)
+
+        return await sent_when_admitted(send, where=req.url, wait_s=self.admission_wait_s)
 
     async def _live(self, run: RelayRun, req: Outgoing) -> Response:
         """Upstream, then into the journal, in a task of its own: an agent that dies meanwhile (its

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 
 from .._errors import StaleAttemptError
-from ..bus import AttemptClaimed, AttemptOpened, EventLog
+from ..bus import AttemptClaimed, EventLog
+from ..replay import AttemptView, AttemptViews
 from .wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 
-__all__ = ["FreshDispatchNeeded", "claim_attempt", "continued_from", "post_waiting", "sent_when_admitted"]
+__all__ = ["FreshDispatchNeeded", "claim_attempt", "post_waiting", "sent_when_admitted", "view_of"]
 
 
 class FreshDispatchNeeded(GymError):
@@ -29,25 +30,14 @@ class FreshDispatchNeeded(GymError):
         super().__init__(ErrorKind.FRESH_DISPATCH, why)
 
 
-def _stale(ident: Identity, current: int | None) -> GymError:
-    return GymError(
-        ErrorKind.STALE_ATTEMPT,
-        str(StaleAttemptError(ident.rollout_id, ident.attempt, current)),
-        rollout_id=ident.rollout_id,
-        attempt=ident.attempt,
-    )
-
-
-async def continued_from(log: EventLog, ident: Identity) -> int:
-    """The cut attempt ``ident`` continues from (0: from its input). An attempt the fence has moved
-    past is refused as stale: its run would only write what the server refuses."""
-    if ident.attempt < 2:
-        return 0
-    last = await log.last_on(log.subjects.fence(ident.rollout_id))
-    opened = last.event if last else None
-    if not isinstance(opened, AttemptOpened) or opened.attempt != ident.attempt:
-        raise _stale(ident, None)
-    return opened.from_cut
+async def view_of(views: AttemptViews, ident: Identity) -> AttemptView:
+    """What attempt ``ident`` starts from (:func:`rollcut.replay.attempt_view`), read once per
+    attempt. An attempt the fence has moved past is refused as stale: its run would only write
+    what the server refuses."""
+    try:
+        return await views.get(ident.rollout_id, ident.attempt)
+    except StaleAttemptError as exc:
+        raise GymError.stale(exc) from exc
 
 
 async def claim_attempt(log: EventLog, instance: str, ident: Identity, *, running_here: bool) -> None:
@@ -65,7 +55,9 @@ async def claim_attempt(log: EventLog, instance: str, ident: Identity, *, runnin
     if state is None:
         raise GymError(ErrorKind.UNKNOWN_ROLLOUT, f"rollout {ident.rollout_id} was never dispatched")
     if not state.open or state.attempt != ident.attempt:
-        raise _stale(ident, state.attempt if state.open else None)
+        raise GymError.stale(
+            StaleAttemptError(ident.rollout_id, ident.attempt, state.attempt if state.open else None)
+        )
     # the claim, atomically, before anything is seeded: of concurrent runs of one attempt, on any
     # worker or agent process, exactly one goes on and the others change nothing
     claimed = AttemptClaimed(

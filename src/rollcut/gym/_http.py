@@ -267,8 +267,6 @@ async def append_or_refuse(log: EventLog, event: Event) -> int:
     try:
         return await log.append(event)
     except StaleAttemptError as exc:
-        raise GymError(
-            ErrorKind.STALE_ATTEMPT, str(exc), rollout_id=exc.rollout_id, attempt=exc.attempt
-        ) from exc
+        raise GymError.stale(exc) from exc
     except FenceError as exc:  # e.g. a rollout that was never dispatched
         raise GymError(ErrorKind.UNKNOWN_ROLLOUT, str(exc)) from exc

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from .._errors import AdmissionClosedError, RollcutError
+from .._errors import AdmissionClosedError, RollcutError, StaleAttemptError
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -197,6 +197,12 @@ class GymError(RollcutError):
     def admission_closed(cls, exc: AdmissionClosedError) -> GymError:
         """A checkpoint holds admission: retryable, and the call was not admitted."""
         return cls(ErrorKind.ADMISSION_CLOSED, str(exc), retry_after_s=exc.retry_after_s)
+
+    @classmethod
+    def stale(cls, exc: StaleAttemptError) -> GymError:
+        """The fence has moved past this attempt: whatever it would do is refused (the one place a
+        stale attempt becomes an answer)."""
+        return cls(ErrorKind.STALE_ATTEMPT, str(exc), rollout_id=exc.rollout_id, attempt=exc.attempt)
 
 
 def identity_headers(ident: Identity) -> dict[str, str]:

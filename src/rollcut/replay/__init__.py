@@ -1,4 +1,4 @@
-"""Replay: folding events into session state as of a cut."""
+"""Replay: folding events into session state as of a cut, and the one view of an attempt at its cut."""
 
 from ._fold import (
     AgentFold,
@@ -15,25 +15,32 @@ from ._fold import (
 )
 from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
+from ._view import AttemptView, AttemptViews, JournalGap, ResourcesAtCut, attempt_view, relay_journal
 
 __all__ = [
     "AgentFold",
     "AgentSession",
     "AttemptState",
+    "AttemptView",
+    "AttemptViews",
     "Fold",
     "FoldRegistry",
+    "JournalGap",
     "ModelCall",
     "ModelFold",
     "ModelSession",
     "ReplayResult",
     "Replayer",
     "ResourceSession",
+    "ResourcesAtCut",
     "ResourcesFold",
     "ResourcesSessions",
     "RolloutState",
     "Segment",
+    "attempt_view",
     "default_registry",
     "inherited",
     "lineage",
+    "relay_journal",
     "replay",
 ]

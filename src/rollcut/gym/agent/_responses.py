@@ -20,14 +20,12 @@ trainer can check every token array against the token store.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...bus import AgentBoundaryRecord
 from ..resources import task_fields
 from ..wire import REVISION_HEADER, ErrorKind, GymError
-
-if TYPE_CHECKING:
-    from ._simple import Run, SimpleAgent
+from ._loop import RunContext
 
 __all__ = ["run_responses"]
 
@@ -49,14 +47,14 @@ def _tool_output(resp: Any) -> tuple[str, int | None]:
     return resp.text, int(revision) if revision and revision.isdigit() else None
 
 
-def _environment(agent: SimpleAgent, fields: dict[str, Any]) -> str:
+def _environment(resources: dict[str, str], fields: dict[str, Any]) -> str:
     env = fields.get("env")
-    if env is None and len(agent.resources) == 1:
-        return next(iter(agent.resources))
-    if env not in agent.resources:
+    if env is None and len(resources) == 1:
+        return next(iter(resources))
+    if env not in resources:
         raise GymError(
             ErrorKind.BAD_REQUEST,
-            f"name the environment (`env`) among {sorted(agent.resources)}, got {env!r}",
+            f"name the environment (`env`) among {sorted(resources)}, got {env!r}",
         )
     return str(env)
 
@@ -72,25 +70,24 @@ def _sum_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> di
     return out
 
 
-async def run_responses(agent: SimpleAgent, run: Run, body: dict[str, Any]) -> dict[str, Any]:
+async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]:
     """One attempt of a NeMo Gym run row; returns the verify response."""
-    ident = run.ident
+    start = ctx.start
     fields = task_fields(body)
-    env = _environment(agent, fields)
-    res_url, model = agent.resources[env].rstrip("/"), agent.model_url.rstrip("/")
+    env = _environment(ctx.resources, fields)
+    res_url, model = ctx.resources[env].rstrip("/"), ctx.model_url.rstrip("/")
     params = dict(body["responses_create_params"])
-    start = await agent._restart_point(ident)
-    seeded = await agent._send(f"{res_url}/seed_session", ident, body)
+    seeded = await ctx.send(f"{res_url}/seed_session", body, None)
     cookies = dict(seeded.cookies)
     if not params.get("tools"):
-        schemas = (await agent.http.get(f"{res_url}/tools")).json()
+        schemas = (await ctx.http.get(f"{res_url}/tools")).json()
         params["tools"] = [{"type": "function", **t["function"]} for t in schemas]
     given = params.get("input") or []
     inputs: list[Any] = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
     state = start.agent_state if start is not None and isinstance(start.agent_state, dict) else {}
     resumed = start is not None and state.get("mode") == _MODE and bool(start.output_items)
     if start is not None:
-        agent.stats["runs_continued"] += 1
+        ctx.count("runs_continued")
     outputs: list[Any] = list(start.output_items) if resumed and start else []
     turn = start.turn if resumed and start else 0
     calls: list[dict[str, Any]] = list(state.get("model_calls") or []) if resumed else []
@@ -99,8 +96,8 @@ async def run_responses(agent: SimpleAgent, run: Run, body: dict[str, Any]) -> d
     last: dict[str, Any] = {}
     max_steps = int(fields.get("max_steps", 8))
     while turn < max_steps:
-        agent._check_retired(run)
-        last = await agent._post(f"{model}/v1/responses", ident, {**params, "input": inputs + outputs})
+        ctx.check_retired()
+        last = await ctx.post(f"{model}/v1/responses", {**params, "input": inputs + outputs})
         items = list(last.get("output") or [])
         outputs.extend(items)
         usage = _sum_usage(usage, last.get("usage"))
@@ -118,14 +115,13 @@ async def run_responses(agent: SimpleAgent, run: Run, body: dict[str, Any]) -> d
             except json.JSONDecodeError as exc:
                 output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
             else:
-                answer = await agent._send(f"{res_url}/{call['name']}", ident, args, cookies=cookies)
+                answer = await ctx.send(f"{res_url}/{call['name']}", args, cookies)
                 output, revision = _tool_output(answer)
                 if revision is not None:
                     revisions[env] = revision
             outputs.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})
         turn += 1
-        await agent.boundary(
-            run,
+        await ctx.boundary(
             AgentBoundaryRecord(
                 turn=turn,
                 output_items=outputs,
@@ -137,8 +133,8 @@ async def run_responses(agent: SimpleAgent, run: Run, body: dict[str, Any]) -> d
         )
     response = {**last, "output": outputs, "usage": usage}
     response.pop("rollcut", None)
-    verdict = await agent._send(f"{res_url}/verify", ident, {**body, "response": response}, cookies=cookies)
-    agent.stats["runs_finished"] += 1
+    verdict = await ctx.send(f"{res_url}/verify", {**body, "response": response}, cookies)
+    ctx.count("runs_finished")
     out: dict[str, Any] = verdict.json()
     out["rollcut"] = {"model_calls": calls, "turns": turn, "continued": start is not None}
     return out

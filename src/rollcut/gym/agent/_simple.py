@@ -20,7 +20,6 @@ from its replay queue. If a re-issued operation differs from the logged one
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +27,13 @@ import httpx
 
 from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
-from ...replay import inherited
-from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
+from ...replay import AttemptViews
+from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._http import gym_client
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
+from ._chat import run_chat
+from ._loop import AgentLoop, RunContext
 from ._responses import run_responses
 
 __all__ = ["Run", "SimpleAgent"]
@@ -73,6 +74,7 @@ class SimpleAgent:
         self.system_prompt = system_prompt
         self.admission_wait_s = admission_wait_s
         self._runs: dict[Identity, Run] = {}
+        self.views = AttemptViews(log)  # where each continued attempt starts, read once
         self._park_for: str | None = None
         self._all_parked = asyncio.Event()
         self.stats = {
@@ -139,17 +141,12 @@ class SimpleAgent:
 
     # --- the loop ------------------------------------------------------------------------
 
-    async def _post(
-        self, url: str, ident: Identity, body: dict[str, Any], *, replaying: bool = False
-    ) -> dict[str, Any]:
-        answer: dict[str, Any] = (await self._send(url, ident, body)).json()
-        return answer
-
     async def _send(
         self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None = None
     ) -> httpx.Response:
         """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
-        a refusal the rollout cannot continue past becomes FreshDispatchNeeded."""
+        a refusal the rollout cannot continue past becomes FreshDispatchNeeded. A run awaiting the
+        policy model counts as parked: the model server's prepare settles its call."""
         run = self._runs.get(ident)
         if run is None or not url.startswith(self.model_url.rstrip("/")):
             return await self._send_waiting(url, ident, body, cookies)
@@ -185,106 +182,46 @@ class SimpleAgent:
         self.stats["boundaries"] += 1
         await self._maybe_park(run)
 
-    async def _restart_point(self, ident: Identity) -> AgentBoundaryRecord | None:
-        from_cut = await continued_from(self.log, ident)
-        if not from_cut:
-            return None  # attempt 1, or a fresh dispatch: start from the input
-        boundary = None
-        for s in await inherited(self.log, ident.rollout_id, from_cut):
-            if isinstance(s.event, AgentBoundary):
-                boundary = s.event.record
-        return boundary if boundary is not None else AgentBoundaryRecord(turn=0, output_items=[])
+    def _count(self, name: str) -> None:
+        self.stats[name] += 1
 
-    async def _refuse_a_rerun(self, ident: Identity) -> None:
-        await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
+    async def _context(self, run: Run) -> RunContext:
+        ident = run.ident
+        view = await view_of(self.views, ident)
+
+        async def send(url: str, body: dict[str, Any], cookies: dict[str, str] | None) -> httpx.Response:
+            return await self._send(url, ident, body, cookies)
+
+        async def boundary(record: AgentBoundaryRecord) -> None:
+            await self.boundary(run, record)
+
+        return RunContext(
+            ident=ident,
+            start=view.boundary,
+            model_url=self.model_url,
+            resources=self.resources,
+            http=self.http,
+            system_prompt=self.system_prompt,
+            send=send,
+            boundary=boundary,
+            check_retired=lambda: self._check_retired(run),
+            count=self._count,
+        )
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         check_task(task, list(self.resources))
-        await self._refuse_a_rerun(ident)
+        await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
         run = Run(ident)
         self._runs[ident] = run
         self.stats["runs_started"] += 1
         try:
-            return await self._run(run, task)
+            ctx = await self._context(run)
+            loop: AgentLoop = run_responses if "responses_create_params" in task else run_chat
+            return await loop(ctx, task)
         except FreshDispatchNeeded:
             self.stats["fresh_dispatch"] += 1
             raise
         finally:
             self._runs.pop(ident, None)
+            self.views.forget(ident.rollout_id)  # an attempt runs once: its view is not asked again
             self._check_all_parked()
-
-    async def _run(self, run: Run, task: dict[str, Any]) -> dict[str, Any]:
-        if "responses_create_params" in task:  # a NeMo Gym run row: the Responses API loop
-            return await run_responses(self, run, task)
-        ident = run.ident
-        env = task["env"]
-        res_url = self.resources[env].rstrip("/")
-        model = self.model_url.rstrip("/")
-        start = await self._restart_point(ident)
-        replaying = start is not None
-        await self._post(f"{res_url}/seed_session", ident, task.get("seed", {}), replaying=replaying)
-        tools = (await self.http.get(f"{res_url}/tools")).json()
-        if start is not None and start.output_items:
-            self.stats["runs_continued"] += 1
-            messages: list[dict[str, Any]] = list(start.output_items)
-            turn, usage = start.turn, dict(start.usage)
-            revisions, last_call = dict(start.resources_revisions), start.last_model_call_id
-        else:
-            if start is not None:
-                self.stats["runs_continued"] += 1
-            messages = [
-                {"role": "system", "content": self.system_prompt},
-                {"role": "user", "content": task["prompt"]},
-            ]
-            turn, usage, revisions, last_call = 0, {"input_tokens": 0, "output_tokens": 0}, {}, None
-        answer = ""
-        max_steps = int(task.get("max_steps", 8))
-        while turn < max_steps:
-            self._check_retired(run)
-            out = await self._post(
-                f"{model}/v1/chat/completions",
-                ident,
-                {"messages": messages, "tools": tools, "max_tokens": task.get("max_tokens", 256)},
-                replaying=replaying,
-            )
-            msg = out["choices"][0]["message"]
-            messages.append(msg)
-            last_call = out.get("rollcut", {}).get("call_id", last_call)
-            usage["input_tokens"] += out["usage"]["prompt_tokens"]
-            usage["output_tokens"] += out["usage"]["completion_tokens"]
-            if not msg.get("tool_calls"):
-                answer = msg.get("content") or ""
-                break
-            for tc in msg["tool_calls"]:
-                fn = tc["function"]
-                args = json.loads(fn.get("arguments") or "{}")
-                r = await self._post(f"{res_url}/{fn['name']}", ident, args, replaying=replaying)
-                revisions[env] = r["revision"]
-                messages.append(
-                    {"role": "tool", "tool_call_id": tc["id"], "content": json.dumps(r["result"])}
-                )
-            turn += 1
-            await self.boundary(
-                run,
-                AgentBoundaryRecord(
-                    turn=turn,
-                    output_items=messages,
-                    usage=usage,
-                    last_model_call_id=last_call,
-                    resources_revisions=revisions,
-                    agent_state={"env": env},
-                ),
-            )
-        verdict = await self._post(
-            f"{res_url}/verify", ident, {**task.get("verify", {}), "answer": answer}, replaying=replaying
-        )
-        await self._post(f"{res_url}/close_session", ident, {}, replaying=replaying)
-        self.stats["runs_finished"] += 1
-        return {
-            "reward": verdict.get("reward", 0.0),
-            "verified": verdict,
-            "turns": turn,
-            "answer": answer,
-            "usage": usage,
-            "continued": start is not None,
-        }

@@ -1,8 +1,8 @@
 """The policy model participant: an OpenAI-compatible server with durable call custody."""
 
 from ._app import create_app
-from ._backend import Backend
-from ._local import LocalBackend, Plan, decode, encode
+from ._backend import Backend, Plan
+from ._local import LocalBackend, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
 from ._service import CallResult, ModelService
 

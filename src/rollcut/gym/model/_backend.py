@@ -1,16 +1,28 @@
-"""What the model service needs from a generation backend."""
+"""What the model service needs from a generation backend, and the plan every backend trades in."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-
-from ._local import Plan
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Plan"]
+
+
+@dataclass
+class Plan:
+    """What a call will produce, fixed before the first token."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    handle: Any = None  # the backend's own state of a running call (an engine's open request)
 
 
 class Backend(Protocol):

@@ -20,13 +20,14 @@ import hashlib
 import json
 import random
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ._backend import Plan
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord
 
-__all__ = ["LocalBackend", "Plan", "decode", "encode", "render_prompt", "replayed_plan", "response_message"]
+__all__ = ["LocalBackend", "decode", "encode", "render_prompt", "replayed_plan", "response_message"]
 
 _OFFSET = 3
 _WORDS = (
@@ -59,19 +60,6 @@ def render_prompt(messages: list[dict[str, Any]]) -> str:
         )
         parts.append(f"<{m.get('role', 'user')}>{content or ''}{call_text}</{m.get('role', 'user')}>\n")
     return "".join(parts)
-
-
-@dataclass
-class Plan:
-    """What a call will produce, fixed before the first token."""
-
-    prompt_ids: list[int]
-    output_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    text: str | None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    handle: Any = None  # the backend's own state of a running call (an engine's open request)
 
 
 def _arg_for(schema: dict[str, Any], rng: random.Random) -> Any:

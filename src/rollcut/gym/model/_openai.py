@@ -20,7 +20,8 @@ import httpx
 
 from ..._errors import RollcutError
 from ..wire import ErrorKind, GymError
-from ._local import Plan, encode, render_prompt
+from ._backend import Plan
+from ._local import encode, render_prompt
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord

@@ -27,31 +27,30 @@ import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..._bounded import remember
-from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
+from ..._errors import AdmissionClosedError, RollcutError
 from ...bus import (
-    AttemptOpened,
     EventLog,
     ModelCallAdmitted,
     ModelCallCompleted,
     ModelCallContinued,
     ModelCallFailed,
     ModelCallReused,
-    RolloutEvent,
     TokenReceipt,
     input_digest,
 )
 from ...participants import ExportReport, Participant
-from ...replay import ModelCall, ModelFold, ModelSession, replay
+from ...replay import AttemptView, AttemptViews, ModelCall
 from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
+from .._attempts import view_of
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
-from ._backend import Backend
-from ._cuts import cut_in_flight
-from ._local import Plan, replayed_plan, response_message
+from ._backend import Backend, Plan
+from ._inflight import InFlightCalls
+from ._local import replayed_plan, response_message
 
 __all__ = ["CallResult", "ModelService"]
 
@@ -66,23 +65,6 @@ class CallResult:
     receipt: TokenReceipt
     served_from_log: bool = False
     continued_from: int = 0
-
-
-@dataclass
-class _InFlight:
-    ident: Identity
-    call_id: str
-    plan: Plan | None = None
-    emitted: list[int] = field(default_factory=list)
-    state: str = "admitting"  # admitting | queued | generating | done | failed
-    cuts: int = 0
-
-
-@dataclass
-class _AttemptContext:
-    from_cut: int
-    reusable: dict[str, tuple[int, ModelCall]]  # request digest -> (source attempt, call)
-    last_call: str | None = None  # the lineage's last completed call at the cut: the first parent
 
 
 _FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
@@ -106,10 +88,10 @@ class ModelService:
         self.backend = backend
         self.instance = instance
         self.participant = participant
-        self._inflight: dict[str, _InFlight] = {}
+        self._inflight = InFlightCalls(backend, self.writes, self._append, instance=instance)
+        self.views = AttemptViews(log)  # what each continued attempt starts from, read once
         self._running: dict[str, asyncio.Future[CallResult]] = {}  # call id -> the call, while it runs
         self._settled: OrderedDict[str, CallResult] = OrderedDict()  # call id -> what it produced; bounded
-        self._contexts: OrderedDict[Identity, _AttemptContext] = OrderedDict()
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
         self.stats = {
             "calls_generated": 0,
@@ -126,79 +108,9 @@ class ModelService:
     def retire(self, rollout_id: str, reason: str) -> None:
         """The rollout is over: its restore contexts go, and a running generation stops at its next
         token (a retirement's fence refuses whatever it would record anyway)."""
-        for ident in [i for i in self._contexts if i.rollout_id == rollout_id]:
-            del self._contexts[ident]
-        if reason != "accepted" and any(f.ident.rollout_id == rollout_id for f in self._inflight.values()):
+        self.views.forget(rollout_id)
+        if reason != "accepted" and self._inflight.of_rollout(rollout_id):
             remember(self._retired, rollout_id, reason, 10_000)
-
-    # --- the attempt's restore context --------------------------------------------------
-
-    async def _context(self, ident: Identity) -> _AttemptContext:
-        ctx = self._contexts.get(ident)
-        if ctx is not None:
-            return ctx
-        from_cut, opened_seq = 0, 0
-        if ident.attempt > 1:
-            opened = await self.log.last_on(self.log.subjects.fence(ident.rollout_id))
-            ev = opened.event if opened else None
-            if not (isinstance(ev, AttemptOpened) and ev.attempt == ident.attempt):
-                state = await self.log.fence_state(ident.rollout_id)
-                current = state.attempt if state and state.open else None
-                stale = StaleAttemptError(ident.rollout_id, ident.attempt, current)
-                raise GymError(
-                    ErrorKind.STALE_ATTEMPT, str(stale), rollout_id=ident.rollout_id, attempt=ident.attempt
-                )
-            assert opened is not None  # it holds ev
-            from_cut, opened_seq = ev.from_cut, opened.seq
-        reusable: dict[str, tuple[int, ModelCall]] = {}
-        r = None
-        if from_cut:
-            res = await replay(self.log, up_to=from_cut, rollout_id=ident.rollout_id)
-            r = res.rollouts.get(ident.rollout_id)
-            for attempt, a in sorted(r.attempts.items()) if r else []:
-                if attempt >= ident.attempt or "model" not in a.sessions:
-                    continue
-                for call in a.sessions["model"].calls.values():
-                    if call.status in ("completed", "reused", "prefix_cut") and call.receipt is not None:
-                        reusable[call.request_digest] = (attempt, call)
-        if from_cut and opened_seq > from_cut:
-            await self._completed_after_cut(ident, from_cut, opened_seq, reusable)
-        last_call: tuple[int, str] = (0, "")  # the conversation's last call at the cut
-        for seg in r.lineage(from_cut) if from_cut and r is not None else []:
-            a = r.attempts[seg.attempt]  # type: ignore[union-attr]
-            for call in a.sessions["model"].calls.values() if "model" in a.sessions else []:
-                done = call.status in ("completed", "reused") and call.final_seq <= seg.up_to
-                if done and call.final_seq > last_call[0]:
-                    last_call = (call.final_seq, call.call_id)
-        ctx = _AttemptContext(from_cut, reusable, last_call[1] or None)
-        remember(self._contexts, ident, ctx, 4096)
-        return ctx
-
-    async def _completed_after_cut(
-        self, ident: Identity, from_cut: int, opened_seq: int, reusable: dict[str, tuple[int, ModelCall]]
-    ) -> None:
-        """Calls an earlier attempt completed after the cut, before the fence moved to this attempt.
-
-        The cut is sealed first and the next attempt opened after it; between the two, the earlier
-        attempt still runs (a generation in flight at the seal finishes, an agent takes its next
-        step). A completion recorded there is a finished sample for its exact request: a call of
-        this attempt with the same request digest (the same conversation, to the byte) reuses it
-        instead of generating it again. Nothing after the fence can be an earlier attempt's: the
-        fence refuses it."""
-        fold, after = (
-            ModelFold(),
-            dict[int, ModelSession](),
-        )  # earlier attempts' model sessions, past the cut, folded as replay does
-        async for s in self.log.read(rollout_id=ident.rollout_id, start=from_cut + 1, up_to=opened_seq):
-            ev = s.event
-            if isinstance(ev, RolloutEvent) and ev.component == "model" and ev.attempt < ident.attempt:
-                fold.apply(after.setdefault(ev.attempt, fold.initial()), s)
-        for attempt, session in sorted(after.items()):
-            for call in session.calls.values():
-                have = reusable.get(call.request_digest)
-                done = have is not None and have[1].status in ("completed", "reused")
-                if call.status == "completed" and call.receipt is not None and not done:
-                    reusable[call.request_digest] = (attempt, call)
 
     async def _parent(self, ident: Identity) -> str | None:
         last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))
@@ -259,7 +171,7 @@ class ModelService:
         call_id: str,
         on_token: Callable[[int, str], Awaitable[None]] | None,
     ) -> CallResult:
-        ctx = await self._context(ident)
+        view = await view_of(self.views, ident)
         # lineage is looked up while the call runs: only the completed event needs it
         parent = asyncio.ensure_future(self._parent(ident))
         gate = self.participant.gate.admit() if self.participant else None
@@ -269,13 +181,13 @@ class ModelService:
         except AdmissionClosedError as exc:
             raise GymError.admission_closed(exc) from exc
         try:
-            source = ctx.reusable.get(digest)
+            source = view.reusable_calls.get(digest)
             if source is not None and source[1].status in ("completed", "reused"):
                 first = await parent
                 # a continued attempt's first call hangs under the call it repeats' own parent
                 first = source[1].parent_call_id if first == _FIRST else first
                 return await self._reuse(ident, call_id, digest, first, body, source)
-            return await self._generate(ident, call_id, digest, parent, body, source, on_token, ctx)
+            return await self._generate(ident, call_id, digest, parent, body, source, on_token, view)
         finally:
             if not parent.done():
                 parent.cancel()
@@ -330,13 +242,12 @@ class ModelService:
         body: dict[str, Any],
         source: tuple[int, ModelCall] | None,
         on_token: Callable[[int, str], Awaitable[None]] | None,
-        ctx: _AttemptContext,
+        view: AttemptView,
     ) -> CallResult:
         # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
         # in flight from here (a prepare meanwhile says never_started): an engine's start awaits its
         # tokenizer, and a call admitted below the cut must be in the prepare's reply
-        fl = _InFlight(ident, call_id)
-        self._inflight[call_id] = fl
+        fl = self._inflight.open(ident, call_id)
         try:
             plan = fl.plan = await self.backend.start(body) if self.backend.plans_ahead else None
             start = 0
@@ -391,7 +302,7 @@ class ModelService:
             out = list(fl.emitted)
             parent = await parent_task
             if parent == _FIRST:
-                parent = ctx.last_call
+                parent = view.last_call_id
             # the record and its lineage link in one grouped transaction, durable before the
             # completed event names the receipt
             receipt = await self.writes.put(
@@ -434,16 +345,18 @@ class ModelService:
                 )
             raise
         finally:
-            self._inflight.pop(call_id, None)
+            self._inflight.close(call_id)
 
     # --- generation cuts -----------------------------------------------------------------
 
     async def cut(self, checkpoint_id: str) -> ExportReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
-        return await cut_in_flight(self, checkpoint_id)
+        report = await self._inflight.cut(checkpoint_id)
+        self.stats["prefix_cuts"] = self._inflight.prefix_cuts
+        return report
 
     async def export(self, checkpoint_id: str) -> ExportReport:
         return await self.cut(checkpoint_id)
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
-        self._contexts.clear()  # attempt contexts are rebuilt from the log on the next call
+        self.views.clear()  # each attempt's view is read from the log again on its next call

@@ -8,9 +8,10 @@ diverges and what each declared :class:`Capability` promises.
 
 import pathlib as _pathlib
 
+from ...replay import JournalGap
 from ._app import create_opaque_app
 from ._exchange import Outgoing, RelayRun
-from ._journal import JournalGap, lineage_journal
+from ._journal import lineage_journal
 from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxSnapshot
 from ._normalise import canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay

@@ -35,11 +35,11 @@ import httpx
 from ..._errors import ConfigError
 from ...bus import EventLog, RelayExchange
 from ...participants import ExportReport, Participant
-from .._attempts import FreshDispatchNeeded, claim_attempt, continued_from, post_waiting
+from ...replay import AttemptViews, JournalGap
+from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
-from ._journal import JournalGap, lineage_journal
 from ._relay import DivergencePolicy, Relay
 
 __all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxSnapshot"]
@@ -115,6 +115,7 @@ class OpaqueAgent:
         self.capability, self.sandbox = capability, sandbox
         self.admission_wait_s = admission_wait_s
         self.run_timeout_s = run_timeout_s
+        self.views = AttemptViews(log)  # what each continued attempt replays, read once
         self.relay = Relay(
             log,
             instance=instance,
@@ -185,8 +186,8 @@ class OpaqueAgent:
     async def _journal(self, ident: Identity) -> list[RelayExchange]:
         """The journal a continued attempt replays; a fresh one has none. Refused as fresh_dispatch
         when the runtime did not declare that a replay reproduces the agent."""
-        from_cut = await continued_from(self.log, ident)
-        if not from_cut:
+        view = await view_of(self.views, ident)
+        if not view.continued:
             return []
         if self.capability is Capability.RESTART_ONLY:
             raise FreshDispatchNeeded(
@@ -194,9 +195,9 @@ class OpaqueAgent:
                 "so a cut-off rollout starts over from its input"
             )
         if self.sandbox is not None:
-            await self.sandbox.restore(ident, from_cut)
+            await self.sandbox.restore(ident, view.from_cut)
         try:
-            return await lineage_journal(self.log, ident.rollout_id, from_cut)
+            return view.journal()
         except JournalGap as exc:
             raise FreshDispatchNeeded(str(exc)) from exc
 

@@ -30,12 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..._bounded import remember
-from ..._errors import AdmissionClosedError, RollcutError
+from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
 from ...bus import (
-    AgentBoundary,
     AttemptOpened,
     EventLog,
-    RelayExchange,
     ResourcesMutated,
     ResourcesRetired,
     ResourcesSeeded,
@@ -43,7 +41,7 @@ from ...bus import (
     digest,
 )
 from ...participants import ExportReport, Participant
-from ...replay import inherited
+from ...replay import AttemptView, AttemptViews
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._env import Environment
@@ -86,6 +84,7 @@ class ResourcesService:
         self.instance = instance
         self.participant = participant
         self.sessions: dict[Identity, Session] = {}
+        self.views = AttemptViews(log)  # what each continued attempt starts from, read once
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollouts that are over; bounded
         self._verifying = 0
         self._verified_idle = asyncio.Event()
@@ -241,6 +240,7 @@ class ResourcesService:
         """The rollout is over (accepted or retired): every attempt's session goes, including one
         kept for inspection after a failed verification."""
         remember(self._retired, rollout_id, reason, 100_000)
+        self.views.forget(rollout_id)
         gone = [k for k in self.sessions if k.rollout_id == rollout_id]
         for k in gone:
             self.env.close(self.sessions.pop(k).state)
@@ -281,11 +281,11 @@ class ResourcesService:
         ids = rollouts if rollouts is not None else await self._rollouts_opened_from(cut)
         built: dict[Identity, Session] = {}
         for rid in filter(self.owns, ids):  # another worker builds (and logs) the rest
-            opened = await self._opened(rid)
-            if opened is None or opened.from_cut != cut:
+            view = await self.views.current(rid)
+            if view is None or view.from_cut != cut:
                 continue
             try:
-                s = await self._build(Identity(rid, opened.attempt), cut)
+                s = await self._build(view)
             except NotContinuable:
                 continue  # this rollout goes to fresh dispatch; the others still restore
             if s is not None:
@@ -301,20 +301,18 @@ class ResourcesService:
                 out.append(s.event.rollout_id)
         return out
 
-    async def _opened(self, rollout_id: str) -> AttemptOpened | None:
-        last = await self.log.last_on(self.log.subjects.fence(rollout_id))
-        ev = last.event if last else None
-        return ev if isinstance(ev, AttemptOpened) else None
-
     async def _restored(self, ident: Identity) -> Session | None:
         """Lazily rebuild a continued attempt's session (e.g. in a replacement process)."""
         if ident.attempt < 2:
             return None
-        opened = await self._opened(ident.rollout_id)
-        if opened is None or opened.attempt != ident.attempt or not opened.from_cut:
+        try:
+            view = await self.views.get(ident.rollout_id, ident.attempt)
+        except StaleAttemptError:
+            return None  # no session: its calls are refused (the fence refuses what it would write)
+        if not view.continued:
             return None
         try:
-            s = await self._build(ident, opened.from_cut)
+            s = await self._build(view)
         except NotContinuable as exc:
             raise GymError(ErrorKind.NOT_CONTINUABLE, str(exc)) from exc
         if s is not None:
@@ -322,43 +320,17 @@ class ResourcesService:
             self.stats["sessions_restored"] += 1
         return self.sessions.get(ident)
 
-    async def _build(self, ident: Identity, cut: int) -> Session | None:
-        """The session as it stood at ``cut``, as attempt ``ident.attempt``'s; None if there was none.
+    async def _build(self, view: AttemptView) -> Session | None:
+        """The session as it stood at the view's cut, as the view's attempt's; None if there was none.
 
-        Folds the lineage at the cut: a continuation's own ``resources.seeded`` carries on the state
-        it inherited (a new base when it logged one), so mutations, snapshots and the last agent
-        boundary are taken across the whole chain, and the replay queue holds every call after
-        that boundary, whichever attempt made it.
-        """
-        seeded: ResourcesSeeded | None = None
-        base: bytes | None = None
-        base_rev = 0
-        after_base: list[ResourcesMutated] = []
-        mutations: list[ResourcesMutated] = []
-        boundary_rev = 0
-        for st in await inherited(self.log, ident.rollout_id, cut):
-            ev = st.event
-            if isinstance(ev, ResourcesSeeded) and ev.session == self.env.name:
-                if seeded is None or ev.revision == 0:  # a (fresh) seeding starts the session
-                    seeded, base, base_rev, after_base, mutations = ev, ev.state, ev.revision, [], []
-                elif ev.state is not None:  # a continuation re-based on the state it inherited
-                    base, base_rev, after_base = ev.state, ev.revision, []
-            elif isinstance(ev, ResourcesMutated) and ev.session == self.env.name:
-                mutations.append(ev)
-                if ev.state is not None:
-                    base, base_rev, after_base = ev.state, ev.revision, []
-                else:
-                    after_base.append(ev)
-            elif isinstance(ev, ResourcesSnapshot) and ev.session == self.env.name:
-                base, base_rev, after_base = ev.state, ev.revision, []
-            elif isinstance(ev, AgentBoundary):
-                boundary_rev = ev.record.resources_revisions.get(self.env.name, 0)
-            elif isinstance(ev, RelayExchange) and ev.env == self.env.name and ev.revision is not None:
-                # an opaque agent's relay answers every journaled tool call itself: the queue starts
-                # after the last one it holds
-                boundary_rev = max(boundary_rev, ev.revision)
-        if seeded is None:
+        The view folded the lineage at the cut (``rollcut.replay.ResourcesAtCut``): the state it
+        inherited, the deltas since, and the replay queue of calls after the last boundary; what
+        is left here is the environment's own codec."""
+        ident = Identity(view.rollout_id, view.attempt)
+        at_cut = view.resources.get(self.env.name)
+        if at_cut is None:
             return None
+        seeded, base = at_cut.seeded, at_cut.base
         mode = self.env.mode
         if mode == "restart_only":
             raise NotContinuable(
@@ -373,7 +345,7 @@ class ResourcesService:
                     if base is not None
                     else self.env.seed(seeded.seed or {})
                 )
-                for m in after_base:
+                for m in at_cut.after_base:
                     if m.delta is None:
                         raise NotContinuable(
                             f"{self.env.name} mutation at revision {m.revision} has no delta "
@@ -386,7 +358,7 @@ class ResourcesService:
                 raise NotContinuable(
                     f"{self.env.name} state of {ident.rollout_id} does not restore: {exc!r}"
                 ) from exc
-        revision = mutations[-1].revision if mutations else base_rev
+        revision = at_cut.revision
         await self._append(
             ResourcesSeeded(
                 **self._ev(ident),
@@ -397,5 +369,4 @@ class ResourcesService:
                 state=self._logged_state(state),
             )
         )
-        replay = deque(m for m in mutations if m.revision > boundary_rev)
-        return Session(ident, state, revision, replay=replay)
+        return Session(ident, state, revision, replay=deque(at_cut.replay_queue))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import msgspec
 
-from .._local import Plan
+from .._backend import Plan
 from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
 
 if TYPE_CHECKING:

@@ -1,0 +1,53 @@
+"""What an agent loop is given for one attempt: the run context.
+
+The Simple Agent runs one of two loops (chat completions, or NeMo Gym's
+Responses API rows). A loop gets a :class:`RunContext` and nothing else: the
+attempt's identity and where it starts (the lineage's last boundary at its cut),
+the servers it talks to, and the three things it may do through the agent
+(send a call, record a boundary, check for retirement). It never reaches into
+the agent's private state, so the agent and its loops import one way only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ...bus import AgentBoundaryRecord
+from ..wire import Identity
+
+__all__ = ["AgentLoop", "RunContext"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One attempt's run, as a loop sees it."""
+
+    ident: Identity
+    start: AgentBoundaryRecord | None
+    """The lineage's last boundary at the cut this attempt continues from; None from the input."""
+    model_url: str
+    resources: dict[str, str]
+    http: httpx.AsyncClient
+    system_prompt: str
+    send: Callable[[str, dict[str, Any], dict[str, str] | None], Awaitable[httpx.Response]]
+    """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
+    a refusal the rollout cannot continue past raises ``FreshDispatchNeeded``."""
+    boundary: Callable[[AgentBoundaryRecord], Awaitable[None]]
+    """A completed nonterminal turn: on the log, then parked there if a checkpoint asks."""
+    check_retired: Callable[[], None]
+    """Raises ``GymError(RETIRED)`` once the rollout was retired."""
+    count: Callable[[str], None]
+    """Adds one to one of the agent's counters."""
+
+    async def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        """:attr:`send`, its JSON answer."""
+        answer: dict[str, Any] = (await self.send(url, body, None)).json()
+        return answer
+
+
+AgentLoop = Callable[[RunContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""One way of running an attempt (chat completions, or the Responses API): the run's answer."""

@@ -1,0 +1,163 @@
+"""The model calls running in one worker, and the generation cut that settles them at a prepare.
+
+At an aligned prepare every admitted call gets exactly one disposition. A call
+that never started is ``never_started``; one that finished is ``completed``;
+one that failed, ``failed``. A call that is generating has its active buffer
+swapped: the tokens so far are frozen, written to the token store and recorded
+as ``model.prefix_cut`` (the call goes on; a continuation resumes from that
+prefix). A backend that cannot cut marks a running call ``excluded`` (it runs
+again after a crash), never a false prefix.
+
+:class:`InFlightCalls` owns the running calls and their cut; the model service
+registers each call with it and hands it what a cut writes with (the backend,
+the token writes, the append), so neither reaches into the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut
+from ...participants import CallDisposition, ExportReport
+from ...tokens import TokenRecord, TokenWrites
+from .._http import envelope
+from ..wire import Identity
+from ._backend import Backend, Plan
+
+__all__ = ["InFlightCall", "InFlightCalls"]
+
+CallState = Literal["admitting", "queued", "generating", "done", "failed"]
+
+
+@dataclass
+class InFlightCall:
+    """One call from admission to its end: what it has emitted so far, and where it stands."""
+
+    ident: Identity
+    call_id: str
+    plan: Plan | None = None
+    emitted: list[int] = field(default_factory=list)
+    state: CallState = "admitting"
+    cuts: int = 0
+
+
+class _Base(TypedDict):
+    call_id: str
+    rollout_id: str
+    attempt: int
+
+
+class InFlightCalls:
+    """The calls running in one worker, by call id, and the cut that settles them."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        writes: TokenWrites,
+        append: Callable[[Event], Awaitable[int]],
+        *,
+        instance: str,
+    ) -> None:
+        self.backend = backend
+        self.writes = writes
+        self.append = append
+        self.instance = instance
+        self._calls: dict[str, InFlightCall] = {}
+        self.prefix_cuts = 0
+
+    def open(self, ident: Identity, call_id: str) -> InFlightCall:
+        """A call is in flight from here (a prepare meanwhile says ``never_started``)."""
+        fl = self._calls[call_id] = InFlightCall(ident, call_id)
+        return fl
+
+    def close(self, call_id: str) -> None:
+        self._calls.pop(call_id, None)
+
+    def values(self) -> Iterator[InFlightCall]:
+        return iter(list(self._calls.values()))
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def of_rollout(self, rollout_id: str) -> bool:
+        """Whether any call of the rollout is running here."""
+        return any(f.ident.rollout_id == rollout_id for f in self._calls.values())
+
+    async def cut(self, checkpoint_id: str) -> ExportReport:
+        """Give every in-flight call one disposition; swap the buffers of running ones.
+
+        Every swap happens in one synchronous pass (no await between reading one call's boundary
+        and the next), so all cuts are taken at the same instant; their records are then written
+        together, one grouped token-store transaction and concurrent appends, not one fsync per
+        running call."""
+        backend = self.backend
+        calls: list[CallDisposition] = []
+        excluded: list[tuple[InFlightCall, _Base]] = []
+        frozen: list[tuple[InFlightCall, _Base, list[int], Plan]] = []
+        for fl in list(self._calls.values()):
+            base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
+            if fl.state in ("admitting", "queued") or (
+                fl.state == "generating" and backend.can_cut and not fl.emitted
+            ):
+                calls.append(CallDisposition(**base, disposition="never_started"))
+            elif fl.state == "generating" and not backend.can_cut:
+                excluded.append((fl, base))
+            elif fl.state == "generating":
+                assert fl.plan is not None
+                frozen.append((fl, base, list(fl.emitted), fl.plan))  # the swap
+                fl.cuts += 1
+                backend.interrupt(fl.plan)  # an engine's request stops here; the rest is asked anew
+            elif fl.state == "done":
+                calls.append(CallDisposition(**base, disposition="completed"))
+            else:
+                calls.append(CallDisposition(**base, disposition="failed"))
+        reason = f"the {backend.name} backend cannot cut a running generation"
+        await asyncio.gather(
+            *(
+                self.append(
+                    ModelCallExcluded(
+                        **envelope("model", self.instance, fl.ident), call_id=fl.call_id, reason=reason
+                    )
+                )
+                for fl, _ in excluded
+            )
+        )
+        calls += [CallDisposition(**base, disposition="excluded") for _, base in excluded]
+        receipts = await asyncio.gather(
+            *(
+                self.writes.put(
+                    f"{fl.call_id}-p{len(tokens)}",
+                    TokenRecord(
+                        prompt_ids=plan.prompt_ids,
+                        output_ids=tokens,
+                        mask=[1] * len(tokens),
+                        logprobs=plan.logprobs[: len(tokens)],
+                        policy_version=backend.policy_version,
+                    ),
+                )
+                for fl, _, tokens, plan in frozen
+            )
+        )
+        await asyncio.gather(
+            *(
+                self.append(
+                    ModelCallPrefixCut(
+                        **envelope("model", self.instance, fl.ident),
+                        call_id=fl.call_id,
+                        receipt=receipt,
+                        token_boundary=len(tokens),
+                        buffer_id=f"{fl.call_id}-b{fl.cuts}",
+                    )
+                )
+                for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True)
+            )
+        )
+        self.prefix_cuts += len(frozen)
+        calls += [
+            CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
+            for (_, base, tokens, _), receipt in zip(frozen, receipts, strict=True)
+        ]
+        return ExportReport(calls=calls)

@@ -1,0 +1,354 @@
+"""One view of an attempt: what a continued attempt starts from, read once from the log.
+
+Every participant that continues an attempt needs the same facts about it: the
+cut it continues from, the chain of attempts (the lineage) whose events make up
+its state there, each component's state at that cut, and the model calls an
+earlier attempt settled after the cut but before the fence moved on. They used
+to be rebuilt four ways (the resources server, the Simple Agent, the model
+server and the opaque relay each folded the log by hand); now
+:func:`attempt_view` reads the rollout once, folds it with the same folds
+:func:`~rollcut.replay.replay` uses plus the lineage folds below, and every
+participant builds its restore and its continuation from the result.
+:class:`AttemptViews` caches one view per attempt for the attempt's life (a
+view never changes: an attempt's cut is fixed when it opens).
+
+A stale attempt (one the fence has moved past) has no view: asking for one
+raises :class:`~rollcut.StaleAttemptError`, which the servers turn into their
+``409 stale_attempt`` in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import groupby
+from typing import Any
+
+from .._errors import RollcutError, StaleAttemptError
+from ..bus import (
+    AgentBoundary,
+    AgentBoundaryRecord,
+    AttemptOpened,
+    AttemptTombstoned,
+    EventLog,
+    RelayExchange,
+    ResourcesMutated,
+    ResourcesSeeded,
+    ResourcesSnapshot,
+    RolloutDispatched,
+    RolloutEvent,
+    StoredEvent,
+    kind_of,
+    spec_of,
+)
+from ._fold import AgentFold, AgentSession, ModelCall, ModelFold, ModelSession
+from ._lineage import Segment, lineage
+from ._replay import Replayer, RolloutState
+
+__all__ = ["AttemptView", "AttemptViews", "JournalGap", "ResourcesAtCut", "attempt_view", "relay_journal"]
+
+_SETTLED = ("completed", "reused")
+_REUSABLE = ("completed", "reused", "prefix_cut")
+
+
+class JournalGap(RollcutError):
+    """The lineage's journal has a hole: it cannot be replayed in order."""
+
+    rollout_id: str | None = None
+    attempt: int | None = None
+
+
+@dataclass
+class ResourcesAtCut:
+    """One resources session as the lineage left it at the cut.
+
+    ``seeded`` is the seeding that started the session (a continuation's own re-seeding does not
+    start it again); ``base`` the latest full state (seed, snapshot, or a mutation that carried one)
+    at ``base_revision`` with ``after_base`` the deltas since; ``mutations`` every tool call the
+    lineage made, and ``replay_queue`` those after the agent's last boundary (or after the last tool
+    call an opaque agent's relay journaled): the continuing agent re-issues them and is answered
+    from the log."""
+
+    seeded: ResourcesSeeded
+    base: bytes | None
+    base_revision: int
+    after_base: list[ResourcesMutated] = field(default_factory=list)
+    mutations: list[ResourcesMutated] = field(default_factory=list)
+    replay_queue: list[ResourcesMutated] = field(default_factory=list)
+
+    @property
+    def revision(self) -> int:
+        """The session's revision at the cut."""
+        return self.mutations[-1].revision if self.mutations else self.base_revision
+
+
+class _LineageFold:
+    """Folds the lineage's events (stream order) into resources sessions, the boundary revisions
+    and the relay's journal. Handlers are keyed by the kind table's tags, as the folds are."""
+
+    def __init__(self) -> None:
+        self.resources: dict[str, ResourcesAtCut] = {}
+        self.boundary: dict[str, int] = {}
+        self.exchanges: list[RelayExchange] = []
+        self._handlers: dict[str, Callable[[Any], None]] = {
+            kind_of(ResourcesSeeded): self._seeded,
+            kind_of(ResourcesMutated): self._mutated,
+            kind_of(ResourcesSnapshot): self._snapshot,
+            kind_of(AgentBoundary): self._boundary,
+            kind_of(RelayExchange): self._exchange,
+        }
+
+    def apply(self, ev: RolloutEvent) -> None:
+        handler = self._handlers.get(spec_of(ev).kind)
+        if handler is not None:
+            handler(ev)
+
+    def _seeded(self, ev: ResourcesSeeded) -> None:
+        have = self.resources.get(ev.session)
+        if have is None or ev.revision == 0:  # a (fresh) seeding starts the session
+            self.resources[ev.session] = ResourcesAtCut(ev, ev.state, ev.revision)
+        elif ev.state is not None:  # a continuation re-based on the state it inherited
+            have.base, have.base_revision, have.after_base = ev.state, ev.revision, []
+
+    def _mutated(self, ev: ResourcesMutated) -> None:
+        s = self.resources.get(ev.session)
+        if s is None:
+            return
+        s.mutations.append(ev)
+        if ev.state is not None:
+            s.base, s.base_revision, s.after_base = ev.state, ev.revision, []
+        else:
+            s.after_base.append(ev)
+
+    def _snapshot(self, ev: ResourcesSnapshot) -> None:
+        s = self.resources.get(ev.session)
+        if s is not None:
+            s.base, s.base_revision, s.after_base = ev.state, ev.revision, []
+
+    def _boundary(self, ev: AgentBoundary) -> None:
+        self.boundary = dict(ev.record.resources_revisions)
+
+    def _exchange(self, ev: RelayExchange) -> None:
+        self.exchanges.append(ev)
+        if ev.env and ev.revision is not None:
+            # an opaque agent's relay answers every journaled tool call itself: the queue starts
+            # after the last one it holds
+            self.boundary[ev.env] = max(self.boundary.get(ev.env, 0), ev.revision)
+
+    def finish(self) -> None:
+        for name, s in self.resources.items():
+            done = self.boundary.get(name, 0)
+            s.replay_queue = [m for m in s.mutations if m.revision > done]
+
+
+def relay_journal(rollout_id: str, exchanges: list[RelayExchange]) -> list[RelayExchange]:
+    """The exchanges a continuation replays, ``n`` = 1, 2, … in order, from a lineage's exchanges in
+    stream order; :class:`JournalGap` where a hole (a lost record) stops it.
+
+    A successor numbers its own exchanges on from what it inherited, so the journal is the
+    concatenation, except where a successor *went live* at a divergence (``go_live``): its exchange
+    ``n`` replaces the inherited ``n`` and everything after it."""
+    journal: list[RelayExchange] = []
+    # the chain's attempts ascend; within one, concurrent exchanges may be stored out of their order
+    for _, own in groupby(exchanges, key=lambda e: e.attempt):
+        for ev in sorted(own, key=lambda e: e.n):
+            if ev.n > len(journal) + 1:
+                raise JournalGap(
+                    f"{rollout_id}: exchange {ev.n} of attempt {ev.attempt} follows {len(journal)}",
+                    rollout_id=rollout_id,
+                    attempt=ev.attempt,
+                )
+            del journal[ev.n - 1 :]
+            journal.append(ev)
+    return journal
+
+
+@dataclass
+class AttemptView:
+    """What attempt ``attempt`` of ``rollout_id`` starts from.
+
+    ``from_cut`` 0 means it starts from its input (attempt 1, or a fresh dispatch), and everything
+    else is empty. Otherwise: ``lineage`` the chain of segments at the cut, ``events`` the
+    lineage's events in stream order, ``earlier`` each earlier attempt as replayed up to the cut,
+    and ``after_cut`` the model calls earlier attempts settled between the cut and the fence's
+    move to this attempt (a generation in flight at the seal finishes there)."""
+
+    rollout_id: str
+    attempt: int
+    from_cut: int = 0
+    opened_seq: int = 0
+    lineage: list[Segment] = field(default_factory=list)
+    events: list[StoredEvent] = field(default_factory=list)
+    earlier: RolloutState | None = None
+    after_cut: dict[int, ModelSession] = field(default_factory=dict)
+    agent: AgentSession = field(default_factory=AgentSession)
+    resources: dict[str, ResourcesAtCut] = field(default_factory=dict)
+    exchanges: list[RelayExchange] = field(default_factory=list)
+    corrupt_seqs: list[int] = field(default_factory=list)
+
+    @property
+    def continued(self) -> bool:
+        """Whether this attempt continues from a cut (not from its input)."""
+        return self.from_cut > 0
+
+    @property
+    def boundary(self) -> AgentBoundaryRecord | None:
+        """The lineage's last agent boundary at the cut; None if it starts from its input.
+        A continued attempt whose lineage reached no boundary restarts from turn 0."""
+        if not self.continued:
+            return None
+        return self.agent.boundary or AgentBoundaryRecord(turn=0, output_items=[])
+
+    def journal(self) -> list[RelayExchange]:
+        """The relay exchanges a continuation replays, in order; :class:`JournalGap` on a hole."""
+        return relay_journal(self.rollout_id, self.exchanges)
+
+    @cached_property
+    def reusable_calls(self) -> dict[str, tuple[int, ModelCall]]:
+        """Request digest -> (attempt, call) of every call an earlier attempt completed, reused or
+        cut below the cut, then those it completed after the cut before the fence moved (a call
+        settled there is a finished sample for its exact request; one the fence refused is not on
+        the log). A later attempt's entry for the same digest wins."""
+        out: dict[str, tuple[int, ModelCall]] = {}
+        attempts = self.earlier.attempts if self.earlier is not None else {}
+        for n, a in sorted(attempts.items()):
+            model = a.sessions.get("model") if n < self.attempt else None
+            for call in model.calls.values() if model is not None else ():
+                if call.status in _REUSABLE and call.receipt is not None:
+                    out[call.request_digest] = (n, call)
+        for n, session in sorted(self.after_cut.items()):
+            for call in session.calls.values():
+                have = out.get(call.request_digest)
+                settled = have is not None and have[1].status in _SETTLED
+                if call.status == "completed" and call.receipt is not None and not settled:
+                    out[call.request_digest] = (n, call)
+        return out
+
+    @cached_property
+    def last_call_id(self) -> str | None:
+        """The lineage's last settled model call at the cut: the parent of this attempt's first."""
+        last: tuple[int, str] = (0, "")
+        attempts = self.earlier.attempts if self.earlier is not None else {}
+        for seg in self.lineage:
+            model = attempts[seg.attempt].sessions.get("model") if seg.attempt in attempts else None
+            for call in model.calls.values() if model is not None else ():
+                done = call.status in _SETTLED and call.final_seq <= seg.up_to
+                if done and call.final_seq > last[0]:
+                    last = (call.final_seq, call.call_id)
+        return last[1] or None
+
+
+def _current(ev: Any) -> int | None:
+    if isinstance(ev, AttemptOpened):
+        return ev.attempt
+    return 1 if isinstance(ev, RolloutDispatched) else None
+
+
+async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptView:
+    """The view of ``(rollout_id, attempt)``: one read of the rollout up to where the attempt opened.
+
+    Raises :class:`~rollcut.StaleAttemptError` for an attempt above 1 that is not the fence's
+    current one: its run would only write what the server refuses."""
+    view = AttemptView(rollout_id, attempt)
+    if attempt < 2:
+        return view
+    last = await log.last_on(log.subjects.fence(rollout_id))
+    opened = last.event if last is not None else None
+    if not isinstance(opened, AttemptOpened) or opened.attempt != attempt:
+        raise StaleAttemptError(rollout_id, attempt, _current(opened))
+    assert last is not None  # it holds ``opened``
+    view.from_cut, view.opened_seq = opened.from_cut, last.seq
+    if not view.from_cut:
+        return view
+    cut = view.from_cut
+    replayer = Replayer(log.subjects)
+    below: list[StoredEvent] = []
+    opens: dict[int, tuple[int, int]] = {}
+    fold = ModelFold()
+    async for page in log.read_pages(rollout_id=rollout_id, up_to=max(cut, view.opened_seq), strict=False):
+        for s in page:
+            ev = s.event
+            if s.seq <= cut:
+                replayer.apply(s)
+                if ev is None:
+                    view.corrupt_seqs.append(s.seq)
+                elif isinstance(ev, RolloutDispatched):
+                    opens[1] = (s.seq, 0)
+                elif isinstance(ev, AttemptOpened):
+                    opens[ev.attempt] = (s.seq, ev.from_cut)
+                elif isinstance(ev, RolloutEvent) and not isinstance(ev, AttemptTombstoned):
+                    below.append(s)
+            elif isinstance(ev, RolloutEvent) and ev.component == "model" and ev.attempt < attempt:
+                # an earlier attempt's model events past the cut, folded as replay does
+                fold.apply(view.after_cut.setdefault(ev.attempt, fold.initial()), s)
+    view.earlier = replayer.result.rollouts.get(rollout_id)
+    view.lineage = lineage(opens, cut)
+    bound = {seg.attempt: seg.up_to for seg in view.lineage}
+    view.events = [s for s in below if s.seq <= bound.get(s.event.attempt, -1)]  # type: ignore[union-attr]
+    agent, chain = AgentFold(), _LineageFold()
+    for s in view.events:
+        ev = s.event
+        assert isinstance(ev, RolloutEvent)
+        if ev.component == "agent":
+            view.agent = agent.apply(view.agent, s)
+        chain.apply(ev)
+    chain.finish()
+    view.resources = chain.resources
+    view.exchanges = chain.exchanges
+    return view
+
+
+class AttemptViews:
+    """One :class:`AttemptView` per attempt, read once and kept for the attempt's life (bounded).
+
+    Concurrent askers for the same attempt share one read. A stale attempt is not cached: the
+    next ask looks at the fence again."""
+
+    def __init__(self, log: EventLog, *, size: int = 4096) -> None:
+        self.log = log
+        self.size = size
+        self._views: OrderedDict[tuple[str, int], asyncio.Future[AttemptView]] = OrderedDict()
+        self.reads = 0
+
+    async def get(self, rollout_id: str, attempt: int) -> AttemptView:
+        """The view of ``(rollout_id, attempt)``; see :func:`attempt_view`."""
+        key = (rollout_id, attempt)
+        fut = self._views.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(self._read(rollout_id, attempt))
+            self._views[key] = fut
+            while len(self._views) > self.size:
+                self._views.popitem(last=False)
+        try:
+            return await asyncio.shield(fut)
+        except BaseException:
+            if fut.done() and self._views.get(key) is fut:
+                del self._views[key]  # a failed read (or a stale attempt) is asked again next time
+            raise
+
+    async def _read(self, rollout_id: str, attempt: int) -> AttemptView:
+        self.reads += 1
+        return await attempt_view(self.log, rollout_id, attempt)
+
+    async def current(self, rollout_id: str) -> AttemptView | None:
+        """The view of the rollout's open attempt if it is a continuation (else None)."""
+        last = await self.log.last_on(self.log.subjects.fence(rollout_id))
+        ev = last.event if last is not None else None
+        if not isinstance(ev, AttemptOpened):
+            return None
+        try:
+            return await self.get(rollout_id, ev.attempt)
+        except StaleAttemptError:
+            return None  # the fence moved again meanwhile
+
+    def forget(self, rollout_id: str) -> None:
+        """Drop every view of a rollout that is over."""
+        for key in [k for k in self._views if k[0] == rollout_id]:
+            del self._views[key]
+
+    def clear(self) -> None:
+        """Drop every view (a restore: the next ask reads the log again)."""
+        self._views.clear()

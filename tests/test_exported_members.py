@@ -37,6 +37,8 @@ PACKAGES = [
     "rollcut.gym.agent",
     "rollcut.gym.opaque",
     "rollcut.collect",
+    "rollcut.demo",
+    "rollcut.testing",
     "rollcut.report",
     "rollcut.bench",
     "rollcut.cli",

@@ -226,7 +226,7 @@ def test_an_error_is_one_line_with_its_brackets_whatever_the_width(
 ) -> None:
     """A refusal names an event id and a server description; wrapped at 80 columns it was split
     mid-phrase (a grep for the server's words missed it), and `[...]` was read as markup."""
-    from rollcut.cli._app import fail
+    from rollcut.cli._target import fail
 
     message = "append of ResultAccepted Ke4xo-L9YO5_7NN3 refused: 10077 maximum bytes exceeded [limit 65536]"
     exit_ = fail(message, 74)

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from rollcut._runtime import credentials_for
+from rollcut._home import credentials_for
 from rollcut.bus import BusConfig, EmbeddedCluster, EmbeddedServer, EventLog
-from rollcut.collect import DEMO_NAMESPACE as NS
-from rollcut.collect import demo_tasks
-from rollcut.gym import ServerProcess, start_stack
+from rollcut.demo import DEMO_NAMESPACE as NS
+from rollcut.demo import demo_tasks
+from rollcut.testing import ServerProcess, start_stack
 
 
 @dataclass

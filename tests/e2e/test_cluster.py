@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rollcut._runtime import credentials_for
+from rollcut._home import credentials_for
 from rollcut.bus import Credentials, EmbeddedCluster
-from rollcut.collect import DEMO_NAMESPACE as NS
-from rollcut.collect import demo_tasks
+from rollcut.demo import DEMO_NAMESPACE as NS
+from rollcut.demo import demo_tasks
 from rollcut.ledger import Ledger
 
 from ..cluster import ACK_JOURNAL_ENV, acks_told, leader, missing_acks, stream_health

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rollcut.collect import demo_tasks
+from rollcut.demo import demo_tasks
 from rollcut.ledger import Ledger
 
 from .conftest import SIGTERM, Deployment, deploy, finish

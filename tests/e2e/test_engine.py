@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused
-from rollcut.gym import ServerProcess, owner_of
+from rollcut.gym import owner_of
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
+from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore, call_store
 
 from ..engine import Engine

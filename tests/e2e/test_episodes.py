@@ -27,9 +27,9 @@ from rollcut.bus import (
     ResourcesSeeded,
     RolloutCompleted,
 )
-from rollcut.gym import ServerProcess
 from rollcut.ledger import verify_checkpoint
 from rollcut.participants import plan_recovery
+from rollcut.testing import ServerProcess
 
 from ..helpers import until
 from .conftest import Deployment, deploy

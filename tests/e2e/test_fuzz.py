@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
-from rollcut.gym import ServerProcess
 from rollcut.gym.opaque import REFERENCE_AGENT
 from rollcut.gym.wire import ErrorKind
+from rollcut.testing import ServerProcess
 
 from .conftest import NS, Deployment, deploy
 

@@ -14,10 +14,11 @@ import pytest
 
 from rollcut import CheckpointFailedError
 from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
-from rollcut.gym import ServerProcess, owner_of
+from rollcut.gym import owner_of
 from rollcut.gym.model import LocalBackend
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
+from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
 

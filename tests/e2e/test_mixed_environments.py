@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from rollcut.bus import EventLog
-from rollcut.gym import ServerProcess
 from rollcut.gym.wire import SESSION_COOKIE, Identity, identity_headers
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
+from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
 pytestmark = pytest.mark.slow

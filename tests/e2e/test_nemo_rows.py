@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rollcut.collect import demo_rows, read_turns
+from rollcut.collect import read_turns
+from rollcut.demo import demo_rows
 from rollcut.tokens import LocalTokenStore
 
 from ..gym.nemo_bodies import stateful_counter_rows

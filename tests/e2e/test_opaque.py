@@ -31,7 +31,7 @@ from rollcut.bus import (
     RelayReplayed,
     ResourcesMutated,
 )
-from rollcut.collect import demo_tasks
+from rollcut.demo import demo_tasks
 from rollcut.gym.opaque import REFERENCE_AGENT
 
 from ..helpers import until

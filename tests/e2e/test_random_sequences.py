@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, ModelCallCompleted, load_credentials
-from rollcut.collect import Collector, demo_tasks
+from rollcut.collect import Collector
+from rollcut.demo import demo_tasks
 from rollcut.ledger import Ledger, verify_checkpoint
 from rollcut.tokens import LocalTokenStore
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcut.collect import run_demo
+from rollcut.demo import run_demo
 from rollcut.gym.resources import ENVIRONMENTS
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,9 @@ from rollcut.bus import (
     ResourcesMutated,
     RolloutCompleted,
 )
-from rollcut.gym import ServerProcess
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
+from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
 TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps": 8}

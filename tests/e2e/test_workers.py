@@ -25,9 +25,10 @@ from rollcut.bus import (
     ResourcesSeeded,
     load_credentials,
 )
-from rollcut.collect import count_work
-from rollcut.gym import ServerProcess, owner_of
+from rollcut.gym import owner_of
 from rollcut.gym.wire import SESSION_COOKIE, Identity, identity_headers
+from rollcut.replay import count_work
+from rollcut.testing import ServerProcess
 
 from .conftest import SIGTERM, Deployment, deploy, finish
 

@@ -22,8 +22,7 @@ from typing import Any
 import msgspec
 from nats.js.api import StorageType, StreamConfig
 
-from ..bus import BusConfig, Event, EventLog, embedded_nats
-from ..bus._events import new_event_id
+from ..bus import BusConfig, Event, EventLog, embedded_nats, new_event_id
 from ._log import _TURNS, _drive, _rollout_ids, workload
 
 __all__ = ["bench_durability"]

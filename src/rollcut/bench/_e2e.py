@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..collect import ALTERNATIVES, run_demo
-from ..gym import DEMO_ENVIRONMENTS
+from ..demo import ALTERNATIVES, run_demo
 from ..gym.resources import ENVIRONMENTS
 from ..participants import RecoveryMode
+from ..testing import DEMO_ENVIRONMENTS
 
 __all__ = ["WAYS", "bench_e2e"]
 

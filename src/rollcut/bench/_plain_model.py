@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from ..bus import EventLog, TokenReceipt
-from ..gym._serving import bind, say, serve_on
+from ..gym import bind, say, serve_on
 from ..gym.model import CallResult, LocalBackend, ModelService, create_app
 from ..gym.wire import Identity
 from ..tokens import TokenStore

@@ -24,10 +24,12 @@ import httpx
 
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
-from ..gym import AgentServe, ModelServe, ResourcesServe, ServerProcess
+from ..gym import AgentServe, ModelServe, ResourcesServe
+from ..gym.opaque import Capability
 from ..gym.wire import Identity, identity_headers
 from ..ledger import Ledger
 from ..participants import Coordinator
+from ..testing import ServerProcess
 from ..tokens import LocalTokenStore
 
 __all__ = ["bench_relay"]
@@ -91,7 +93,7 @@ async def bench_relay(*, calls: int = 100, repeat: int = 3) -> dict[str, Any]:
             model=model.url,
             resources={"counter": counter.url},
             command=f"{sys.executable} {LOAD}",
-            capability="replayable_egress",
+            capability=Capability.REPLAYABLE_EGRESS,
         )
         log = await EventLog.connect(BusConfig(url=nats.url, namespace=_NS))
         try:

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._runtime import credentials_for
+from .._home import credentials_for
 from ..bus import BusConfig, EventLog, embedded_nats
-from ..collect import DEMO_NAMESPACE, Collector, demo_rows
-from ..gym import start_stack
+from ..collect import Collector
+from ..demo import DEMO_NAMESPACE, demo_rows
 from ..ledger import Ledger
+from ..testing import start_stack
 from ..tokens import LocalTokenStore
 
 __all__ = ["bench_soak"]

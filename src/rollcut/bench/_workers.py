@@ -21,9 +21,9 @@ import httpx
 
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
-from ..gym import ServerProcess
-from ..gym._peers import FORWARDED_HEADER
+from ..gym import FORWARDED_HEADER
 from ..gym.wire import SESSION_COOKIE, Identity, identity_headers
+from ..testing import ServerProcess
 
 __all__ = ["bench_workers"]
 

@@ -14,11 +14,12 @@ from ._kinds import *  # noqa: F403  (the kind table, whole)
 from ._log import EventLog, FenceState, StoredEvent, input_digest
 from ._server import EmbeddedServer
 from ._stream import BusConfig
-from ._subjects import COORDINATOR_LANE, Subjects, check_token
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
 
 __all__ = [
     *_events.__all__,
     *_kinds.__all__,
+    "COLLECTOR_LANE",
     "COORDINATOR_LANE",
     "BusConfig",
     "ClusterLayout",

@@ -22,7 +22,7 @@ from .._errors import ConfigError
 from ._events import CheckpointEvent, CollectorLease, Event, RolloutEvent
 from ._kinds import Lane, spec_of
 
-__all__ = ["COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
+__all__ = ["COLLECTOR_LANE", "COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
 
 COORDINATOR_LANE = "checkpoint"
 """The marker lane the coordinator's checkpoint markers go to."""

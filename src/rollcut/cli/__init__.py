@@ -5,7 +5,7 @@ store live in ``_app``; each command group registers itself on import.
 """
 
 from . import _bench, _checkpoints, _collect, _demo, _engine, _report, _serve, _store  # noqa: F401  (registers the commands)
-from ._app import Target, app
+from ._target import Target, app
 
 __all__ = ["Target", "app", "main"]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._app import JsonOpt, UrlOpt, app, console, fail, report, run
+from ._target import JsonOpt, UrlOpt, app, console, fail, report, run
 
 __all__ = ["bench_app"]
 

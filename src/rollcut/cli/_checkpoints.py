@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..ledger import CheckpointRecord
     from ..participants import CheckpointResult, Restorer
 
-from ._app import JsonOpt, Opened, Target, app, console, fail, print_json, report, run, targeted
+from ._target import JsonOpt, Opened, Target, app, console, fail, print_json, report, run, targeted
 
 __all__ = ["checkpoints_app"]
 

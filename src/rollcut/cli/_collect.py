@@ -11,7 +11,7 @@ import typer
 if TYPE_CHECKING:
     from ..collect import Summary
 
-from ._app import ExitCode, JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
+from ._target import ExitCode, JsonOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["collect_cmd"]
 

@@ -16,12 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._app import JsonOpt, app, console, fail, print_json, progress_bar, run
+from ._target import JsonOpt, app, console, fail, print_json, progress_bar, run
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from ..collect import Resumed, StoryEvent
+    from ..demo import Resumed, StoryEvent
 
 __all__ = ["demo_cmd"]
 
@@ -73,7 +73,7 @@ def demo_cmd(
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
     that saved against recovering the same crash from the last checkpoint only and from input."""
-    from ..collect import ALTERNATIVES, run_demo
+    from ..demo import ALTERNATIVES, run_demo
     from ..gym.model.engine import DIALECTS
 
     if engine is not None and engine not in DIALECTS:
@@ -120,7 +120,7 @@ class _Teller:
             self.prog.console.print(line, highlight=False, soft_wrap=True)
 
     def __call__(self, ev: StoryEvent) -> None:
-        from ..collect import Checkpointed, Compared, Comparing, Crashed, Progressed, Resumed, Started
+        from ..demo import Checkpointed, Compared, Comparing, Crashed, Progressed, Resumed, Started
 
         if isinstance(ev, Progressed):
             self.collecting = f"collecting ({ev.running} running, {ev.checkpoints} checkpoints published)"

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._app import JsonOpt, app, console, fail, print_json
+from ._target import JsonOpt, app, console, fail, print_json
 
 __all__ = ["engine_app"]
 

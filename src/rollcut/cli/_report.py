@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._app import JsonOpt, Target, app, console, fail, print_json, run, targeted
+from ._target import JsonOpt, Target, app, console, fail, print_json, run, targeted
 
 __all__ = ["report_cmd"]
 

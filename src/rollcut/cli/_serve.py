@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import RollcutError
-from ._app import NsOpt, ReplicasOpt, app, fail, with_options
+from ._target import NsOpt, ReplicasOpt, app, fail, with_options
 
 __all__ = ["serve_app"]
 
@@ -63,6 +63,13 @@ served = with_options(
 )
 
 
+def _names(registry: str) -> str:
+    """What a registry has installed, for a command's help (lists names; imports nothing)."""
+    from .. import _registries
+
+    return ", ".join(getattr(_registries, registry).names()) or "none installed"
+
+
 def _serve(kind: str, **fields: Any) -> None:
     """Build the options struct of server ``kind`` and serve it (the Gym package loads only here)."""
     from .. import gym
@@ -81,10 +88,10 @@ def serve_model(
     tokens: Annotated[Path, typer.Option("--tokens", help="Token store directory.")] = Path(
         ".rollcut/tokens"
     ),
-    backend: Annotated[str, typer.Option(help="Generation backend: local | openai | engine.")] = "local",
+    backend: Annotated[str, typer.Option(help=f"Generation backend: {_names('BACKENDS')}.")] = "local",
     upstream: Annotated[str, typer.Option(help="openai and engine backends: the engine's base URL.")] = "",
     engine_dialect: Annotated[
-        str, typer.Option("--engine-dialect", help="engine backend: llama.cpp | vllm.")
+        str, typer.Option("--engine-dialect", help=f"engine backend: {_names('DIALECTS')}.")
     ] = "llama.cpp",
     engine_model: Annotated[str, typer.Option("--engine-model", help="engine backend: the model name.")] = "",
     engine_no_cuts: Annotated[
@@ -125,7 +132,7 @@ def serve_model(
 @serve_app.command("resources")
 @served
 def serve_resources(
-    env: Annotated[str, typer.Argument(help="The environment (see `rollcut.gym.resources.ENVIRONMENTS`).")],
+    env: Annotated[str, typer.Argument(help=f"The environment: {_names('ENVIRONMENTS')}.")],
     common: dict[str, Any],
 ) -> None:
     """A stateful resources (tool) server whose sessions restore exactly."""
@@ -135,7 +142,12 @@ def serve_resources(
 @serve_app.command("agent")
 @served
 def serve_agent(
-    agent: Annotated[str, typer.Argument(help="Agent: simple, or opaque (a program behind the relay).")],
+    agent: Annotated[
+        str,
+        typer.Argument(
+            help=f"Agent kind: {_names('AGENTS')} (opaque: a program of its own behind the relay)."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Policy model server base URL.")],
     resources: Annotated[list[str], typer.Option(help="ENV=URL of a resources server (repeatable).")],
     common: dict[str, Any],
@@ -147,7 +159,7 @@ def serve_agent(
         typer.Option(
             help="opaque: replayable_egress, sandbox_snapshot or restart_only (default: restart_only)."
         ),
-    ] = "",
+    ] = "restart_only",
     on_divergence: Annotated[
         str, typer.Option(help="opaque: fresh_dispatch, or go_live (stateless tools only).")
     ] = "fresh_dispatch",
@@ -155,6 +167,10 @@ def serve_agent(
         float,
         typer.Option(help="opaque: seconds one run of the program may take, then it is killed (0: none)."),
     ] = 0.0,
+    sandbox: Annotated[
+        str,
+        typer.Option(help=f"opaque: the sandbox provider, NAME[:ARG] (installed: {_names('SANDBOXES')})."),
+    ] = "",
 ) -> None:
     """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
     behind the journaling relay (docs/opaque-agents.md)."""
@@ -171,6 +187,7 @@ def serve_agent(
         capability=capability,
         on_divergence=on_divergence,
         run_timeout=run_timeout,
+        sandbox=sandbox,
     )
 
 

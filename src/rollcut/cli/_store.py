@@ -17,7 +17,7 @@ from .._errors import RollcutError
 
 if TYPE_CHECKING:
     from ..replay import ReplayResult
-from ._app import JsonOpt, NsOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
+from ._target import JsonOpt, NsOpt, Target, app, console, fail, print_json, progress_bar, run, targeted
 
 __all__ = ["ledger_app"]
 
@@ -46,7 +46,7 @@ def nats(
 ) -> None:
     """Run nats-server with JetStream in the foreground, with per-role credentials: one server, or a
     cluster of ``--cluster N`` on this host (their URLs, comma-separated, are what ``--url`` takes)."""
-    from .._runtime import credentials_for
+    from .._home import credentials_for
     from ..bus import EmbeddedCluster, EmbeddedServer
 
     stop = threading.Event()
@@ -97,7 +97,7 @@ def cluster_config(
     nodes on separate hosts (docker/compose.yaml). Run again, it keeps the credentials and the route
     password it made the first time, so a node can be replaced without the others."""
     from .._files import write_private
-    from .._runtime import credentials_for
+    from .._home import credentials_for
     from ..bus import ClusterLayout, node_config
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]

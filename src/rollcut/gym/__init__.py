@@ -1,11 +1,11 @@
-"""Runnable Gym servers built on rollcut's public APIs, their options, and the process harness.
+"""Runnable Gym servers built on rollcut's public APIs, their options, workers and extension points.
 
 The wire protocol they speak (identity, error kinds, domain errors) is
 :mod:`rollcut.gym.wire`.
 """
 
+from ._agents import AGENTS, SANDBOXES
 from ._environment import create_environment_app
-from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ._options import (
     AgentServe,
     EnvironmentServe,
@@ -17,12 +17,14 @@ from ._options import (
     decode_spec,
     encode_spec,
 )
-from ._peers import Peers, owner_of
+from ._peers import FORWARDED_HEADER, Peers, owner_of
 from ._runners import Make, serve, serve_participant, serve_worker
-from ._serving import run_servers, run_worker
+from ._serving import bind, run_servers, run_worker, say, serve_on
 
 __all__ = [
-    "DEMO_ENVIRONMENTS",
+    "AGENTS",
+    "FORWARDED_HEADER",
+    "SANDBOXES",
     "AgentServe",
     "EnvironmentServe",
     "Make",
@@ -31,7 +33,7 @@ __all__ = [
     "ResourcesServe",
     "ServeOptions",
     "ServeSpec",
-    "ServerProcess",
+    "bind",
     "cli_argv",
     "create_environment_app",
     "decode_spec",
@@ -39,8 +41,9 @@ __all__ = [
     "owner_of",
     "run_servers",
     "run_worker",
+    "say",
     "serve",
+    "serve_on",
     "serve_participant",
     "serve_worker",
-    "start_stack",
 ]

@@ -14,6 +14,7 @@ from typing import Any, cast
 import msgspec
 
 from ..bus import Component
+from .opaque import Capability, DivergencePolicy
 
 __all__ = [
     "AgentServe",
@@ -86,16 +87,20 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
 
     ``command``, ``capability`` and ``on_divergence`` are the opaque agent's: the program it runs per
     attempt, what its runtime guarantees (``replayable_egress``, ``sandbox_snapshot``,
-    ``restart_only``; empty: restart_only), what a replay's divergent request leads to, and the
-    longest one run of the program may take (``run_timeout`` seconds; 0: no limit)."""
+    ``restart_only``, the default), what a replay's divergent request leads to, the longest one
+    run of the program may take (``run_timeout`` seconds; 0: no limit), and the provider that
+    snapshots its sandbox (``sandbox``, ``NAME[:ARG]`` in :data:`rollcut.gym.SANDBOXES`).
+    ``agent``, ``backend`` and ``engine_dialect`` name registry entries (open to plugins), checked
+    when the server starts; the closed sets are typed, and msgspec refuses anything else on decode."""
 
     agent: str = "simple"
     model: str = ""
     resources: dict[str, str] = {}
     command: str = ""
-    capability: str = ""
-    on_divergence: str = "fresh_dispatch"
+    capability: Capability = Capability.RESTART_ONLY
+    on_divergence: DivergencePolicy = "fresh_dispatch"
     run_timeout: float = 0.0
+    sandbox: str = ""
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

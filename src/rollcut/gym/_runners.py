@@ -11,36 +11,29 @@ every worker is ready (see :mod:`rollcut.gym._serving`).
 
 from __future__ import annotations
 
-import shlex
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-import httpx
 from fastapi import FastAPI
 
 from .._errors import ConfigError
 from ..bus import BusConfig, EventLog, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
+from ._agents import AGENTS, Make
 from ._environment import create_environment_app
 from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on
-from .agent import SimpleAgent, create_agent_app
-from .model import LocalBackend, ModelService, OpenAIBackend, create_app
-from .model._backend import Backend
-from .model.engine import DIALECTS, engine_backend
-from .opaque import Capability, OpaqueAgent, create_opaque_app
+from .model import BACKENDS, ModelService, create_app
+from .model.engine import DIALECTS
+from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
 __all__ = ["Make", "serve", "serve_participant", "serve_worker"]
-
-Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
-"""Builds a worker's app and its participant hooks (or None) from its log, instance and participant."""
 
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
@@ -90,20 +83,8 @@ async def serve_participant(
 
 
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
+    backend = BACKENDS[opts.backend](opts)
     tokens = LocalTokenStore(opts.tokens)
-    backend: Backend
-    if opts.backend == "openai":
-        backend = OpenAIBackend(httpx.AsyncClient(base_url=opts.upstream, timeout=600))
-    elif opts.backend == "engine":
-        backend = engine_backend(
-            opts.upstream,
-            opts.engine_dialect,
-            model=opts.engine_model,
-            max_tokens=opts.max_tokens,
-            cuts=not opts.engine_no_cuts,
-        )
-    else:
-        backend = LocalBackend(seed=opts.seed, token_delay_s=opts.token_delay, tool_turns=opts.tool_turns)
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         service = ModelService(log, tokens, backend, instance=instance, participant=participant)
@@ -137,44 +118,8 @@ def _own_url(opts: ServeSpec, sock: socket.socket) -> str:
     return f"http://{host}:{sock.getsockname()[1]}"
 
 
-def _opaque(opts: AgentServe, sock: socket.socket) -> Make:
-    relay_url = _own_url(opts, sock)
-
-    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        agent = OpaqueAgent(
-            log,
-            instance=instance,
-            command=shlex.split(opts.command),
-            relay_url=relay_url,
-            model_url=opts.model,
-            resources=opts.resources,
-            http=gym_client(600),
-            participant=participant,
-            capability=Capability(opts.capability or Capability.RESTART_ONLY),
-            on_divergence="go_live" if opts.on_divergence == "go_live" else "fresh_dispatch",
-            run_timeout_s=opts.run_timeout or None,
-        )
-        return create_opaque_app(agent, max_body_bytes=opts.max_body_bytes), agent
-
-    return make
-
-
 async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
-    if opts.agent == "opaque":
-        await serve_participant(opts, sock, worker, "exported", _opaque(opts, sock), peers=peers, drain=False)
-        return
-
-    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        agent = SimpleAgent(
-            log,
-            instance=instance,
-            model_url=opts.model,
-            resources=opts.resources,
-            participant=participant,
-            http=gym_client(600),
-        )
-        return create_agent_app(agent, max_body_bytes=opts.max_body_bytes), agent
-
+    make = AGENTS[opts.agent](opts, _own_url(opts, sock))
     await serve_participant(opts, sock, worker, "exported", make, peers=peers)
 
 
@@ -207,36 +152,26 @@ async def serve_worker(opts: ServeSpec, sock: socket.socket, worker: int, peers:
 
 
 def check(opts: ServeSpec) -> None:
-    """Refuse options that cannot run, before anything is bound."""
+    """Refuse options that cannot run, before anything is bound: every name resolves in its
+    registry, and the factory it names accepts the options."""
     if not opts.url:
         raise ConfigError(f"serve {opts.kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)")
-    if isinstance(opts, ModelServe) and (
-        opts.backend not in ("local", "openai", "engine") or (opts.backend != "local" and not opts.upstream)
-    ):
-        raise ConfigError(f"backend {opts.backend!r}: use local, or openai or engine with --upstream URL")
-    if isinstance(opts, ModelServe) and opts.backend == "engine" and opts.engine_dialect not in DIALECTS:
-        raise ConfigError(f"unknown engine dialect {opts.engine_dialect!r}; have: {', '.join(DIALECTS)}")
-    if isinstance(opts, ResourcesServe) and opts.env not in ENVIRONMENTS:
-        raise ConfigError(f"unknown environment {opts.env!r}; have: {', '.join(ENVIRONMENTS)}")
+    if isinstance(opts, ModelServe):
+        BACKENDS.check(opts.backend)
+        if opts.backend == "engine":
+            DIALECTS.check(opts.engine_dialect)
+    if isinstance(opts, ResourcesServe):
+        ENVIRONMENTS.check(opts.env)
     if isinstance(opts, AgentServe):
         _check_agent(opts)
 
 
 def _check_agent(opts: AgentServe) -> None:
-    if opts.agent not in ("simple", "opaque"):
-        raise ConfigError(f"unknown agent {opts.agent!r}; have: simple, opaque")
-    if opts.agent != "opaque":
-        return
-    if not shlex.split(opts.command):
-        raise ConfigError("serve agent opaque needs --command: the program that runs one attempt")
-    if opts.capability and opts.capability not in set(Capability):
+    if opts.capability not in set(Capability):
         raise ConfigError(f"unknown capability {opts.capability!r}; have: {', '.join(Capability)}")
-    if opts.capability == Capability.SANDBOX_SNAPSHOT:
-        raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
-    if not opts.run_timeout >= 0:  # NaN too
-        raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
-    if opts.on_divergence not in ("fresh_dispatch", "go_live"):
+    if opts.on_divergence not in get_args(DivergencePolicy):
         raise ConfigError(f"--on-divergence {opts.on_divergence!r}: use fresh_dispatch or go_live")
+    AGENTS[opts.agent](opts, "http://127.0.0.1:0")  # a factory refuses what it cannot run
 
 
 def serve(opts: ServeSpec) -> None:

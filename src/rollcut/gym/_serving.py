@@ -23,11 +23,13 @@ __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say",
 
 
 def say(line: str) -> None:
+    """One readiness line on stdout, flushed (the harness waits on ``LISTENING``/``READY``)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 
 def bind(host: str, port: int) -> socket.socket:
+    """The listening socket a server's workers share (bound once, by the parent)."""
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
     # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

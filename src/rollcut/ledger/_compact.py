@@ -29,8 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from .._errors import ConfigError
-from ..bus import EventLog
-from ..bus._subjects import COLLECTOR_LANE, COORDINATOR_LANE
+from ..bus import COLLECTOR_LANE, COORDINATOR_LANE, EventLog
 from ._ledger import Ledger
 
 __all__ = ["CompactionReport", "compact"]

@@ -16,6 +16,7 @@ from ._fold import (
 from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
 from ._view import AttemptView, AttemptViews, JournalGap, ResourcesAtCut, attempt_view, relay_journal
+from ._work import WorkTally, count_work
 
 __all__ = [
     "AgentFold",
@@ -37,7 +38,9 @@ __all__ = [
     "ResourcesSessions",
     "RolloutState",
     "Segment",
+    "WorkTally",
     "attempt_view",
+    "count_work",
     "default_registry",
     "inherited",
     "lineage",

@@ -26,8 +26,8 @@ from ..bus import (
     RolloutEvent,
     RolloutRetired,
 )
-from ..collect import WorkTally
 from ..ledger import Ledger
+from ..replay import WorkTally
 
 __all__ = ["Attempt", "CheckpointMark", "Crash", "Timeline", "read_timeline"]
 

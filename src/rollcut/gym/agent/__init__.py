@@ -1,7 +1,7 @@
 """Agents: the Simple Agent's /run loop with boundaries, parking and continuation."""
 
 from .._attempts import FreshDispatchNeeded
-from ._app import create_agent_app
+from ._routes import create_agent_app
 from ._simple import SimpleAgent
 
 __all__ = ["FreshDispatchNeeded", "SimpleAgent", "create_agent_app"]

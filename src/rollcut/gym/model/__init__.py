@@ -1,12 +1,22 @@
 """The policy model participant: an OpenAI-compatible server with durable call custody."""
 
-from ._app import create_app
+from collections.abc import Callable as _Callable
+
+from ... import _registries
+from ..._registry import Registry as _Registry
+from .._options import ModelServe as _ModelServe
 from ._backend import Backend, Plan
 from ._local import LocalBackend, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
+from ._routes import create_app
 from ._service import CallResult, ModelService
 
+BACKENDS: _Registry[_Callable[[_ModelServe], Backend]] = _registries.BACKENDS
+"""The model server's generation backends, by the name ``--backend`` takes (entry point group
+``rollcut.backends``)."""
+
 __all__ = [
+    "BACKENDS",
     "Backend",
     "CallResult",
     "LocalBackend",

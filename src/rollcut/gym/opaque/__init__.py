@@ -9,12 +9,12 @@ diverges and what each declared :class:`Capability` promises.
 import pathlib as _pathlib
 
 from ...replay import JournalGap
-from ._app import create_opaque_app
 from ._exchange import Outgoing, RelayRun
 from ._journal import lineage_journal
 from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxSnapshot
 from ._normalise import canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
+from ._routes import create_opaque_app
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
 """The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of

@@ -1,9 +1,9 @@
 """Stateful tool environments as checkpoint participants."""
 
-from ._app import aggregate_metrics, create_resources_app, final_text, task_fields
+from ... import _registries
+from ..._registry import Registry as _Registry
 from ._env import Environment, ToolResult
 from ._envs import (
-    ENVIRONMENTS,
     Blackjack,
     Counter,
     Judge,
@@ -13,8 +13,13 @@ from ._envs import (
     WorkplaceExported,
 )
 from ._gym_env import GymEnvironment, tool
+from ._routes import aggregate_metrics, create_resources_app, final_text, task_fields
 from ._service import NotContinuable, ResourcesService, Session
 from ._stateful_counter import StatefulCounter
+
+ENVIRONMENTS: _Registry[type[Environment]] = _registries.ENVIRONMENTS
+"""The environments ``rollcut serve resources NAME`` offers, by name (entry point group
+``rollcut.environments``)."""
 
 __all__ = [
     "ENVIRONMENTS",

@@ -16,9 +16,11 @@ state, verifies a final answer, and declares a checkpoint mode:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from ..._errors import ConfigError
 from ...participants import CheckpointMode
 
 __all__ = ["Environment", "ToolResult"]
@@ -61,6 +63,12 @@ class Environment:
 
     def seed(self, args: dict[str, Any]) -> Any:
         return None
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        """One generated task for the demo and the benchmarks: its ``prompt``, ``seed`` and
+        ``verify`` arguments. An environment that offers none is refused for a generated task set."""
+        raise ConfigError(f"no generated tasks for environment {cls.name!r}")
 
     def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The verdict (``reward``, ``passed``); a slow verifier (a judge) may be a coroutine."""

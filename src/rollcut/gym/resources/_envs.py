@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import sqlite3
 from typing import Any, ClassVar
@@ -13,10 +14,9 @@ import msgspec
 
 from ...participants import CheckpointMode
 from ._env import Environment, ToolResult
-from ._stateful_counter import StatefulCounter
 
 __all__ = [
-    "ENVIRONMENTS",
+
     "Blackjack",
     "Counter",
     "Judge",
@@ -31,6 +31,15 @@ class Counter(Environment):
     """The smallest stateful example: its state is the fold of its deltas."""
 
     name = "counter"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        start = rng.randint(0, 9)
+        return {
+            "prompt": f"Starting at {start}, add numbers, then report the total.",
+            "seed": {"start": start},
+            "verify": {},
+        }
     mode: ClassVar[CheckpointMode] = "event_sourced"
 
     def tools(self) -> dict[str, Any]:
@@ -71,6 +80,11 @@ class Blackjack(Environment):
     so a restored game deals exactly the cards the uninterrupted game would have."""
 
     name = "blackjack"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        seed = {"seed": rng.randint(0, 10_000)}
+        return {"prompt": "Play one hand of blackjack and try to win.", "seed": seed}
     mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
@@ -156,6 +170,15 @@ class Workplace(Environment):
     """
 
     name = "workplace"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        who = rng.choice(_NAMES)
+        return {
+            "prompt": f"Email {who}, book a meeting, and mark {who} as won.",
+            "seed": {"contacts": [{"name": who, "company": "Acme"}]},
+            "verify": {"expect": {"crm": [{"name": who}]}},
+        }
     mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
@@ -275,6 +298,11 @@ class MathVerifier(Environment):
     """Stateless; verification is replayable: re-running it gives the same answer."""
 
     name = "math"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        a, b = rng.randint(1, 99), rng.randint(1, 99)
+        return {"prompt": f"What is {a} + {b}?", "seed": {}, "verify": {"expected": str(a + b)}}
     mode: ClassVar[CheckpointMode] = "stateless"
 
     def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -296,6 +324,14 @@ class Judge(Environment):
     """
 
     name = "judge"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        return {
+            "prompt": "Explain in one sentence why the sky is blue.",
+            "seed": {},
+            "verify": {"expect_words": ["light", "scatter"], "judge_delay_s": 0.05},
+        }
     mode: ClassVar[CheckpointMode] = "stateless"
     verification: ClassVar[str] = "wait"
 
@@ -314,6 +350,10 @@ class Scratchpad(Environment):
 
     name = "scratchpad"
 
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        return {"prompt": "Write down three ideas for a name.", "seed": {}}
+
     def tools(self) -> dict[str, Any]:
         return {"write": self._write}
 
@@ -328,17 +368,4 @@ class Scratchpad(Environment):
         return list(state)
 
 
-ENVIRONMENTS: dict[str, type[Environment]] = {
-    cls.name: cls
-    for cls in (
-        Counter,
-        Blackjack,
-        Workplace,
-        WorkplaceExported,
-        MathVerifier,
-        Judge,
-        Scratchpad,
-        StatefulCounter,
-    )
-}
-"""The bundled environments by name, as ``rollcut serve resources NAME`` takes them."""
+_NAMES = ["Ada", "Grace", "Linus", "Barbara", "Ken", "Margaret"]

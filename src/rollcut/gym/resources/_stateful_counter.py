@@ -10,6 +10,9 @@ restores.
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from pydantic import BaseModel
 
 from ._gym_env import GymEnvironment, tool
@@ -68,6 +71,15 @@ class StatefulCounter(GymEnvironment):
     State = CounterState
     SeedRequest = StatefulCounterSeedSessionRequest
     VerifyRequest = StatefulCounterVerifyRequest
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        start = rng.randint(0, 9)
+        return {
+            "prompt": f"The counter starts at {start}; increment it, then read it.",
+            "seed": {"initial_count": start},
+            "verify": {"expected_count": start + 3},
+        }
 
     def start(self, body: StatefulCounterSeedSessionRequest) -> CounterState:
         return CounterState(count=body.initial_count)

@@ -6,12 +6,21 @@ run the engine suite against vLLM or SGLang on a GPU machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable as _Callable
+
 import httpx
 
+from .... import _registries
+from ...._errors import ConfigError as _ConfigError
+from ...._registry import Registry as _Registry
 from ._backend import EngineBackend
-from ._dialects import DIALECTS, VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
+from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
 from ._tiny import TinyModel, write_tiny_gguf
+
+DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
+"""The engines a backend speaks to, by the name ``--engine-dialect`` takes (entry point group
+``rollcut.engines``): called with the model name, returns a :class:`Dialect`."""
 
 __all__ = [
     "DIALECTS",
@@ -38,11 +47,9 @@ def engine_backend(
 ) -> EngineBackend:
     """The backend for an engine at ``url`` speaking ``dialect`` (a name in ``DIALECTS``); without
     ``cuts`` a running call is ``excluded`` at a checkpoint (the baseline cuts are measured against)."""
-    if dialect not in DIALECTS:
-        raise ValueError(f"unknown engine dialect {dialect!r}: one of {', '.join(sorted(DIALECTS))}")
     if not url:
-        raise ValueError("the engine backend needs the engine's URL (--upstream)")
-    speaker: Dialect = VLLM(model or None) if dialect == "vllm" else LlamaCpp()
+        raise _ConfigError("the engine backend needs the engine's URL (--upstream)")
+    speaker: Dialect = DIALECTS[dialect](model or None)
     # no read timeout: a generation streams for as long as it runs; a dead engine closes the socket.
     # Idle connections are dropped before an engine drops them (llama.cpp's server: after 5 s), so a
     # request is never sent on a socket the engine is closing.

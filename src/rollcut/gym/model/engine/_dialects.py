@@ -29,7 +29,7 @@ import httpx
 
 from .._openai import UpstreamError
 
-__all__ = ["DIALECTS", "STALE_RETRIES", "VLLM", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
+__all__ = ["STALE_RETRIES", "VLLM", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
 
 
 class EngineError(UpstreamError):
@@ -135,6 +135,9 @@ class LlamaCpp:
     name = "llama.cpp"
     capabilities = Capabilities(token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True)
 
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model  # llama-server serves the one model it loaded: the name is not sent
+
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
         templ: dict[str, Any] = {"messages": _messages(body)}
         if body.get("tools"):
@@ -239,7 +242,3 @@ class VLLM:
             if choice.get("finish_reason"):
                 piece.finish_reason = "length" if choice["finish_reason"] == "length" else "stop"
         return piece
-
-
-DIALECTS: dict[str, type[LlamaCpp] | type[VLLM]] = {"llama.cpp": LlamaCpp, "vllm": VLLM}
-"""The engines a backend can speak to, by the name ``--engine-dialect`` takes."""

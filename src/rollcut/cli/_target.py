@@ -152,7 +152,7 @@ class Target:
 
     def log(self, role: str = "admin") -> AbstractAsyncContextManager[EventLog]:
         """The event log, as ``role``."""
-        from .._runtime import open_log
+        from .._home import open_log
 
         return open_log(
             self.url,
@@ -225,7 +225,7 @@ def targeted(*options: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
         raise ValueError(f"no shared options {sorted(unknown)}")
 
     def build(given: dict[str, Any]) -> Target:
-        from .._runtime import default_home, home_namespace
+        from .._home import default_home, home_namespace
 
         home = given.get("home") or default_home()
         url = given.get("url")

@@ -18,13 +18,14 @@ from typing import Any
 
 import httpx
 
-from .._runtime import credentials_for
+from .._home import credentials_for
 from ..bus import BusConfig, EmbeddedServer, EventLog
-from ..gym import ServerProcess, start_stack
+from ..collect import Collector, CollectorHooks, Summary
 from ..ledger import Ledger, verify_checkpoint
 from ..participants import CheckpointResult, RecoveryMode, RecoveryResult
+from ..replay import count_work
+from ..testing import ServerProcess, start_stack
 from ..tokens import LocalTokenStore
-from ._collector import Collector
 from ._story import (
     Checkpointed,
     Continuation,
@@ -36,8 +37,6 @@ from ._story import (
     StoryEvent,
     standing,
 )
-from ._summary import CollectorHooks, Summary
-from ._work import count_work
 
 __all__ = ["DEMO_NAMESPACE", "CrashInfo", "Phase", "PhaseSpec", "run_phase"]
 

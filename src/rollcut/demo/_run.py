@@ -34,10 +34,10 @@ import msgspec
 
 from .._errors import ConfigError
 from .._files import private_dir, write_private
-from .._runtime import credentials_for
+from .._home import credentials_for
 from .._telemetry import percentile
-from ..gym import DEMO_ENVIRONMENTS
 from ..participants import RecoveryMode
+from ..testing import DEMO_ENVIRONMENTS
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
 from ._tasks import demo_rows, demo_tasks

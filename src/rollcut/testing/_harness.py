@@ -19,7 +19,7 @@ from typing import IO, Any
 from .._errors import ServerStartError
 from .._files import private_dir
 from .._process import pid_alive
-from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
+from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
 __all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
 

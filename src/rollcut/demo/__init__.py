@@ -1,0 +1,40 @@
+"""The demo (``rollcut demo``): a collection told as it happens, a crash mid-episode, its recovery,
+and the same crash recovered without rollcut on copies, side by side; its generated task sets.
+
+Built on the public APIs below it: the collector (:mod:`rollcut.collect`), the process harness
+(:mod:`rollcut.testing`), the work tally (:func:`rollcut.replay.count_work`).
+"""
+
+from ._phase import DEMO_NAMESPACE
+from ._run import ALTERNATIVES, run_demo
+from ._story import (
+    Checkpointed,
+    Compared,
+    Comparing,
+    Continuation,
+    Crashed,
+    Progressed,
+    Resumed,
+    Standing,
+    Started,
+    StoryEvent,
+)
+from ._tasks import demo_rows, demo_tasks
+
+__all__ = [
+    "ALTERNATIVES",
+    "DEMO_NAMESPACE",
+    "Checkpointed",
+    "Compared",
+    "Comparing",
+    "Continuation",
+    "Crashed",
+    "Progressed",
+    "Resumed",
+    "Standing",
+    "Started",
+    "StoryEvent",
+    "demo_rows",
+    "demo_tasks",
+    "run_demo",
+]

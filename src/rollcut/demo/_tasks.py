@@ -1,0 +1,36 @@
+"""The demo's generated task sets: each environment supplies its own task (``demo_task(rng)``)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..gym.resources import ENVIRONMENTS
+from ..testing import DEMO_ENVIRONMENTS
+
+__all__ = ["demo_rows", "demo_tasks"]
+
+
+def demo_tasks(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
+    """A generated task set, one environment of ``envs`` after the other (the demo's: counter,
+    blackjack and workplace; a mixed collection: every bundled environment)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        kind = envs[i % len(envs)]
+        task = ENVIRONMENTS[kind].demo_task(rng)
+        out.append({"id": f"t{i:04d}", "max_steps": 8, "env": kind, "verify": {}, **task})
+    return out
+
+
+def demo_rows(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
+    """The demo's task set as NeMo Gym input rows: ``responses_create_params``, ``agent_ref``, and the
+    environment's own fields (``env``, ``seed``, ``verify``, ``max_steps``)."""
+    return [
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": t["prompt"]}], "tools": []},
+            "agent_ref": {"type": "responses_api_agents", "name": "simple_agent"},
+            **{k: t[k] for k in ("env", "seed", "verify", "max_steps")},
+        }
+        for t in demo_tasks(n, seed, envs)
+    ]

@@ -1,0 +1,95 @@
+"""The built-in agent kinds, as ``rollcut.agents`` factories: the Simple Agent and the opaque agent.
+
+Each takes the agent server's options and its own base URL (where a program it
+starts reaches it) and returns a :data:`Make`: what builds one worker's app and
+its participant hooks. ``rollcut serve agent NAME`` resolves ``NAME`` in
+:data:`rollcut.gym.AGENTS`; another package adds a kind through the same entry
+point group.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from .. import _registries
+from .._errors import ConfigError
+from .._registry import Registry
+from ..bus import EventLog
+from ..participants import Participant
+from ._http import gym_client
+from ._options import AgentServe
+from .agent import SimpleAgent, create_agent_app
+from .opaque import Capability, OpaqueAgent, SandboxSnapshot, create_opaque_app
+
+__all__ = ["AGENTS", "SANDBOXES", "Make", "opaque", "sandbox_of", "simple"]
+
+Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
+"""Builds a worker's app and its participant hooks (or None) from its log, instance and participant."""
+
+AGENTS: Registry[Callable[[AgentServe, str], Make]] = _registries.AGENTS
+"""Agent kinds (``rollcut serve agent NAME``; entry point group ``rollcut.agents``): called with the
+server's options and its own base URL."""
+
+SANDBOXES: Registry[Callable[[str], SandboxSnapshot]] = _registries.SANDBOXES
+"""Snapshotters of an opaque agent's sandbox (``--sandbox NAME[:ARG]``; entry point group
+``rollcut.sandboxes``): called with ``ARG``. None is built in."""
+
+
+def simple(opts: AgentServe, own_url: str) -> Make:
+    """The Simple Agent: its loop on rollcut's task rows or NeMo Gym's Responses rows."""
+
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        agent = SimpleAgent(
+            log,
+            instance=instance,
+            model_url=opts.model,
+            resources=opts.resources,
+            participant=participant,
+            http=gym_client(600),
+        )
+        return create_agent_app(agent, max_body_bytes=opts.max_body_bytes), agent
+
+    return make
+
+
+def sandbox_of(opts: AgentServe) -> SandboxSnapshot | None:
+    """The sandbox provider ``--sandbox NAME[:ARG]`` names (see :data:`rollcut.gym.SANDBOXES`)."""
+    if not opts.sandbox:
+        return None
+    name, _, arg = opts.sandbox.partition(":")
+    return SANDBOXES[name](arg)
+
+
+def opaque(opts: AgentServe, own_url: str) -> Make:
+    """An agent rollcut cannot see inside: its own program per attempt, behind the journaling relay."""
+    command = shlex.split(opts.command)
+    if not command:
+        raise ConfigError("serve agent opaque needs --command: the program that runs one attempt")
+    sandbox = sandbox_of(opts)
+    if opts.capability == Capability.SANDBOX_SNAPSHOT and sandbox is None:
+        raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+    if not opts.run_timeout >= 0:  # NaN too
+        raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
+
+    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        agent = OpaqueAgent(
+            log,
+            instance=instance,
+            command=command,
+            relay_url=own_url,
+            model_url=opts.model,
+            resources=opts.resources,
+            http=gym_client(600),
+            participant=participant,
+            capability=Capability(opts.capability),
+            on_divergence=opts.on_divergence,
+            sandbox=sandbox,
+            run_timeout_s=opts.run_timeout or None,
+        )
+        return create_opaque_app(agent, max_body_bytes=opts.max_body_bytes), agent
+
+    return make

@@ -10,14 +10,11 @@ two leaves a row without acceptance; on the next run the row is found and only
 the acceptance is appended. So every rollout appears in the output exactly
 once, across any number of crashes.
 
-Recovery (``resume=True``): take the latest published checkpoint, replay the
-log up to its cut, and give every rollout not yet accepted one disposition:
-*continue* (it made progress below the cut: attempt N+1 opens from the cut and
-the servers rebuild its sessions) or *fresh dispatch* (no progress, corrupt
-history, or no checkpoint: N+1 opens from the input). A continuation the
-servers refuse (a restart-only environment, a changed agent) falls back to a
-fresh dispatch as the next attempt; nothing ever resumes from a combination
-of states that do not belong together.
+Recovery (``resume=True``) is :class:`rollcut.participants.Restorer`'s: each
+rollout not yet accepted continues from the cut or starts over from its input.
+A continuation the servers refuse (a restart-only environment, a changed agent)
+falls back to a fresh dispatch as the next attempt; nothing ever resumes from a
+combination of states that do not belong together.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from ...participants import CheckpointMode
 from ._env import Environment, ToolResult
 
 __all__ = [
-
     "Blackjack",
     "Counter",
     "Judge",
@@ -40,6 +39,7 @@ class Counter(Environment):
             "seed": {"start": start},
             "verify": {},
         }
+
     mode: ClassVar[CheckpointMode] = "event_sourced"
 
     def tools(self) -> dict[str, Any]:
@@ -85,6 +85,7 @@ class Blackjack(Environment):
     def demo_task(cls, rng: random.Random) -> dict[str, Any]:
         seed = {"seed": rng.randint(0, 10_000)}
         return {"prompt": "Play one hand of blackjack and try to win.", "seed": seed}
+
     mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
@@ -179,6 +180,7 @@ class Workplace(Environment):
             "seed": {"contacts": [{"name": who, "company": "Acme"}]},
             "verify": {"expect": {"crm": [{"name": who}]}},
         }
+
     mode: ClassVar[CheckpointMode] = "event_sourced"
     state_in_events = True
 
@@ -303,6 +305,7 @@ class MathVerifier(Environment):
     def demo_task(cls, rng: random.Random) -> dict[str, Any]:
         a, b = rng.randint(1, 99), rng.randint(1, 99)
         return {"prompt": f"What is {a} + {b}?", "seed": {}, "verify": {"expected": str(a + b)}}
+
     mode: ClassVar[CheckpointMode] = "stateless"
 
     def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -332,6 +335,7 @@ class Judge(Environment):
             "seed": {},
             "verify": {"expect_words": ["light", "scatter"], "judge_delay_s": 0.05},
         }
+
     mode: ClassVar[CheckpointMode] = "stateless"
     verification: ClassVar[str] = "wait"
 

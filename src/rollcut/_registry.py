@@ -61,6 +61,10 @@ class Registry(Generic[T]):
             raise ConfigError(f"{self.what} {name!r} is already registered")
         self._loaded[name] = factory
 
+    def unregister(self, name: str) -> None:
+        """Take back a name :meth:`register` added in this process."""
+        self._loaded.pop(name, None)
+
     def names(self) -> list[str]:
         """Every name that resolves (or would): rollcut's own first, then installed packages'."""
         seen = dict.fromkeys([*self._refs, *self._loaded, *sorted(self._plugin_refs())])

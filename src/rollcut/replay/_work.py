@@ -11,10 +11,13 @@ from a cut took over from its predecessors below that cut was kept.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
 from ..bus import (
+    KINDS,
     AttemptOpened,
     EventLog,
     ModelCallCompleted,
@@ -23,6 +26,7 @@ from ..bus import (
     RelayDiverged,
     RelayReplayed,
     ResourcesMutated,
+    kind_of,
 )
 
 __all__ = ["WorkTally", "count_work"]
@@ -57,28 +61,28 @@ class WorkTally:
         self.opened_from: dict[tuple[str, int], int] = {}
 
     def add(self, seq: int, ev: object) -> None:
-        """Count one stored event (``seq``: its stream position)."""
-        out = self.out
-        if isinstance(ev, ModelCallCompleted):
-            out["generated"] += 1
-            out["completed_tokens"] += ev.receipt.count
-            self.calls[ev.rollout_id].append((ev.attempt, seq, ev.request_digest, ev.receipt.count))
-        elif isinstance(ev, ModelCallContinued):
-            out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
-        elif isinstance(ev, ModelCallReused):
-            out["reused"] += 1
-        elif isinstance(ev, ResourcesMutated):
-            out["mutations"] += 1
-            what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
-            self.tools[ev.rollout_id].append((ev.attempt, seq, what))
-        elif isinstance(ev, RelayReplayed):
-            out["exchanges_replayed"] += 1  # an opaque agent's request answered from its journal
-        elif isinstance(ev, RelayDiverged):
-            out["divergences"] += 1
-        elif isinstance(ev, AttemptOpened):
-            self.opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
-            if ev.from_cut > 0:
-                self.cuts[ev.rollout_id].append((ev.attempt, ev.from_cut))
+        """Count one stored event (``seq``: its stream position); kinds that count nothing pass."""
+        handler = _HANDLERS.get(type(ev))
+        if handler is not None:
+            handler(self, seq, ev)
+
+    def _completed(self, seq: int, ev: ModelCallCompleted) -> None:
+        self.out["generated"] += 1
+        self.out["completed_tokens"] += ev.receipt.count
+        self.calls[ev.rollout_id].append((ev.attempt, seq, ev.request_digest, ev.receipt.count))
+
+    def _continued(self, seq: int, ev: ModelCallContinued) -> None:
+        self.out["continued_tokens"] += ev.token_boundary  # a durable prefix, not generated again
+
+    def _mutated(self, seq: int, ev: ResourcesMutated) -> None:
+        self.out["mutations"] += 1
+        what = (ev.revision, ev.tool, msgspec.json.encode(ev.arguments, order="sorted"))
+        self.tools[ev.rollout_id].append((ev.attempt, seq, what))
+
+    def _opened(self, seq: int, ev: AttemptOpened) -> None:
+        self.opened_from[(ev.rollout_id, ev.attempt)] = ev.from_cut
+        if ev.from_cut > 0:
+            self.cuts[ev.rollout_id].append((ev.attempt, ev.from_cut))
 
     def result(self) -> dict[str, int]:
         """The figures (see :func:`count_work`), once every event was added."""
@@ -116,6 +120,28 @@ async def count_work(log: EventLog) -> dict[str, int]:
     async for s in log.read():
         tally.add(s.seq, s.event)
     return tally.result()
+
+
+def _counter(key: str) -> Callable[[WorkTally, int, Any], None]:
+    def count(tally: WorkTally, seq: int, ev: Any) -> None:
+        tally.out[key] += 1
+
+    return count
+
+
+_HANDLERS: dict[type, Callable[[WorkTally, int, Any], None]] = {
+    KINDS[kind_of(t)].type: handler
+    for t, handler in (
+        (ModelCallCompleted, WorkTally._completed),
+        (ModelCallContinued, WorkTally._continued),
+        (ModelCallReused, _counter("reused")),
+        (ResourcesMutated, WorkTally._mutated),
+        (RelayReplayed, _counter("exchanges_replayed")),  # answered from the relay's journal
+        (RelayDiverged, _counter("divergences")),
+        (AttemptOpened, WorkTally._opened),
+    )
+}
+"""What each counted kind does to the tally, by the kind table's struct (one dict look-up per event)."""
 
 
 def _kept(continuations: list[tuple[int, int]] | tuple[()], attempt: int, seq: int) -> bool:

@@ -21,7 +21,7 @@ import msgspec
 
 from ..bus import AttemptOpened, AttemptTombstoned, EventLog, RolloutDispatched, RolloutEvent, StoredEvent
 
-__all__ = ["Segment", "inherited", "lineage"]
+__all__ = ["Chain", "Segment", "inherited", "lineage"]
 
 
 class Segment(msgspec.Struct, frozen=True):
@@ -53,17 +53,33 @@ def lineage(opened: Mapping[int, tuple[int, int]], cut: int) -> list[Segment]:
     return chain
 
 
-async def inherited(log: EventLog, rollout_id: str, cut: int) -> list[StoredEvent]:
-    """The rollout's events, in stream order, that its state at ``cut`` is made of."""
-    events: list[StoredEvent] = []
-    opened: dict[int, tuple[int, int]] = {}
-    async for s in log.read(rollout_id=rollout_id, up_to=cut):
+class Chain:
+    """Collects one rollout's events (stream order, up to a cut) and keeps those its lineage at the
+    cut is made of: what :func:`inherited` returns and an attempt's view folds."""
+
+    def __init__(self) -> None:
+        self.opened: dict[int, tuple[int, int]] = {}
+        self._events: list[StoredEvent] = []
+
+    def add(self, s: StoredEvent) -> None:
         ev = s.event
         if isinstance(ev, RolloutDispatched):
-            opened[1] = (s.seq, 0)
+            self.opened[1] = (s.seq, 0)
         elif isinstance(ev, AttemptOpened):
-            opened[ev.attempt] = (s.seq, ev.from_cut)
+            self.opened[ev.attempt] = (s.seq, ev.from_cut)
         elif isinstance(ev, RolloutEvent) and not isinstance(ev, AttemptTombstoned):
-            events.append(s)
-    bound = {seg.attempt: seg.up_to for seg in lineage(opened, cut)}
-    return [s for s in events if s.seq <= bound.get(s.event.attempt, -1)]  # type: ignore[union-attr]
+            self._events.append(s)
+
+    def at(self, cut: int) -> tuple[list[Segment], list[StoredEvent]]:
+        """The lineage at ``cut`` and its events, in stream order."""
+        chain = lineage(self.opened, cut)
+        bound = {seg.attempt: seg.up_to for seg in chain}
+        return chain, [s for s in self._events if s.seq <= bound.get(s.event.attempt, -1)]  # type: ignore[union-attr]
+
+
+async def inherited(log: EventLog, rollout_id: str, cut: int) -> list[StoredEvent]:
+    """The rollout's events, in stream order, that its state at ``cut`` is made of."""
+    chain = Chain()
+    async for s in log.read(rollout_id=rollout_id, up_to=cut):
+        chain.add(s)
+    return chain.at(cut)[1]

@@ -32,7 +32,6 @@ from ..bus import (
     AgentBoundary,
     AgentBoundaryRecord,
     AttemptOpened,
-    AttemptTombstoned,
     EventLog,
     RelayExchange,
     ResourcesMutated,
@@ -45,7 +44,7 @@ from ..bus import (
     spec_of,
 )
 from ._fold import AgentFold, AgentSession, ModelCall, ModelFold, ModelSession
-from ._lineage import Segment, lineage
+from ._lineage import Chain, Segment
 from ._replay import Replayer, RolloutState
 
 __all__ = ["AttemptView", "AttemptViews", "JournalGap", "ResourcesAtCut", "attempt_view", "relay_journal"]
@@ -265,39 +264,31 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
         return view
     cut = view.from_cut
     replayer = Replayer(log.subjects)
-    below: list[StoredEvent] = []
-    opens: dict[int, tuple[int, int]] = {}
+    chain = Chain()
     fold = ModelFold()
     async for page in log.read_pages(rollout_id=rollout_id, up_to=max(cut, view.opened_seq), strict=False):
         for s in page:
             ev = s.event
             if s.seq <= cut:
                 replayer.apply(s)
+                chain.add(s)
                 if ev is None:
                     view.corrupt_seqs.append(s.seq)
-                elif isinstance(ev, RolloutDispatched):
-                    opens[1] = (s.seq, 0)
-                elif isinstance(ev, AttemptOpened):
-                    opens[ev.attempt] = (s.seq, ev.from_cut)
-                elif isinstance(ev, RolloutEvent) and not isinstance(ev, AttemptTombstoned):
-                    below.append(s)
             elif isinstance(ev, RolloutEvent) and ev.component == "model" and ev.attempt < attempt:
                 # an earlier attempt's model events past the cut, folded as replay does
                 fold.apply(view.after_cut.setdefault(ev.attempt, fold.initial()), s)
     view.earlier = replayer.result.rollouts.get(rollout_id)
-    view.lineage = lineage(opens, cut)
-    bound = {seg.attempt: seg.up_to for seg in view.lineage}
-    view.events = [s for s in below if s.seq <= bound.get(s.event.attempt, -1)]  # type: ignore[union-attr]
-    agent, chain = AgentFold(), _LineageFold()
+    view.lineage, view.events = chain.at(cut)
+    agent, lineage_fold = AgentFold(), _LineageFold()
     for s in view.events:
         ev = s.event
         assert isinstance(ev, RolloutEvent)
         if ev.component == "agent":
             view.agent = agent.apply(view.agent, s)
-        chain.apply(ev)
-    chain.finish()
-    view.resources = chain.resources
-    view.exchanges = chain.exchanges
+        lineage_fold.apply(ev)
+    lineage_fold.finish()
+    view.resources = lineage_fold.resources
+    view.exchanges = lineage_fold.exchanges
     return view
 
 

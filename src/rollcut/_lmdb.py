@@ -12,10 +12,11 @@ import errno
 import os
 import struct
 from pathlib import Path
+from typing import Any, Self
 
 from ._errors import StorageError
 
-__all__ = ["lmdb_problem", "storage_error"]
+__all__ = ["LmdbFile", "lmdb_problem", "storage_error"]
 
 # what a full, read-only, over-quota or failing disk makes LMDB report
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS)
@@ -70,3 +71,20 @@ def storage_error(exc: Exception, path: Path, doing: str) -> StorageError | None
         if os.strerror(code) in text:
             return StorageError(f"cannot {doing} at {path}: {text}", path=str(path), errno=code)
     return None
+
+
+class LmdbFile:
+    """What every LMDB-backed store (the ledger, the local token store) does with its environment:
+    close it, also as a context manager."""
+
+    env: Any
+
+    def close(self) -> None:
+        """Close the LMDB environment."""
+        self.env.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -13,11 +13,11 @@ from typing import Any
 
 from rollcut.gym import ResourcesServe, run_servers, serve_participant
 from rollcut.gym.resources import Counter, ResourcesService, Session, create_resources_app
-from rollcut.gym.wire import Identity
+from rollcut.replay import AttemptView
 
 
 class Amnesiac(ResourcesService):
-    async def _build(self, ident: Identity, cut: int) -> Session | None:
+    async def _build(self, view: AttemptView) -> Session | None:
         return None  # skip the restore: the continued attempt seeds a fresh session
 
 

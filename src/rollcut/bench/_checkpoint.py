@@ -38,12 +38,8 @@ from typing import Any
 import msgspec
 
 from ..bus import (
-    AgentBoundary,
-    AgentBoundaryRecord,
     BusConfig,
     EventLog,
-    ModelCallCompleted,
-    ResourcesMutated,
     embedded_nats,
 )
 from ..ledger import Ledger, rebuild_ledger
@@ -51,6 +47,7 @@ from ..participants import Coordinator, Participant
 from ..replay import replay
 from ..tokens import LocalTokenStore, TokenRecord
 from ._baselines import BASELINES, baseline_checkpoint
+from ._synthetic import turn_events
 
 __all__ = ["bench_checkpoint"]
 
@@ -62,44 +59,17 @@ _PARTS = (
 
 
 def _turn(rid: str, t: int, receipt: Any) -> list[Any]:
-    call = f"{rid}-c{t}"
-    return [
-        ModelCallCompleted(
-            component="model",
-            instance="model-0",
-            rollout_id=rid,
-            attempt=1,
-            call_id=call,
-            request_digest="ab" * 8,
-            receipt=receipt,
-            response={"role": "assistant", "content": f"turn {t} of {rid}"},
-        ),
-        ResourcesMutated(
-            component="resources",
-            instance="res-0",
-            rollout_id=rid,
-            attempt=1,
-            session="env",
-            revision=t + 1,
-            tool="edit",
-            arguments={"line": t},
-            result={"ok": True},
-            delta={"n": t},
-        ),
-        AgentBoundary(
-            component="agent",
-            instance="agent-0",
-            rollout_id=rid,
-            attempt=1,
-            record=AgentBoundaryRecord(
-                turn=t,
-                output_items=[{"type": "message", "content": f"t{t}"}],
-                usage={"input_tokens": 100 * (t + 1)},
-                last_model_call_id=call,
-                resources_revisions={"env": t + 1},
-            ),
-        ),
-    ]
+    return turn_events(
+        rid,
+        t,
+        call=f"{rid}-c{t}",
+        receipt=receipt,
+        content=f"turn {t} of {rid}",
+        tool=("edit", {"line": t}, {"ok": True}),
+        delta={"n": t},
+        outputs=[{"type": "message", "content": f"t{t}"}],
+        usage={"input_tokens": 100 * (t + 1)},
+    )
 
 
 async def bench_checkpoint(

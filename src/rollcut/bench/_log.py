@@ -28,21 +28,17 @@ from typing import Any
 from nats.js.api import StorageType, StreamConfig
 
 from ..bus import (
-    AgentBoundary,
-    AgentBoundaryRecord,
     BusConfig,
     EmbeddedServer,
     Event,
     EventLog,
-    ModelCallAdmitted,
-    ModelCallCompleted,
-    ResourcesMutated,
     ResultAccepted,
     RolloutEvent,
     TokenReceipt,
 )
 from ..ledger import rebuild_ledger
 from ..replay import replay
+from ._synthetic import turn_events
 
 __all__ = ["bench_log", "workload"]
 
@@ -88,60 +84,31 @@ def workload(events: int, *, rollouts: int, seed: int = 0, turns: int = 0) -> li
         turn[r] += 1
         call = f"c{r}-{t}"
         digest = f"{rng.getrandbits(128):032x}"
-        cycle: list[Event] = [
-            ModelCallAdmitted(
-                component="model",
-                instance="model-0",
-                rollout_id=rid,
-                attempt=1,
-                call_id=call,
-                request_digest=digest,
-                parent_call_id=f"c{r}-{t - 1}" if t else None,
+        cycle = turn_events(
+            rid,
+            t,
+            call=call,
+            digest=digest,
+            parent=f"c{r}-{t - 1}" if t else None,
+            admitted=True,
+            receipt=TokenReceipt(
+                receipt_id=f"rcpt-{call}", count=rng.randint(20, 400), digest=f"{rng.getrandbits(128):032x}"
             ),
-            ModelCallCompleted(
-                component="model",
-                instance="model-0",
-                rollout_id=rid,
-                attempt=1,
-                call_id=call,
-                request_digest=digest,
-                receipt=TokenReceipt(
-                    receipt_id=f"rcpt-{call}",
-                    count=rng.randint(20, 400),
-                    digest=f"{rng.getrandbits(128):032x}",
-                ),
-                response={"role": "assistant", "content": _text(rng, rng.randint(5, 60))},
+            content=_text(rng, rng.randint(5, 60)),
+            tool=(
+                "search",
+                {"query": _text(rng, 6)},
+                {"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
             ),
-            ResourcesMutated(
-                component="resources",
-                instance="res-0",
-                rollout_id=rid,
-                attempt=1,
-                session="env",
-                revision=t + 1,
-                tool="search",
-                arguments={"query": _text(rng, 6)},
-                result={"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
-                delta={"n": t + 1},
-            ),
-            AgentBoundary(
-                component="agent",
-                instance="agent-0",
-                rollout_id=rid,
-                attempt=1,
-                record=AgentBoundaryRecord(
-                    turn=t,
-                    output_items=[
-                        {"type": "message", "content": _text(rng, 30)} for _ in range(min(t + 1, 12))
-                    ],
-                    usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
-                    last_model_call_id=call,
-                    resources_revisions={"env": t + 1},
-                ),
-            ),
-        ]
+            outputs=[{"type": "message", "content": _text(rng, 30)} for _ in range(min(t + 1, 12))],
+            usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
+        )
         out.extend(cycle)
     return out[:events]
+
+
+def _hits(rng: random.Random) -> dict[str, Any]:
+    return {"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]}
 
 
 def _rollout_id(slot: int, generation: int) -> str:

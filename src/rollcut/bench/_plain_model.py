@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from ..bus import EventLog, TokenReceipt
 from ..gym import bind, say, serve_on
-from ..gym.model import CallResult, LocalBackend, ModelService, create_app
+from ..gym.model import CallResult, LocalBackend, ModelService, OnToken, create_app
 from ..gym.wire import Identity
 from ..tokens import TokenStore
 
@@ -33,10 +32,7 @@ class PlainModelService(ModelService):
         super().__init__(cast(EventLog, None), cast(TokenStore, None), backend, instance="plain")
 
     async def call(
-        self,
-        ident: Identity,
-        body: dict[str, Any],
-        on_token: Callable[[int, str], Awaitable[None]] | None = None,
+        self, ident: Identity, body: dict[str, Any], on_token: OnToken | None = None
     ) -> CallResult:
         _, call_id = self.call_identity(ident, body)
         plan = await self.backend.start(body)

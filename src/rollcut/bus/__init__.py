@@ -10,8 +10,9 @@ from ._auth import Credentials, load_credentials, server_authorization
 from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, embedded_nats, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
+from ._fence import Opening
 from ._kinds import *  # noqa: F403  (the kind table, whole)
-from ._log import EventLog, FenceState, StoredEvent, input_digest
+from ._log import EventLog, FenceState, ReadScope, StoredEvent, input_digest
 from ._server import EmbeddedServer
 from ._stream import BusConfig
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
@@ -32,6 +33,8 @@ __all__ = [
     "EmbeddedServer",
     "EventLog",
     "FenceState",
+    "Opening",
+    "ReadScope",
     "StoredEvent",
     "Subjects",
     "check_token",

@@ -11,7 +11,7 @@ one place the lifecycle rules live.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import msgspec
 
@@ -40,7 +40,18 @@ from ._read import RawMessage
 from ._stream import ERR_WRONG_LAST_SEQUENCE
 from ._subjects import Subjects
 
-__all__ = ["EXPECT_SEQ", "EXPECT_SUBJ", "MSG_ID", "FenceOps", "FenceState", "input_digest"]
+__all__ = ["EXPECT_SEQ", "EXPECT_SUBJ", "MSG_ID", "FenceOps", "FenceState", "Opening", "input_digest"]
+
+
+class Opening(TypedDict):
+    """Who opens an attempt, and why: what :meth:`FenceOps.open_attempt` and
+    :meth:`FenceOps.supersede` record on the ``attempt.opened`` event."""
+
+    instance: str
+    reason: NotRequired[str]
+    checkpoint_id: NotRequired[str]
+    from_cut: NotRequired[int]
+
 
 EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECT_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
@@ -232,27 +243,14 @@ class FenceOps:
             return FenceState(rollout_id, state.attempt, out.seq, False, True)
         raise AttemptConflictError(rollout_id, "the fence kept moving while retiring")
 
-    async def supersede(
-        self,
-        rollout_id: str,
-        attempt: int,
-        *,
-        instance: str,
-        reason: str = "",
-        checkpoint_id: str = "",
-        from_cut: int = 0,
-    ) -> int:
+    async def supersede(self, rollout_id: str, attempt: int, **opening: Unpack[Opening]) -> int:
         """Tombstone ``attempt`` and open ``attempt + 1``; returns the new attempt."""
-        await self.tombstone(rollout_id, attempt, instance=instance, reason=reason, next_attempt=attempt + 1)
-        await self.open_attempt(
-            rollout_id,
-            attempt + 1,
-            instance=instance,
-            reason=reason,
-            checkpoint_id=checkpoint_id,
-            from_cut=from_cut,
+        reason, next_attempt = opening.get("reason", ""), attempt + 1
+        await self.tombstone(
+            rollout_id, attempt, instance=opening["instance"], reason=reason, next_attempt=next_attempt
         )
-        return attempt + 1
+        await self.open_attempt(rollout_id, next_attempt, **opening)
+        return next_attempt
 
     async def _fence_move(self, ev: RolloutEvent, state: FenceState, doing: str) -> Outcome:
         """Append ``ev`` to the fence only if the fence is still where ``state`` saw it."""

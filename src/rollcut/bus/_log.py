@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import TypedDict, Unpack
 
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
@@ -54,7 +55,19 @@ from ._stream import (
 )
 from ._subjects import Subjects, is_fence_kind
 
-__all__ = ["EventLog", "FenceState", "StoredEvent", "input_digest"]
+__all__ = ["EventLog", "FenceState", "ReadScope", "StoredEvent", "input_digest"]
+
+
+class ReadScope(TypedDict, total=False):
+    """What :meth:`EventLog.read` and :meth:`EventLog.read_pages` read: the whole stream, one
+    rollout (its fence plus all attempts) or one attempt's events, ``start <= seq <= up_to``;
+    ``strict=False`` yields a corrupt record with its error instead of raising."""
+
+    rollout_id: str | None
+    attempt: int | None
+    up_to: int | None
+    start: int
+    strict: bool
 
 
 class StoredEvent:
@@ -258,24 +271,10 @@ class EventLog(StreamApi, FenceOps):
         """The stream's last sequence, from its leader; asked again while no leader answers."""
         return int((await self.stream_info()).state.last_seq)
 
-    async def read(
-        self,
-        *,
-        rollout_id: str | None = None,
-        attempt: int | None = None,
-        up_to: int | None = None,
-        start: int = 1,
-        strict: bool = True,
-    ) -> AsyncIterator[StoredEvent]:
-        """Events in stream order with ``start <= seq <= up_to``.
-
-        Scope: the whole stream, one rollout (its fence plus all attempts), or
-        one attempt's events. ``strict=False`` yields a corrupt record with its
-        error instead of raising, so replay can quarantine just that rollout.
-        """
-        async for page in self.read_pages(
-            rollout_id=rollout_id, attempt=attempt, up_to=up_to, start=start, strict=strict
-        ):
+    async def read(self, **scope: Unpack[ReadScope]) -> AsyncIterator[StoredEvent]:
+        """Events in stream order with ``start <= seq <= up_to`` (see :class:`ReadScope`):
+        ``strict=False`` lets replay quarantine just the rollout a corrupt record belongs to."""
+        async for page in self.read_pages(**scope):
             for stored in page:
                 yield stored
 

@@ -5,36 +5,10 @@ Built on the public APIs below it: the collector (:mod:`rollcut.collect`), the p
 (:mod:`rollcut.testing`), the work tally (:func:`rollcut.replay.count_work`).
 """
 
+from . import _story
 from ._phase import DEMO_NAMESPACE
 from ._run import ALTERNATIVES, run_demo
-from ._story import (
-    Checkpointed,
-    Compared,
-    Comparing,
-    Continuation,
-    Crashed,
-    Progressed,
-    Resumed,
-    Standing,
-    Started,
-    StoryEvent,
-)
+from ._story import *  # noqa: F403  (the story's events, whole: their own ``__all__`` is the list)
 from ._tasks import demo_rows, demo_tasks
 
-__all__ = [
-    "ALTERNATIVES",
-    "DEMO_NAMESPACE",
-    "Checkpointed",
-    "Compared",
-    "Comparing",
-    "Continuation",
-    "Crashed",
-    "Progressed",
-    "Resumed",
-    "Standing",
-    "Started",
-    "StoryEvent",
-    "demo_rows",
-    "demo_tasks",
-    "run_demo",
-]
+__all__ = [*_story.__all__, "ALTERNATIVES", "DEMO_NAMESPACE", "demo_rows", "demo_tasks", "run_demo"]

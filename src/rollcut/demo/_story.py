@@ -23,7 +23,6 @@ __all__ = [
     "Standing",
     "Started",
     "StoryEvent",
-    "standing",
 ]
 
 

@@ -32,7 +32,7 @@ import msgspec
 
 from .._errors import LedgerCorruptError, LedgerError, LedgerSchemaError
 from .._files import PRIVATE_FILE, private_dir
-from .._lmdb import lmdb_problem, storage_error
+from .._lmdb import LmdbFile, lmdb_problem, storage_error
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 
 __all__ = ["Ledger"]
@@ -50,7 +50,7 @@ def session_key(rollout_id: str, attempt: int, name: str) -> bytes:
     return f"{rollout_id}\0{attempt}\0{name}".encode()
 
 
-class Ledger:
+class Ledger(LmdbFile):
     """One LMDB environment (a directory) per coordinator."""
 
     def __init__(
@@ -106,15 +106,6 @@ class Ledger:
                     f"{LEDGER_SCHEMA_VERSION} this rollcut supports; it was left untouched",
                     path=str(self.path),
                 )
-
-    def close(self) -> None:
-        self.env.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- decoding ---------------------------------------------------------------
 

@@ -18,7 +18,6 @@ import hashlib
 import os
 import struct
 from pathlib import Path
-from typing import Self
 
 import lmdb
 import msgspec
@@ -26,7 +25,7 @@ import zstandard
 
 from .._errors import TokenStoreError
 from .._files import PRIVATE_FILE, private_dir
-from .._lmdb import lmdb_problem, storage_error
+from .._lmdb import LmdbFile, lmdb_problem, storage_error
 from ..bus import TokenReceipt, digest
 from ._contracts import TokenRecord, TokenSnapshot
 
@@ -42,7 +41,7 @@ def _term(receipt_id: str, dig: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{receipt_id}:{dig}".encode(), digest_size=32).digest(), "big")
 
 
-class LocalTokenStore:
+class LocalTokenStore(LmdbFile):
     """TokenSink, TokenSource and LineageStore over one LMDB directory."""
 
     blocking = False  # a local LMDB write: microseconds, called inline
@@ -68,15 +67,6 @@ class LocalTokenStore:
         self._meta = self.env.open_db(b"meta")
         self._zc = zstandard.ZstdCompressor(level=3)
         self._zd = zstandard.ZstdDecompressor()
-
-    def close(self) -> None:
-        self.env.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- sink ---------------------------------------------------------------------
 

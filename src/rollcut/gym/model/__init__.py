@@ -5,7 +5,7 @@ from collections.abc import Callable as _Callable
 from ... import _registries
 from ..._registry import Registry as _Registry
 from .._options import ModelServe as _ModelServe
-from ._backend import Backend, Plan
+from ._backend import Backend, OnToken, Plan
 from ._local import LocalBackend, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
 from ._routes import create_app
@@ -21,6 +21,7 @@ __all__ = [
     "CallResult",
     "LocalBackend",
     "ModelService",
+    "OnToken",
     "OpenAIBackend",
     "Plan",
     "UpstreamError",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord
 
-__all__ = ["Backend", "Plan"]
+__all__ = ["Backend", "OnToken", "Plan"]
+
+
+OnToken = Callable[[int, str], Awaitable[None]]
+"""Called with each token id of a call and its text as it is generated (a stream's deltas)."""
 
 
 @dataclass

@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import hashlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,7 @@ from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._attempts import view_of
 from .._http import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
-from ._backend import Backend, Plan
+from ._backend import Backend, OnToken, Plan
 from ._inflight import InFlightCalls
 from ._local import replayed_plan, response_message
 
@@ -132,10 +131,7 @@ class ModelService:
         return digest, "c" + hashlib.blake2b(key, digest_size=10).hexdigest()
 
     async def call(
-        self,
-        ident: Identity,
-        body: dict[str, Any],
-        on_token: Callable[[int, str], Awaitable[None]] | None = None,
+        self, ident: Identity, body: dict[str, Any], on_token: OnToken | None = None
     ) -> CallResult:
         digest, call_id = self.call_identity(ident, body)
         # the same request in the same attempt is the same call: join it while it runs, answer it
@@ -169,7 +165,7 @@ class ModelService:
         body: dict[str, Any],
         digest: str,
         call_id: str,
-        on_token: Callable[[int, str], Awaitable[None]] | None,
+        on_token: OnToken | None,
     ) -> CallResult:
         view = await view_of(self.views, ident)
         # lineage is looked up while the call runs: only the completed event needs it
@@ -200,6 +196,19 @@ class ModelService:
     async def _append(self, event: Any) -> int:
         return await append_or_refuse(self.log, event)
 
+    def _taken_over(
+        self, ident: Identity, call_id: str, digest: str, source: tuple[int, ModelCall]
+    ) -> dict[str, Any]:
+        """The fields of an event whose call takes over an earlier attempt's (reused or continued)."""
+        src_attempt, src = source
+        return {
+            **self._ev(ident),
+            "call_id": call_id,
+            "request_digest": digest,
+            "source_call_id": src.call_id,
+            "source_attempt": src_attempt,
+        }
+
     def _policy_version(self) -> str:
         return self.backend.last_policy_version or self.backend.policy_version
 
@@ -212,17 +221,13 @@ class ModelService:
         body: dict[str, Any],
         source: tuple[int, ModelCall],
     ) -> CallResult:
-        src_attempt, src = source
+        src = source[1]
         assert src.receipt is not None
         record = await call_store(self.tokens, self.tokens.get, src.receipt)  # verifies the digest
         plan = replayed_plan(record, src.response)
         await self._append(
             ModelCallReused(
-                **self._ev(ident),
-                call_id=call_id,
-                request_digest=digest,
-                source_call_id=src.call_id,
-                source_attempt=src_attempt,
+                **self._taken_over(ident, call_id, digest, source),
                 receipt=src.receipt,
                 parent_call_id=parent,
                 response=src.response,
@@ -241,7 +246,7 @@ class ModelService:
         parent_task: asyncio.Future[str | None],
         body: dict[str, Any],
         source: tuple[int, ModelCall] | None,
-        on_token: Callable[[int, str], Awaitable[None]] | None,
+        on_token: OnToken | None,
         view: AttemptView,
     ) -> CallResult:
         # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
@@ -252,18 +257,14 @@ class ModelService:
             plan = fl.plan = await self.backend.start(body) if self.backend.plans_ahead else None
             start = 0
             if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
-                src_attempt, src = source
+                src = source[1]
                 assert src.receipt is not None
                 record = await call_store(self.tokens, self.tokens.get, src.receipt)
                 prefix = list(record.output_ids)
                 if await self.backend.adopt_prefix(plan, record):
                     await self._append(
                         ModelCallContinued(
-                            **self._ev(ident),
-                            call_id=call_id,
-                            request_digest=digest,
-                            source_call_id=src.call_id,
-                            source_attempt=src_attempt,
+                            **self._taken_over(ident, call_id, digest, source),
                             prefix_receipt=src.receipt,
                             token_boundary=len(prefix),
                             delivery="staged",

@@ -37,7 +37,6 @@ class Counter(Environment):
         return {
             "prompt": f"Starting at {start}, add numbers, then report the total.",
             "seed": {"start": start},
-            "verify": {},
         }
 
     mode: ClassVar[CheckpointMode] = "event_sourced"

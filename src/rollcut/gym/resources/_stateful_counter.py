@@ -75,11 +75,8 @@ class StatefulCounter(GymEnvironment):
     @classmethod
     def demo_task(cls, rng: random.Random) -> dict[str, Any]:
         start = rng.randint(0, 9)
-        return {
-            "prompt": f"The counter starts at {start}; increment it, then read it.",
-            "seed": {"initial_count": start},
-            "verify": {"expected_count": start + 3},
-        }
+        prompt = f"The counter starts at {start}; increment it, then read it."
+        return {"prompt": prompt, "seed": {"initial_count": start}, "verify": {"expected_count": start + 3}}
 
     def start(self, body: StatefulCounterSeedSessionRequest) -> CounterState:
         return CounterState(count=body.initial_count)

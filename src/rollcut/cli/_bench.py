@@ -27,6 +27,11 @@ def _measure(name: str, status: str, as_json: bool, **options: Any) -> None:
     report("rollcut " + name.replace("_", " "), out, as_json)
 
 
+def _pick(given: dict[str, Any], names: str) -> dict[str, Any]:
+    """The flags ``names`` (space-separated) of a command's ``locals()``, passed on as they are."""
+    return {n: given[n] for n in names.split()}
+
+
 @bench_app.command("log")
 def bench_log_cmd(
     events: Annotated[int, typer.Option(help="Events to append and replay.")] = 20_000,
@@ -101,17 +106,8 @@ def bench_checkpoint_cmd(
     if any(not 0 < p <= 100 for p in pcts) or repeat < 1 or not set(kinds) <= set(BASELINES):
         raise fail(f"--moved takes percents in 1..100, --repeat at least 1, --baseline one of {BASELINES}")
     status = f"benchmarking checkpoints of {rollouts} rollouts"
-    _measure(
-        "bench_checkpoint",
-        status,
-        as_json,
-        rollouts=rollouts,
-        url=url,
-        moved=pcts,
-        repeat=repeat,
-        baselines=kinds,
-        cluster=cluster,
-    )
+    passed = _pick(locals(), "rollouts url repeat cluster")
+    _measure("bench_checkpoint", status, as_json, moved=pcts, baselines=kinds, **passed)
 
 
 @bench_app.command("model")
@@ -199,20 +195,9 @@ def bench_e2e_cmd(
     unknown = [w for w in ways if w not in WAYS]
     if unknown:
         raise fail(f"unknown recovery {', '.join(unknown)}; have: {', '.join(WAYS)}")
-    _measure(
-        "bench_e2e",
-        f"{len(ways)} recoveries of {rollouts} rollouts",
-        as_json,
-        rollouts=rollouts,
-        seed=seed,
-        workers=workers,
-        mixed=mixed,
-        ways=ways,
-        checkpoint_every_s=every,
-        concurrency=concurrency,
-        engine=engine,
-        agent=agent,
-    )
+    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent")
+    status = f"{len(ways)} recoveries of {rollouts} rollouts"
+    _measure("bench_e2e", status, as_json, ways=ways, checkpoint_every_s=every, **passed)
 
 
 @bench_app.command("relay")

@@ -70,9 +70,22 @@ def _names(registry: str) -> str:
     return ", ".join(getattr(_registries, registry).names()) or "none installed"
 
 
-def _serve(kind: str, **fields: Any) -> None:
-    """Build the options struct of server ``kind`` and serve it (the Gym package loads only here)."""
+def _pairs(resources: list[str]) -> dict[str, str]:
+    """``--resources ENV=URL`` (repeated) as a mapping; refused naming what is not a pair."""
+    bad = [r for r in resources if "=" not in r]
+    if bad:
+        raise fail(f"--resources takes ENV=URL, got {', '.join(bad)}")
+    return dict(r.split("=", 1) for r in resources)
+
+
+def _serve(kind: str, flags: dict[str, Any], **fields: Any) -> None:
+    """Build the options struct of server ``kind`` from a command's flags (named like its fields:
+    the command passes its ``locals()``; ``common`` spreads, paths become strings) and ``fields``
+    that override them, and serve it (the Gym package loads only here)."""
     from .. import gym
+
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in flags.items() if k != "common"}
+    fields = {**flags["common"], **given, **fields}
 
     spec = {"model": gym.ModelServe, "resources": gym.ResourcesServe, "agent": gym.AgentServe}
     try:
@@ -112,21 +125,7 @@ def serve_model(
     ] = False,
 ) -> None:
     """The OpenAI-compatible policy model server with durable call custody."""
-    _serve(
-        "model",
-        **common,
-        tokens=str(tokens),
-        backend=backend,
-        upstream=upstream,
-        engine_dialect=engine_dialect,
-        engine_model=engine_model,
-        engine_no_cuts=engine_no_cuts,
-        max_tokens=max_tokens,
-        seed=seed,
-        token_delay=token_delay,
-        tool_turns=tool_turns,
-        return_token_ids=return_token_ids,
-    )
+    _serve("model", locals())
 
 
 @serve_app.command("resources")
@@ -136,7 +135,7 @@ def serve_resources(
     common: dict[str, Any],
 ) -> None:
     """A stateful resources (tool) server whose sessions restore exactly."""
-    _serve("resources", **common, env=env)
+    _serve("resources", locals())
 
 
 @serve_app.command("agent")
@@ -174,28 +173,14 @@ def serve_agent(
 ) -> None:
     """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
     behind the journaling relay (docs/opaque-agents.md)."""
-    bad = [r for r in resources if "=" not in r]
-    if bad:
-        raise fail(f"--resources takes ENV=URL, got {', '.join(bad)}")
-    _serve(
-        "agent",
-        **common,
-        agent=agent,
-        model=model,
-        resources=dict(r.split("=", 1) for r in resources),
-        command=command,
-        capability=capability,
-        on_divergence=on_divergence,
-        run_timeout=run_timeout,
-        sandbox=sandbox,
-    )
+    _serve("agent", locals(), resources=_pairs(resources))
 
 
 @serve_app.command("environment")
 @served
 def serve_environment(agent: AgentUrl, common: dict[str, Any]) -> None:
     """The episode orchestrator: one /run per task, recording each episode's completion."""
-    _serve("environment", **common, agent=agent)
+    _serve("environment", locals())
 
 
 @serve_app.command("worker", hidden=True)

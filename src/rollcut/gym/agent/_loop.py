@@ -19,7 +19,18 @@ import httpx
 from ...bus import AgentBoundaryRecord
 from ..wire import Identity
 
-__all__ = ["AgentLoop", "RunContext"]
+__all__ = ["AgentLoop", "RunContext", "Upstreams"]
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    """What every run of one agent talks to: the policy model, the resources servers by
+    environment, the client that reaches them, and the system prompt it starts a chat with."""
+
+    model_url: str
+    resources: dict[str, str]
+    http: httpx.AsyncClient
+    system_prompt: str
 
 
 @dataclass(frozen=True)
@@ -29,10 +40,7 @@ class RunContext:
     ident: Identity
     start: AgentBoundaryRecord | None
     """The lineage's last boundary at the cut this attempt continues from; None from the input."""
-    model_url: str
-    resources: dict[str, str]
-    http: httpx.AsyncClient
-    system_prompt: str
+    upstreams: Upstreams
     send: Callable[[str, dict[str, Any], dict[str, str] | None], Awaitable[httpx.Response]]
     """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
     a refusal the rollout cannot continue past raises ``FreshDispatchNeeded``."""
@@ -42,6 +50,22 @@ class RunContext:
     """Raises ``GymError(RETIRED)`` once the rollout was retired."""
     count: Callable[[str], None]
     """Adds one to one of the agent's counters."""
+
+    @property
+    def model_url(self) -> str:
+        return self.upstreams.model_url
+
+    @property
+    def resources(self) -> dict[str, str]:
+        return self.upstreams.resources
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        return self.upstreams.http
+
+    @property
+    def system_prompt(self) -> str:
+        return self.upstreams.system_prompt
 
     async def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         """:attr:`send`, its JSON answer."""

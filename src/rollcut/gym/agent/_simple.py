@@ -33,7 +33,7 @@ from .._http import gym_client
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._chat import run_chat
-from ._loop import AgentLoop, RunContext
+from ._loop import AgentLoop, RunContext, Upstreams
 from ._responses import run_responses
 
 __all__ = ["Run", "SimpleAgent"]
@@ -73,6 +73,7 @@ class SimpleAgent:
         self.http = http or gym_client(120)
         self.system_prompt = system_prompt
         self.admission_wait_s = admission_wait_s
+        self.upstreams = Upstreams(model_url, resources, self.http, system_prompt)
         self._runs: dict[Identity, Run] = {}
         self.views = AttemptViews(log)  # where each continued attempt starts, read once
         self._park_for: str | None = None
@@ -195,18 +196,10 @@ class SimpleAgent:
         async def boundary(record: AgentBoundaryRecord) -> None:
             await self.boundary(run, record)
 
-        return RunContext(
-            ident=ident,
-            start=view.boundary,
-            model_url=self.model_url,
-            resources=self.resources,
-            http=self.http,
-            system_prompt=self.system_prompt,
-            send=send,
-            boundary=boundary,
-            check_retired=lambda: self._check_retired(run),
-            count=self._count,
-        )
+        def check_retired() -> None:
+            self._check_retired(run)
+
+        return RunContext(ident, view.boundary, self.upstreams, send, boundary, check_retired, self._count)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         check_task(task, list(self.resources))

@@ -18,7 +18,7 @@ import msgspec
 from . import _events as E
 from ._events import Event, TokenReceipt
 
-__all__ = ["KINDS", "CallStep", "KindSpec", "Lane", "kind_of", "spec_of"]
+__all__ = ["KINDS", "CallStep", "KindSpec", "Lane", "handlers_by_kind", "kind_of", "spec_of"]
 
 
 class Lane(StrEnum):
@@ -135,3 +135,16 @@ if _union != set(_BY_TYPE) or len(KINDS) != len(_TABLE):  # pragma: no cover - a
 def spec_of(event: Event) -> KindSpec:
     """The table row of an event."""
     return _BY_TYPE[type(event)]
+
+
+H = typing.TypeVar("H")
+
+
+def handlers_by_kind(handlers: dict[type[Event], H]) -> dict[type[Event], H]:
+    """A dispatch table for a reader of the log (a fold, a projection, a tally): handlers keyed by
+    the kind table's struct of each kind. A type the table does not know is refused at import, so a
+    reader cannot silently handle nothing; one look-up per event, no ``isinstance`` chain."""
+    unknown = [t.__name__ for t in handlers if t not in _BY_TYPE]
+    if unknown:
+        raise TypeError(f"not event kinds of the table: {', '.join(unknown)}")
+    return {_BY_TYPE[t].type: h for t, h in handlers.items()}

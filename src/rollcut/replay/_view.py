@@ -32,6 +32,7 @@ from ..bus import (
     AgentBoundary,
     AgentBoundaryRecord,
     AttemptOpened,
+    Event,
     EventLog,
     RelayExchange,
     ResourcesMutated,
@@ -40,8 +41,7 @@ from ..bus import (
     RolloutDispatched,
     RolloutEvent,
     StoredEvent,
-    kind_of,
-    spec_of,
+    handlers_by_kind,
 )
 from ._fold import AgentFold, AgentSession, ModelCall, ModelFold, ModelSession
 from ._lineage import Chain, Segment
@@ -92,16 +92,18 @@ class _LineageFold:
         self.resources: dict[str, ResourcesAtCut] = {}
         self.boundary: dict[str, int] = {}
         self.exchanges: list[RelayExchange] = []
-        self._handlers: dict[str, Callable[[Any], None]] = {
-            kind_of(ResourcesSeeded): self._seeded,
-            kind_of(ResourcesMutated): self._mutated,
-            kind_of(ResourcesSnapshot): self._snapshot,
-            kind_of(AgentBoundary): self._boundary,
-            kind_of(RelayExchange): self._exchange,
-        }
+        self._handlers: dict[type[Event], Callable[[Any], None]] = handlers_by_kind(
+            {
+                ResourcesSeeded: self._seeded,
+                ResourcesMutated: self._mutated,
+                ResourcesSnapshot: self._snapshot,
+                AgentBoundary: self._boundary,
+                RelayExchange: self._exchange,
+            }
+        )
 
     def apply(self, ev: RolloutEvent) -> None:
-        handler = self._handlers.get(spec_of(ev).kind)
+        handler = self._handlers.get(type(ev))
         if handler is not None:
             handler(ev)
 

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 
 from ..bus import (
-    KINDS,
     AttemptOpened,
+    Event,
     EventLog,
     ModelCallCompleted,
     ModelCallContinued,
@@ -26,7 +26,7 @@ from ..bus import (
     RelayDiverged,
     RelayReplayed,
     ResourcesMutated,
-    kind_of,
+    handlers_by_kind,
 )
 
 __all__ = ["WorkTally", "count_work"]
@@ -62,7 +62,7 @@ class WorkTally:
 
     def add(self, seq: int, ev: object) -> None:
         """Count one stored event (``seq``: its stream position); kinds that count nothing pass."""
-        handler = _HANDLERS.get(type(ev))
+        handler = _HANDLERS.get(type(ev))  # type: ignore[arg-type]
         if handler is not None:
             handler(self, seq, ev)
 
@@ -129,18 +129,17 @@ def _counter(key: str) -> Callable[[WorkTally, int, Any], None]:
     return count
 
 
-_HANDLERS: dict[type, Callable[[WorkTally, int, Any], None]] = {
-    KINDS[kind_of(t)].type: handler
-    for t, handler in (
-        (ModelCallCompleted, WorkTally._completed),
-        (ModelCallContinued, WorkTally._continued),
-        (ModelCallReused, _counter("reused")),
-        (ResourcesMutated, WorkTally._mutated),
-        (RelayReplayed, _counter("exchanges_replayed")),  # answered from the relay's journal
-        (RelayDiverged, _counter("divergences")),
-        (AttemptOpened, WorkTally._opened),
-    )
-}
+_HANDLERS: dict[type[Event], Callable[[WorkTally, int, Any], None]] = handlers_by_kind(
+    {
+        ModelCallCompleted: WorkTally._completed,
+        ModelCallContinued: WorkTally._continued,
+        ModelCallReused: _counter("reused"),
+        ResourcesMutated: WorkTally._mutated,
+        RelayReplayed: _counter("exchanges_replayed"),  # answered from the relay's journal
+        RelayDiverged: _counter("divergences"),
+        AttemptOpened: WorkTally._opened,
+    }
+)
 """What each counted kind does to the tally, by the kind table's struct (one dict look-up per event)."""
 
 

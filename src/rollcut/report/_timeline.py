@@ -8,7 +8,9 @@ cuts are stream sequences, which no writer chooses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..bus import (
     AttemptOpened,
@@ -16,6 +18,7 @@ from ..bus import (
     CheckpointCommitted,
     CheckpointPrepared,
     CheckpointSealed,
+    Event,
     EventLog,
     ModelCallCompleted,
     ModelCallContinued,
@@ -25,6 +28,7 @@ from ..bus import (
     RolloutDispatched,
     RolloutEvent,
     RolloutRetired,
+    handlers_by_kind,
 )
 from ..ledger import Ledger
 from ..replay import WorkTally
@@ -175,31 +179,69 @@ def _rollout_event(tl: Timeline, ev: RolloutEvent) -> None:
     if ev.rollout_id not in tl.seen:
         tl.seen.add(ev.rollout_id)
         tl.rollouts.append(ev.rollout_id)
-    if isinstance(ev, RolloutDispatched):
-        return
-    if isinstance(ev, AttemptOpened):
-        a.opened, a.from_cut, a.checkpoint_id, a.reason = ev.ts, ev.from_cut, ev.checkpoint_id, ev.reason
-        prev = tl.attempts.get((ev.rollout_id, ev.previous_attempt))
-        if prev is not None and prev.outcome == "running":
-            prev.outcome = "interrupted"
-        return
-    if isinstance(ev, AttemptTombstoned):
-        if a.outcome == "running":
-            a.outcome = "interrupted"
-        return
-    if isinstance(ev, RolloutRetired):
-        a.outcome = "retired"
+    lifecycle = _LIFECYCLE.get(type(ev))
+    if lifecycle is not None:
+        lifecycle(tl, a, ev)
         return
     a.touch(ev.ts)
-    if isinstance(ev, ResultAccepted):
-        a.outcome, a.reward = "accepted", ev.reward
-    elif isinstance(ev, ModelCallCompleted):
-        a.model_calls += 1
-        a.tokens += ev.receipt.count
-    elif isinstance(ev, ModelCallReused | ModelCallContinued):
-        a.from_log += 1
-    elif isinstance(ev, ResourcesMutated):
-        a.tool_calls += 1
+    work = _WORK.get(type(ev))
+    if work is not None:
+        work(a, ev)
+
+
+def _opened(tl: Timeline, a: Attempt, ev: AttemptOpened) -> None:
+    a.opened, a.from_cut, a.checkpoint_id, a.reason = ev.ts, ev.from_cut, ev.checkpoint_id, ev.reason
+    prev = tl.attempts.get((ev.rollout_id, ev.previous_attempt))
+    if prev is not None and prev.outcome == "running":
+        prev.outcome = "interrupted"
+
+
+def _tombstoned(tl: Timeline, a: Attempt, ev: AttemptTombstoned) -> None:
+    if a.outcome == "running":
+        a.outcome = "interrupted"
+
+
+def _retired(tl: Timeline, a: Attempt, ev: RolloutRetired) -> None:
+    a.outcome = "retired"
+
+
+def _accepted(a: Attempt, ev: ResultAccepted) -> None:
+    a.outcome, a.reward = "accepted", ev.reward
+
+
+def _generated(a: Attempt, ev: ModelCallCompleted) -> None:
+    a.model_calls += 1
+    a.tokens += ev.receipt.count
+
+
+def _from_log(a: Attempt, ev: Any) -> None:
+    a.from_log += 1
+
+
+def _tool_call(a: Attempt, ev: ResourcesMutated) -> None:
+    a.tool_calls += 1
+
+
+_LIFECYCLE: dict[type[Event], Callable[[Timeline, Attempt, Any], None]] = handlers_by_kind(
+    {
+        RolloutDispatched: lambda tl, a, ev: None,
+        AttemptOpened: _opened,
+        AttemptTombstoned: _tombstoned,
+        RolloutRetired: _retired,
+    }
+)
+"""The fence's records: what they say about an attempt (no activity of its own)."""
+
+_WORK: dict[type[Event], Callable[[Attempt, Any], None]] = handlers_by_kind(
+    {
+        ResultAccepted: _accepted,
+        ModelCallCompleted: _generated,
+        ModelCallReused: _from_log,
+        ModelCallContinued: _from_log,
+        ResourcesMutated: _tool_call,
+    }
+)
+"""What each kind of an attempt's work adds to its bar."""
 
 
 def _crashes(tl: Timeline) -> list[Crash]:

@@ -98,8 +98,9 @@ def workload(events: int, *, rollouts: int, seed: int = 0, turns: int = 0) -> li
             tool=(
                 "search",
                 {"query": _text(rng, 6)},
-                {"hits": [_text(rng, 12) for _ in range(rng.randint(1, 8))]},
+                _hits(rng),
             ),
+            delta={"n": t + 1},
             outputs=[{"type": "message", "content": _text(rng, 30)} for _ in range(min(t + 1, 12))],
             usage={"input_tokens": 100 * (t + 1), "output_tokens": 40 * (t + 1)},
         )

@@ -31,9 +31,11 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, readable by its owner only."""
+    """Replace ``path`` with ``data`` atomically, readable by its owner only. A symlink at ``path``
+    is replaced itself, never followed (its target is left as it was); one planted at the
+    temporary name is refused (``O_NOFOLLOW``)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from .._files import write_private
 
 if TYPE_CHECKING:
     from ..collect import Summary
@@ -141,12 +144,19 @@ def export_cmd(
         except ExportError as exc:
             raise fail(str(exc), 1) from exc
     if fmt == "jsonl":
-        out.write_text("".join(json.dumps(t.as_dict()) + "\n" for t in turns))
+        data = "".join(json.dumps(t.as_dict()) + "\n" for t in turns).encode()
     else:
         import numpy as np
 
+        buf = io.BytesIO()
         arrays: dict[str, Any] = padded(turns)
-        np.savez(out, **arrays)
+        np.savez(buf, **arrays)
+        data = buf.getvalue()
+        out = out if out.name.endswith(".npz") else out.with_name(out.name + ".npz")  # as numpy names it
+    try:  # 0600, atomically; a symlink at --out is replaced, never followed
+        write_private(out, data)
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror or exc}", ExitCode.STORAGE) from exc
     summary = {
         "rows": str(rows),
         "out": str(out),

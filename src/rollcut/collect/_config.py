@@ -10,16 +10,24 @@ from msgspec import Meta
 
 from .._errors import ConfigError
 
-__all__ = ["CheckpointPolicy", "CollectConfig", "CompactionPolicy", "load_config"]
+__all__ = ["MAX_CONCURRENCY", "CheckpointPolicy", "CollectConfig", "CompactionPolicy", "load_config"]
+
+MAX_CONCURRENCY = 10_000
+"""The most rollouts one collector runs at once. Each holds a task, a connection and a few KB of
+state; past this a typo (``concurrency: 100000000``) would grow one process without bound, so it is
+refused at load instead (run several collectors, one per namespace, for more)."""
+
+_DAY = 86_400.0
+Seconds = Annotated[float, Meta(gt=0, le=_DAY)]
 
 
 class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """When a collection checkpoints: every S seconds, on SIGUSR1, on SIGTERM."""
 
-    every_s: Annotated[float, Meta(gt=0)] | None = None
+    every_s: Seconds | None = None
     on_sigusr1: bool = True
     on_sigterm: bool = True
-    deadline_s: Annotated[float, Meta(gt=0)] = 30.0
+    deadline_s: Seconds = 30.0
 
 
 class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -27,7 +35,7 @@ class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     below the oldest of the ``keep`` newest checkpoints is compacted away (docs/cluster.md)."""
 
     enabled: bool = True
-    keep: Annotated[int, Meta(ge=1)] = 2
+    keep: Annotated[int, Meta(ge=1, le=1000)] = 2
 
 
 class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,7 +43,7 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     schema_version: int = 1
     nats_url: str | None = None  # None: the embedded server under home; a cluster: its URLs, comma-separated
-    replicas: Annotated[int, Meta(ge=1)] = 1  # copies of the stream when it is created (3 on a cluster)
+    replicas: Annotated[int, Meta(ge=1, le=5)] = 1  # copies of the stream when it is created (3 on a cluster)
     namespace: str = "default"
     credentials: str | None = None
     home: str = ".rollcut"
@@ -44,11 +52,11 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     environment_url: str  # the environment server's /run
     tasks: str  # JSONL, one task per line, each with an "id"
     output: str  # JSONL of results, one row per rollout, exactly once
-    num_repeats: Annotated[int, Meta(ge=1)] = 1
-    concurrency: Annotated[int, Meta(ge=1)] = 16
-    max_attempts: Annotated[int, Meta(ge=1)] = 5
+    num_repeats: Annotated[int, Meta(ge=1, le=10_000)] = 1
+    concurrency: Annotated[int, Meta(ge=1, le=MAX_CONCURRENCY)] = 16
+    max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 5
     # how long a run that broke off waits for the environment to answer again
-    heal_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
+    heal_timeout_s: Seconds = 120.0
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     compaction: CompactionPolicy = CompactionPolicy()
 

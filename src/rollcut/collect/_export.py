@@ -18,11 +18,13 @@ records, each verified against its receipt's digest.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .._errors import RollcutError, TokenStoreError
 from ..bus import TokenReceipt
@@ -97,59 +99,93 @@ def _row_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def read_turns(rows: Path, tokens: TokenSource) -> Iterator[Turn]:
     """Every turn of every completed rollout in ``rows`` (NeMo Gym's format, or rollcut's with receipts),
-    checked against ``tokens``."""
-    with rows.open() as f:
+    checked against ``tokens``. A row that is not JSON, not an object, names a rollout an earlier row
+    named (a trainer would consume it twice), has a reward that is not a finite number, or is
+    malformed anywhere is an :class:`ExportError` naming its line: nothing of it is exported."""
+    seen: dict[str, int] = {}
+    with rows.open("rb") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            where = f"{rows}:{line_no}"
+            row = _decoded(line, where)
             rid = str(row.get("rollout_id", f"line {line_no}"))
-            calls = (row.get("rollcut") or {}).get("model_calls") or []
-            turns = _row_turns(row)
-            if not turns and calls and "response" not in row:  # receipts only: the store's arrays
-                turns = [dict.fromkeys(_FIELDS) for _ in calls]
-            if not turns:
+            if rid in seen:
                 raise ExportError(
-                    f"{rows}:{line_no} ({rid}): no token arrays on the output items; collect with the model "
-                    "server's --return-token-ids",
+                    f"{where} ({rid}): the rollout's row is also at line {seen[rid]}; each rollout is "
+                    "exported once",
                     rollout_id=rid,
                 )
-            if len(calls) != len(turns):
-                raise ExportError(
-                    f"{rows}:{line_no} ({rid}): {len(turns)} turns but {len(calls)} model-call receipts",
-                    rollout_id=rid,
-                )
-            for i, (call, arrays) in enumerate(zip(calls, turns, strict=True), start=1):
-                receipt = TokenReceipt(
-                    receipt_id=call["receipt_id"],
-                    count=int(
-                        call["receipt_count"]
-                        if "receipt_count" in call
-                        else len(arrays["generation_token_ids"])
-                    ),
-                    digest=call["receipt_digest"],
-                )
-                try:
-                    record = tokens.get(receipt)  # checks the record against the receipt's digest
-                except TokenStoreError as exc:
-                    raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
-                stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
-                if arrays["prompt_token_ids"] is not None and stored != tuple(arrays[f] for f in _FIELDS):
-                    raise ExportError(
-                        f"{rid} turn {i}: the row's token arrays differ from the token store's record "
-                        f"{receipt.receipt_id}",
-                        rollout_id=rid,
-                        turn=i,
-                    )
-                yield Turn(
-                    rollout_id=rid,
-                    attempt=int(row.get("attempt", 1)),
-                    turn=i,
-                    reward=float(row.get("reward") or 0.0),
-                    prompt_ids=stored[0],
-                    generation_ids=stored[1],
-                    generation_log_probs=stored[2],
-                )
+            seen[rid] = line_no
+            try:
+                yield from _turns(row, rid, where, tokens)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ExportError(f"{where} ({rid}): malformed row: {exc!r}", rollout_id=rid) from exc
+
+
+def _decoded(line: bytes, where: str) -> dict[str, Any]:
+    try:
+        row = msgspec.json.decode(line)  # bounded: no NaN or Infinity, no nesting past msgspec's limit
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ExportError(f"{where}: not a JSON row: {exc}") from exc
+    if not isinstance(row, dict):
+        raise ExportError(f"{where}: a row is a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _reward(row: dict[str, Any], where: str, rid: str) -> float:
+    value = row.get("reward") or 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ExportError(f"{where} ({rid}): reward {value!r} is not a finite number", rollout_id=rid)
+    return float(value)
+
+
+def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> Iterator[Turn]:
+    reward = _reward(row, where, rid)
+    calls = (row.get("rollcut") or {}).get("model_calls") or []
+    turns = _row_turns(row)
+    if not turns and calls and "response" not in row:  # receipts only: the store's arrays
+        turns = [dict.fromkeys(_FIELDS) for _ in calls]
+    if not turns:
+        raise ExportError(
+            f"{where} ({rid}): no token arrays on the output items; collect with the model "
+            "server's --return-token-ids",
+            rollout_id=rid,
+        )
+    if len(calls) != len(turns):
+        raise ExportError(
+            f"{where} ({rid}): {len(turns)} turns but {len(calls)} model-call receipts",
+            rollout_id=rid,
+        )
+    for i, (call, arrays) in enumerate(zip(calls, turns, strict=True), start=1):
+        receipt = TokenReceipt(
+            receipt_id=call["receipt_id"],
+            count=int(
+                call["receipt_count"] if "receipt_count" in call else len(arrays["generation_token_ids"])
+            ),
+            digest=call["receipt_digest"],
+        )
+        try:
+            record = tokens.get(receipt)  # checks the record against the receipt's digest
+        except TokenStoreError as exc:
+            raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
+        stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
+        if arrays["prompt_token_ids"] is not None and stored != tuple(arrays[f] for f in _FIELDS):
+            raise ExportError(
+                f"{rid} turn {i}: the row's token arrays differ from the token store's record "
+                f"{receipt.receipt_id}",
+                rollout_id=rid,
+                turn=i,
+            )
+        yield Turn(
+            rollout_id=rid,
+            attempt=int(row.get("attempt", 1)),
+            turn=i,
+            reward=reward,
+            prompt_ids=stored[0],
+            generation_ids=stored[1],
+            generation_log_probs=stored[2],
+        )
 
 
 def padded(turns: list[Turn], *, pad_id: int = 0) -> dict[str, np.ndarray]:

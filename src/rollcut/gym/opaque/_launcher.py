@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
+import msgspec
 
 from ..._errors import ConfigError
 from ...bus import EventLog, RelayExchange
@@ -311,12 +312,18 @@ async def _read(stream: asyncio.StreamReader, limit: int, *, tail: bool = False)
 
 
 def _answer(out: bytes) -> dict[str, Any]:
-    """The agent's answer: its last non-empty stdout line, a JSON object."""
-    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.strip()]
+    """The agent's answer: its last non-empty stdout line, a JSON object. The program is untrusted:
+    the line is decoded strictly and bounded (no NaN or Infinity, no lone surrogate, no nesting past
+    msgspec's limit), ``answer`` is a string and ``turns`` a count, or the run fails (502), never the
+    server (a 500)."""
+    lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
-        answer = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
+        answer = msgspec.json.decode(lines[-1]) if lines else None
+    except (msgspec.DecodeError, RecursionError):
         answer = None
     if not isinstance(answer, dict):
         raise GymError(ErrorKind.AGENT_FAILED, "the agent printed no answer (a JSON object as its last line)")
+    turns = answer.get("turns", 0)
+    if not isinstance(answer.get("answer", ""), str) or isinstance(turns, bool) or not isinstance(turns, int):
+        raise GymError(ErrorKind.AGENT_FAILED, "the answer needs a string `answer`, an integer `turns`")
     return answer

@@ -34,6 +34,16 @@ def _path_identity(request: Request) -> Identity:
     return identity_of(request)
 
 
+def _plain(rest: str) -> str:
+    """A relayed path is forwarded only as it is written: no ``.`` or ``..`` segment (decoded from
+    ``%2f`` or not), no empty one, no backslash. Otherwise ``/v1/..%2f..%2fmetrics`` would reach the
+    model server's own routes (and be journaled as an exchange)."""
+    segments = rest.split("/")
+    if any(seg in ("", ".", "..") for seg in segments[:-1]) or segments[-1] in (".", "..") or "\\" in rest:
+        raise GymError(ErrorKind.BAD_REQUEST, f"the relay forwards plain paths only, not {rest!r}")
+    return rest
+
+
 def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The app: /run, the relay routes, /rollcut/stats and a deep /healthz."""
     app = gym_app("rollcut opaque agent", max_body_bytes=max_body_bytes)
@@ -59,11 +69,11 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
 
     @app.api_route("/v1/{rest:path}", methods=_METHODS)
     async def model(rest: str, request: Request) -> Response:
-        return await relayed(request, "model", f"/v1/{rest}")
+        return await relayed(request, "model", f"/v1/{_plain(rest)}")
 
     @app.api_route("/tools/{env}/{rest:path}", methods=_METHODS)
     async def tools(env: str, rest: str, request: Request) -> Response:
-        return await relayed(request, env, f"/{rest}")
+        return await relayed(request, env, f"/{_plain(rest)}")
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:

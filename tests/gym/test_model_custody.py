@@ -226,9 +226,10 @@ async def _in_flight(rig: ModelRig, body: dict[str, Any]) -> asyncio.Future[Any]
     return call
 
 
-async def test_a_prepare_reply_that_omits_an_admitted_call_fails_the_checkpoint(rig: ModelRig) -> None:
-    from rollcut import CheckpointFailedError
-    from rollcut.participants import ExportReport
+async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollout(rig: ModelRig) -> None:
+    """Fail closed for the rollout, never for the namespace (issue 29): the checkpoint publishes, and
+    the rollout whose call the reply did not account for starts over from its input."""
+    from rollcut.participants import ExportReport, plan_recovery
 
     await rig.log.dispatch("r1", {}, instance="collector")
     call = await _in_flight(rig, {"messages": [{"role": "user", "content": "long"}]})
@@ -239,15 +240,18 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_fails_the_checkpoint(
     rig.participant.hooks = type(
         "H", (), {"export": staticmethod(forgetful), "restore": rig.service.restore}
     )()
-    with pytest.raises(CheckpointFailedError, match="prepare reply omits it"):
-        await rig.coordinator.checkpoint(deadline_s=5)
-    assert rig.coordinator.ledger.checkpoints() == []
+    result = await rig.coordinator.checkpoint(deadline_s=5)
+    assert (
+        list(result.record.quarantined) == ["r1"]
+        and "prepare reply omits it" in result.record.quarantined["r1"]
+    )
     rig.service.backend.token_delay_s = 0.0
     assert (await call).status_code == 200
+    plan = await plan_recovery(rig.log, rig.coordinator.ledger, ["r1"])
+    assert plan.fresh_dispatch == ["r1"] and plan.continue_ == [] and "r1" in plan.quarantined
 
 
-async def test_a_prepare_reply_with_a_receipt_the_store_lacks_fails_the_checkpoint(rig: ModelRig) -> None:
-    from rollcut import CheckpointFailedError
+async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_rollout(rig: ModelRig) -> None:
     from rollcut.bus import TokenReceipt
     from rollcut.participants import CallDisposition, ExportReport
 
@@ -269,8 +273,8 @@ async def test_a_prepare_reply_with_a_receipt_the_store_lacks_fails_the_checkpoi
         return ExportReport(calls=bad)
 
     rig.participant.hooks = type("H", (), {"export": staticmethod(forged), "restore": rig.service.restore})()
-    with pytest.raises(CheckpointFailedError, match="does not match the token store"):
-        await rig.coordinator.checkpoint(deadline_s=5)
+    result = await rig.coordinator.checkpoint(deadline_s=5)
+    assert "does not match the token store" in result.record.quarantined["r1"]
     rig.service.backend.token_delay_s = 0.0
     assert (await call).status_code == 200
 

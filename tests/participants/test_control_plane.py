@@ -13,7 +13,6 @@ from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFai
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
-    CheckpointAborted,
     CheckpointCommitted,
     EventLog,
     ParticipantLeaseExpired,
@@ -200,7 +199,7 @@ async def test_missing_worker_of_a_group_fails_by_name(participants: Any, coordi
         await coordinator.checkpoint(deadline_s=2)
 
 
-async def test_unresolved_receipt_fails_validation_and_publishes_nothing(
+async def test_unresolved_references_quarantine_their_rollout_and_the_checkpoint_publishes(
     log: EventLog, participants: Any, coordinator: Coordinator, ledger: Ledger
 ) -> None:
     res_p = await participants("res-0", "exported")
@@ -218,14 +217,16 @@ async def test_unresolved_receipt_fails_validation_and_publishes_nothing(
             ),
         )
     )
-    with pytest.raises(CheckpointFailedError) as err:
-        await coordinator.checkpoint(deadline_s=3)
-    msg = str(err.value)
+    await log.dispatch("r2", {}, instance="c")  # a rollout with nothing wrong
+    result = await coordinator.checkpoint(deadline_s=3)
+    # fail closed for the rollout, never for the namespace (issue 29): every finding of r1 is named
+    msg = result.record.quarantined["r1"]
     assert "never-stored" in msg and "c-missing" in msg and "env revision 4" in msg
-    # failed after the release: nothing published, nobody held, and the lane is free again
-    assert ledger.checkpoints() == [] and res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
-    last = await log.last_on(log.subjects.mark())
-    assert last is not None and isinstance(last.event, CheckpointAborted)
+    assert list(result.record.quarantined) == ["r1"] and ledger.checkpoints() == [result.record]
+    assert res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    # validation is incremental: the next checkpoint does not look at r1's events again, and keeps it out
+    again = await coordinator.checkpoint(deadline_s=3)
+    assert list(again.record.quarantined) == ["r1"]
 
 
 async def test_lease_expiry_reopens_admission_and_is_recorded(

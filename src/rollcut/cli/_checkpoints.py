@@ -104,21 +104,27 @@ def checkpoints_show(checkpoint_id: str, target: Target, as_json: JsonOpt = Fals
 @checkpoints_app.command("verify")
 @targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = False) -> None:
-    """Re-validate digests and references against the stream and token store; exit 1 on any mismatch."""
-    from ..ledger import verify_checkpoint
+    """Re-validate digests and references against the stream and token store; exit 1 on any mismatch.
+    A bad record of one rollout or lane is reported as a quarantine (that rollout starts over; the
+    lane's record is skipped), not as a failure of the checkpoint."""
+    from ..ledger import VerifyReport, verify_report
 
-    async def go() -> list[str]:
+    async def go() -> VerifyReport:
         async with target.opened() as o:
-            return await verify_checkpoint(o.log, o.ledger, o.tokens, checkpoint_id)
+            return await verify_report(o.log, o.ledger, o.tokens, checkpoint_id)
 
-    problems = run(go())
+    report = run(go())
+    problems = report.problems
     if as_json:
-        print_json({"checkpoint_id": checkpoint_id, "ok": not problems, "problems": problems})
-    elif problems:
+        out: dict[str, Any] = {"checkpoint_id": checkpoint_id, "ok": not problems, "problems": problems}
+        print_json({**out, "quarantined": report.quarantined} if report.quarantined else out)
+    else:
         for p in problems:
             console.print(f"[red]x[/red] {p}")
-    else:
-        console.print(f"[green]ok[/green] {checkpoint_id} verifies")
+        for key, why in report.quarantined.items():
+            console.print(f"[yellow]quarantined[/yellow] {key}: {why}")
+        if not problems:
+            console.print(f"[green]ok[/green] {checkpoint_id} verifies")
     if problems:
         raise typer.Exit(1)
 
@@ -163,6 +169,7 @@ def restore_cmd(checkpoint: CheckpointOpt, target: Target, as_json: JsonOpt = Fa
                 "continue": plan.continue_,
                 "fresh_dispatch": plan.fresh_dispatch,
                 "retired": plan.retired,
+                "quarantined": plan.quarantined,
                 "participants_paused": restored,
             }
 

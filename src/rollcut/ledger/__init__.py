@@ -5,20 +5,23 @@ from ._ledger import Ledger
 from ._projector import Projector, rebuild_ledger
 from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 from ._tail import TailValidator
-from ._validate import ReferenceCheck, validate_references
-from ._verify import verify_checkpoint
+from ._validate import Finding, ReferenceCheck, validate_references
+from ._verify import VerifyReport, verify_checkpoint, verify_report
 
 __all__ = [
     "LEDGER_SCHEMA_VERSION",
     "CheckpointRecord",
     "CompactionReport",
+    "Finding",
     "Ledger",
     "Projector",
     "ReferenceCheck",
     "RolloutIndex",
     "TailValidator",
+    "VerifyReport",
     "compact",
     "rebuild_ledger",
     "validate_references",
     "verify_checkpoint",
+    "verify_report",
 ]

@@ -20,6 +20,10 @@ class CheckpointRecord(msgspec.Struct, frozen=True, kw_only=True):
     token_snapshot_digest: str = ""
     participants: list[str] = []
     ts: float = 0.0
+    quarantined: dict[str, str] = {}
+    """Rollouts whose references below the cut did not resolve, with why: the checkpoint holds for
+    every other rollout, and recovery starts these over from their input (fail closed for the
+    rollout, never for the namespace). Carried into every later checkpoint until they finish."""
 
 
 class RolloutIndex(msgspec.Struct, kw_only=True):

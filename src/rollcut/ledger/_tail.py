@@ -25,7 +25,7 @@ from ..bus import EventLog, StoredEvent
 from ..tokens import TokenSnapshot, TokenStore
 from ._ledger import Ledger
 from ._projector import Projector
-from ._validate import ReferenceCheck
+from ._validate import Finding, ReferenceCheck
 
 __all__ = ["TailValidator"]
 
@@ -90,7 +90,7 @@ class TailValidator:
 
     async def at_cut(
         self, cut: int, snapshot: TokenSnapshot | None, reported: dict[str, tuple[set[str], int]]
-    ) -> tuple[list[str], int]:
+    ) -> tuple[list[Finding], int]:
         """Feed the rest up to the cut; the problems of everything since the last publication, and how
         many events that is. Call it holding :attr:`lock`."""
         await self.feed(up_to=cut)

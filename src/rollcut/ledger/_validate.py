@@ -16,11 +16,30 @@ once per checkpoint, not once to project and again to validate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..bus import AgentBoundary, CallStep, EventLog, RolloutEvent, StoredEvent, TokenReceipt, spec_of
 from ..tokens import TokenSnapshot, TokenStore
 from ._ledger import Ledger
 
-__all__ = ["ReferenceCheck", "validate_references"]
+__all__ = ["Finding", "ReferenceCheck", "validate_references"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A reference below a cut that does not resolve, and the rollout it belongs to.
+
+    A finding with a rollout costs that rollout only (its checkpoint publishes with the rollout
+    quarantined, and recovery starts it over from its input); one without (no token store bound)
+    fails the checkpoint: it says nothing about any one rollout."""
+
+    seq: int
+    message: str
+    rollout_id: str | None = None
+    attempt: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ReferenceCheck:
@@ -93,9 +112,9 @@ class ReferenceCheck:
             return False
         return self.tokens.in_snapshot(snapshot, receipt) if snapshot else self.tokens.has(receipt)
 
-    def _boundary(self, seq: int, ev: AgentBoundary) -> list[str]:
+    def _boundary(self, seq: int, ev: AgentBoundary) -> list[Finding]:
         """What the boundary names that the ledger does not hold (yet)."""
-        rec, missing = ev.record, []
+        rec, missing = ev.record, list[str]()
         if (
             rec.last_model_call_id
             and self.ledger.call_status(ev.rollout_id, ev.attempt, rec.last_model_call_id) is None
@@ -111,7 +130,7 @@ class ReferenceCheck:
                     f"seq {seq}: boundary of {ev.rollout_id}/{ev.attempt} names {session} revision "
                     f"{rev}, but only {have} was recorded"
                 )
-        return missing
+        return [Finding(seq, m, ev.rollout_id, ev.attempt) for m in missing]
 
     def settle(self) -> None:
         """Check the pending boundaries again (the ledger has moved on): keep those still open."""
@@ -121,20 +140,27 @@ class ReferenceCheck:
         self,
         snapshot: TokenSnapshot | None = None,
         reported: dict[str, tuple[set[str], int]] | None = None,
-    ) -> list[str]:
+    ) -> list[Finding]:
         """Every problem of the range (at most ``limit``), once every page up to the cut was fed and
         the ledger projected to the cut. The state is kept: a checkpoint that fails leaves the range
         to be checked again, with what is fed after it."""
-        problems: list[str] = []
+        problems: list[Finding] = []
         snap = snapshot or self.snapshot
         for seq, ev, receipt in self._receipts:
             call = getattr(ev, "call_id", "")
             if self.tokens is None or snap is None:
-                problems.append(f"seq {seq}: call {call} has a token receipt but no token store is bound")
+                problems.append(
+                    Finding(seq, f"seq {seq}: call {call} has a token receipt but no token store is bound")
+                )
             elif not self._stored(receipt, snap):
                 problems.append(
-                    f"seq {seq}: receipt {receipt.receipt_id} of call {call} "
-                    f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snap.snapshot_id}"
+                    Finding(
+                        seq,
+                        f"seq {seq}: receipt {receipt.receipt_id} of call {call} "
+                        f"({ev.rollout_id}/{ev.attempt}) is not in token snapshot {snap.snapshot_id}",
+                        ev.rollout_id,
+                        ev.attempt,
+                    )
                 )
         for seq, ev in self._boundaries:
             problems += self._boundary(seq, ev)
@@ -145,9 +171,8 @@ class ReferenceCheck:
                 continue  # its attempt was superseded or retired: the fence refuses its outcome for good
             calls, started = reported[instance]
             if seq > started and call_id not in calls:
-                problems.append(
-                    f"seq {seq}: {instance} admitted call {call_id} but its prepare reply omits it"
-                )
+                message = f"seq {seq}: {instance} admitted call {call_id} but its prepare reply omits it"
+                problems.append(Finding(seq, message, rollout_id, attempt))
         return problems[: self.limit]
 
 
@@ -161,7 +186,7 @@ async def validate_references(
     cut: int,
     limit: int = 20,
     reported: dict[str, tuple[set[str], int]] | None = None,
-) -> tuple[list[str], int]:
+) -> tuple[list[Finding], int]:
     """Problems found among events ``start..cut`` (at most ``limit``), and events checked; the
     ledger must already be projected up to ``cut`` (see :class:`ReferenceCheck`)."""
     check = ReferenceCheck(ledger, tokens, snapshot, limit=limit)

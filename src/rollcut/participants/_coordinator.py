@@ -40,7 +40,7 @@ from ..bus import (
     CheckpointSealed,
     EventLog,
 )
-from ..ledger import CheckpointRecord, Ledger, TailValidator
+from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
@@ -260,7 +260,7 @@ class Coordinator:
                 await self.after_phase("release")
             sealed_at = time.perf_counter()
             with timer.phase("validate"):
-                checked, snapshot = await self._validate(replies, cid, cut)
+                checked, snapshot, quarantined = await self._validate(replies, cid, cut)
             if time.time() > deadline:
                 raise CheckpointFailedError("the deadline passed before publication", checkpoint_id=cid)
             with timer.phase("publish"):
@@ -271,6 +271,7 @@ class Coordinator:
                     token_snapshot_digest=snapshot.digest if snapshot else "",
                     participants=[r.instance for r in replies],
                     ts=time.time(),
+                    quarantined=quarantined,
                 )
                 with self.ledger.write() as wb:  # this transaction is the publication
                     wb.put_checkpoint(record)
@@ -341,30 +342,49 @@ class Coordinator:
 
     async def _validate(
         self, replies: list[ControlReply], cid: str, cut: int
-    ) -> tuple[int, TokenSnapshot | None]:
+    ) -> tuple[int, TokenSnapshot | None, dict[str, str]]:
         """Every reference below the cut resolves, and every model participant accounted for the
-        calls it admitted; raises naming the problems. How many events were checked, and the token
+        calls it admitted. A finding that belongs to one rollout (a receipt missing, a call a reply
+        omits, a boundary naming what was never recorded) quarantines that rollout; only one that
+        belongs to none fails the checkpoint, naming it. How many events were checked, the token
         store's snapshot the checkpoint binds (taken after the release: a superset of every record
-        referenced below the cut, as records are stored before the events naming them)."""
+        referenced below the cut, as records are stored before the events naming them), and the
+        rollouts quarantined (with the latest checkpoint's that are still running)."""
         snapshot = await call_store(self.tokens, self.tokens.snapshot, cid) if self.tokens else None
         await self._check_store_kept(snapshot, cid)
         reported = {
             r.instance: ({c.call_id for c in r.calls}, r.started_seq) for r in replies if r.calls is not None
         }
         # whatever the validator has not reached yet (all of it, if it does not run in the background)
-        problems, checked = await self.validator.at_cut(cut, snapshot, reported)
+        findings, checked = await self.validator.at_cut(cut, snapshot, reported)
         for r in replies:
             for c in r.calls or []:
                 if c.receipt is not None and (self.tokens is None or not self.tokens.has(c.receipt)):
-                    problems.append(
+                    message = (
                         f"{r.instance}: call {c.call_id} ({c.disposition}) names receipt "
                         f"{c.receipt.receipt_id}, which does not match the token store"
                     )
-        if problems:
+                    findings.append(Finding(cut, message, c.rollout_id, c.attempt))
+        unowned = [str(f) for f in findings if f.rollout_id is None]
+        if unowned:
             raise CheckpointFailedError(
-                "references do not resolve below the cut: " + "; ".join(problems), checkpoint_id=cid
+                "references do not resolve below the cut: " + "; ".join(unowned), checkpoint_id=cid
             )
-        return checked, snapshot
+        return checked, snapshot, self._quarantined(findings)
+
+    def _quarantined(self, findings: list[Finding]) -> dict[str, str]:
+        """This checkpoint's quarantines: the new findings, and the latest checkpoint's that are
+        still running (validation is incremental: what was quarantined is not looked at again)."""
+        latest = self.ledger.latest_checkpoint()
+        out = {
+            rid: why
+            for rid, why in (latest.quarantined if latest else {}).items()
+            if _running(self.ledger, rid)
+        }
+        for f in findings:
+            if f.rollout_id is not None and len(out.get(f.rollout_id, "")) < 1000:
+                out[f.rollout_id] = "; ".join(filter(None, (out.get(f.rollout_id), f.message[:300])))
+        return out
 
     async def _check_store_kept(self, snapshot: TokenSnapshot | None, cid: str) -> None:
         """Validation is incremental, so it trusts that what the published checkpoints rely on is still
@@ -420,3 +440,8 @@ class Coordinator:
         by = time.time() + 3.0
         with contextlib.suppress(Exception):
             await asyncio.gather(*(self._best_effort(i, "abort", cid, by) for i in found))
+
+
+def _running(ledger: Ledger, rollout_id: str) -> bool:
+    rec = ledger.rollout(rollout_id)
+    return rec is None or (rec.accepted_seq is None and rec.retired_seq is None)

@@ -58,6 +58,9 @@ class RecoveryPlan:
     # dispatch from the input; opening another attempt would only spend the attempt budget
     unstarted: list[str] = field(default_factory=list)
     opened: dict[str, int] = field(default_factory=dict)  # rollout -> the attempt recovery opened for it
+    # rollouts a bad record cost their continuation (the checkpoint's quarantines: they start over from
+    # their input), or that have records but were never dispatched (skipped: nothing to open)
+    quarantined: dict[str, str] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """How many rollouts got each disposition."""
@@ -94,7 +97,14 @@ async def plan_recovery(
     plan = RecoveryPlan(ck.checkpoint_id if ck else None, ck.cut if ck else 0)
     # a finished rollout is never rebuilt: the streaming fold holds only the running ones
     at_cut = await replay(log, up_to=plan.cut, keep_finished=False) if ck else None
+    bad = dict(ck.quarantined) if ck else {}
     for rid in rollouts:
+        rec = ledger.rollout(rid)
+        if rec is not None and not rec.dispatch_seq and rid not in accepted and rid not in retired:
+            # records on a rollout's subjects with no dispatch before them (written by a participant
+            # role, or left by a purge): there is no attempt to open; they cost nothing else
+            plan.quarantined[rid] = "never dispatched: its records are skipped"
+            continue
         if rid in accepted:
             plan.completed.append(rid)
             continue
@@ -104,9 +114,10 @@ async def plan_recovery(
         st = at_cut.rollouts.get(rid) if at_cut else None
         # progress anywhere in the lineage counts: an attempt a second crash killed before it did
         # anything still continues what its predecessor had reached by the cut it continued from
-        if st is None or not st.open or st.corrupt_seqs or not st.progressed(plan.cut):
+        if rid in bad:
+            plan.quarantined[rid] = bad[rid]
+        if st is None or not st.open or st.corrupt_seqs or rid in bad or not st.progressed(plan.cut):
             plan.fresh_dispatch.append(rid)
-            rec = ledger.rollout(rid)
             if rec and rec.open and rec.current_attempt == 1 and rec.last_seq == rec.attempt_opened_seq:
                 plan.unstarted.append(rid)
         else:

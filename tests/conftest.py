@@ -18,6 +18,7 @@ import pytest
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 
 from .engine import Engine
+from .sandbox import bubblewrap
 
 _ns = itertools.count()
 
@@ -80,3 +81,10 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
         yield eng
     finally:
         eng.kill()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _agent_programs_run_sandboxed() -> None:
+    """bubblewrap for every opaque agent the suite starts (sandboxed by default): installed from
+    Debian's packages where it is absent, as the tests run as root here and in CI."""
+    bubblewrap()

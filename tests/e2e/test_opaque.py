@@ -373,7 +373,7 @@ async def test_a_call_in_flight_when_the_program_dies_is_journaled_and_not_gener
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[Deployment]:
     """The agent server with a limit on one run of the program."""
-    agent = opaque_agent(capability="replayable_egress", run_timeout=3.0)
+    agent = opaque_agent(capability="replayable_egress", run_timeout=8.0)  # room on a loaded machine
     with deploy(tmp_path, tool_turns=4, envs=("counter",), agent_options=agent) as dep:
         yield dep
 

@@ -25,7 +25,7 @@ import httpx
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
 from ..gym import AgentServe, ModelServe, ResourcesServe
-from ..gym.opaque import Capability
+from ..gym.opaque import Capability, Isolation
 from ..gym.wire import Identity, identity_headers
 from ..ledger import Ledger
 from ..participants import Coordinator
@@ -94,6 +94,7 @@ async def bench_relay(*, calls: int = 100, repeat: int = 3) -> dict[str, Any]:
             resources={"counter": counter.url},
             command=f"{sys.executable} {LOAD}",
             capability=Capability.REPLAYABLE_EGRESS,
+            unisolated=not Isolation.available(),  # sandboxed where it can be, as the default serve is
         )
         log = await EventLog.connect(BusConfig(url=nats.url, namespace=_NS))
         try:

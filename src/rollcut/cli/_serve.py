@@ -170,6 +170,13 @@ def serve_agent(
         str,
         typer.Option(help=f"opaque: the sandbox provider, NAME[:ARG] (installed: {_names('SANDBOXES')})."),
     ] = "",
+    unisolated: Annotated[
+        bool,
+        typer.Option(
+            "--unisolated",
+            help="opaque: run the program without its bubblewrap sandbox (it can read what this user can).",
+        ),
+    ] = False,
 ) -> None:
     """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
     behind the journaling relay (docs/opaque-agents.md)."""

@@ -232,12 +232,17 @@ def agent_options(agent: str) -> dict[str, Any]:
         return {}
     if agent != "opaque":
         raise ConfigError(f"unknown agent {agent!r}; have: simple, opaque")
-    from ..gym.opaque import REFERENCE_AGENT
+    from ..gym.opaque import REFERENCE_AGENT, Isolation
+
+    isolated = Isolation.available()
+    if not isolated:
+        print("bubblewrap cannot run here: the opaque agent's program runs --unisolated", file=sys.stderr)
 
     return {
         "agent": "opaque",
         "command": shlex.join([sys.executable, str(REFERENCE_AGENT)]),
         "capability": "replayable_egress",
+        "unisolated": not isolated,
     }
 
 

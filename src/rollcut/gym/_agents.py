@@ -9,8 +9,13 @@ point group.
 
 from __future__ import annotations
 
+import atexit
 import shlex
+import shutil
+import socket
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,7 +28,7 @@ from ..participants import Participant
 from ._http import gym_client
 from ._options import AgentServe
 from .agent import SimpleAgent, create_agent_app
-from .opaque import Capability, OpaqueAgent, SandboxSnapshot, create_opaque_app
+from .opaque import Capability, Isolation, OpaqueAgent, SandboxSnapshot, create_opaque_app
 
 __all__ = ["AGENTS", "SANDBOXES", "Make", "opaque", "sandbox_of", "simple"]
 
@@ -74,8 +79,10 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
         raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
     if not opts.run_timeout >= 0:  # NaN too
         raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
+    isolation = None if opts.unisolated else Isolation.find()  # refused here where bwrap cannot run
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        relay_socket, listener = _relay_socket(instance) if isolation is not None else (None, None)
         agent = OpaqueAgent(
             log,
             instance=instance,
@@ -89,7 +96,23 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
             on_divergence=opts.on_divergence,
             sandbox=sandbox,
             run_timeout_s=opts.run_timeout or None,
+            isolation=isolation,
+            relay_socket=relay_socket,
         )
-        return create_opaque_app(agent, max_body_bytes=opts.max_body_bytes), agent
+        app = create_opaque_app(agent, max_body_bytes=opts.max_body_bytes)
+        app.state.extra_sockets = [listener] if listener is not None else []
+        return app, agent
 
     return make
+
+
+def _relay_socket(instance: str) -> tuple[Path, socket.socket]:
+    """This worker's relay on a Unix socket, in a directory only its user can enter: what its
+    sandboxed programs reach (bind-mounted in), and only they. Removed with the process."""
+    where = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{instance}-"))
+    atexit.register(shutil.rmtree, where, True)
+    path = where / "relay.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(512)
+    return path, listener

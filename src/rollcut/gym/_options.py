@@ -101,6 +101,10 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
     on_divergence: DivergencePolicy = "fresh_dispatch"
     run_timeout: float = 0.0
     sandbox: str = ""
+    unisolated: bool = False
+    """Run the opaque agent's program without its bubblewrap sandbox (docs/security.md: it can then
+    read what the server's user can, and reach the bus). Refused to start without it where
+    bubblewrap cannot run."""
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

@@ -74,7 +74,9 @@ async def serve_participant(
         participant.hooks = hooks
     await participant.start()
     try:
-        await serve_on(app, [sock, peers.listener] if peers and peers.listener else [sock], instance)
+        extra: list[socket.socket] = getattr(app.state, "extra_sockets", [])  # an opaque agent's relay
+        listeners = [sock, peers.listener] if peers and peers.listener else [sock]
+        await serve_on(app, [*listeners, *extra], instance)
     finally:
         await participant.stop()
         if peers is not None:

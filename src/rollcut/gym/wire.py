@@ -97,6 +97,8 @@ class ErrorKind(StrEnum):
     MISSING_IDENTITY = "missing_identity"
     BAD_IDENTITY = "bad_identity"
     STALE_ATTEMPT = "stale_attempt"
+    RUN_TOKEN = "run_token"
+    """An opaque agent's request without its run's token (or with another run's)."""
     UNKNOWN_ROLLOUT = "unknown_rollout"
     RETIRED = "retired"
     ATTEMPT_IN_USE = "attempt_in_use"
@@ -130,6 +132,7 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.MISSING_IDENTITY: 400,
     ErrorKind.BAD_IDENTITY: 400,
     ErrorKind.STALE_ATTEMPT: 409,
+    ErrorKind.RUN_TOKEN: 403,
     ErrorKind.UNKNOWN_ROLLOUT: 409,
     ErrorKind.RETIRED: 409,
     ErrorKind.ATTEMPT_IN_USE: 409,

@@ -15,6 +15,7 @@ from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxSnaps
 from ._normalise import canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
 from ._routes import create_opaque_app
+from ._sandbox import Isolation
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
 """The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of
@@ -26,6 +27,7 @@ __all__ = [
     "REFERENCE_AGENT",
     "Capability",
     "DivergencePolicy",
+    "Isolation",
     "JournalGap",
     "OpaqueAgent",
     "Outgoing",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import hmac
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +73,12 @@ class RelayRun:
     stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
     kill: Callable[[], None] | None = None  # stops the agent's process while it runs
     inflight: set[asyncio.Future[Any]] = field(default_factory=set)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    """The run's own secret: its program's base URLs carry it, and the relay answers no request of
+    this attempt without it (another rollout's program cannot act as this one)."""
+
+    def authorised(self, token: str) -> bool:
+        return hmac.compare_digest(self.token.encode(), token.encode())
 
     def __post_init__(self) -> None:
         self.next_n = len(self.journal) + 1

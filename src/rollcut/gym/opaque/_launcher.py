@@ -27,7 +27,9 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -42,6 +44,7 @@ from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
 from ._relay import DivergencePolicy, Relay
+from ._sandbox import SANDBOX_PORT, Isolation
 
 __all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxSnapshot"]
 
@@ -104,6 +107,8 @@ class OpaqueAgent:
         sandbox: SandboxSnapshot | None = None,
         admission_wait_s: float = 120.0,
         run_timeout_s: float | None = None,
+        isolation: Isolation | None = None,
+        relay_socket: Path | None = None,
     ) -> None:
         if not command:
             raise ConfigError("an opaque agent needs the command that starts it (--command)")
@@ -116,6 +121,9 @@ class OpaqueAgent:
         self.capability, self.sandbox = capability, sandbox
         self.admission_wait_s = admission_wait_s
         self.run_timeout_s = run_timeout_s
+        if isolation is not None and relay_socket is None:
+            raise ConfigError("a sandboxed agent reaches its relay over a Unix socket: give relay_socket")
+        self.isolation, self.relay_socket = isolation, relay_socket
         self.views = AttemptViews(log)  # what each continued attempt replays, read once
         self.relay = Relay(
             log,
@@ -256,15 +264,39 @@ class OpaqueAgent:
         self, ident: Identity, env: str, task: dict[str, Any], run: RelayRun
     ) -> tuple[int, bytes, str]:
         """Run the agent's program to its end; its exit code, stdout and stderr's tail."""
-        base = f"{self.relay_url}/r/{ident.rollout_id}/{ident.attempt}"
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLCUT_", "NATS_"))}
-        child_env.update(
-            OPENAI_BASE_URL=f"{base}/v1",
-            OPENAI_API_KEY="rollcut-relay",  # the relay takes identity from the path, not a key
-            ROLLCUT_TOOLS_URL=f"{base}/tools/{env}",
-        )
+        with contextlib.ExitStack() as cleanup:
+            argv, child_env = self._sandboxed(ident, env, run, cleanup)
+            code, out, err = await self._exec(argv, child_env, task, run)
+        if self.isolation is not None and code > 128:
+            code = 128 - code  # killed by a signal inside the sandbox: as a signal, so it is started again
+        return code, out, err
+
+    def _sandboxed(
+        self, ident: Identity, env: str, run: RelayRun, cleanup: contextlib.ExitStack
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of one run of the program: its base URLs carry its
+        attempt and its run's token; sandboxed, it reaches the relay through its own loopback."""
+        path = f"/r/{ident.rollout_id}/{ident.attempt}/{run.token}"
+        if self.isolation is None or self.relay_socket is None:
+            child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLCUT_", "NATS_"))}
+            base, argv = f"{self.relay_url}{path}", list(self.command)
+        else:
+            workdir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="rollcut-agent-")))
+            os.chmod(workdir, 0o700)
+            argv = self.isolation.argv(self.command, socket=self.relay_socket, workdir=workdir)
+            base, child_env = f"http://127.0.0.1:{SANDBOX_PORT}{path}", {}
+        urls = {
+            "OPENAI_BASE_URL": f"{base}/v1",
+            "OPENAI_API_KEY": "rollcut-relay",  # the token is in the path: the SDK's key is not checked
+            "ROLLCUT_TOOLS_URL": f"{base}/tools/{env}",
+        }
+        return argv, Isolation.environment(urls) if self.isolation else {**child_env, **urls}
+
+    async def _exec(
+        self, argv: list[str], child_env: dict[str, str], task: dict[str, Any], run: RelayRun
+    ) -> tuple[int, bytes, str]:
         proc = await asyncio.create_subprocess_exec(
-            *self.command,
+            *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -1,10 +1,14 @@
-"""The opaque agent server's HTTP surface: Gym's ``POST /run``, and the relay under ``/r/<rid>/<attempt>``.
+"""The opaque agent server's HTTP surface: Gym's ``POST /run``, and the relay under ``/r/<rid>/<n>/<token>``.
 
-``/r/<rollout>/<attempt>/v1/...`` is the agent's OpenAI base URL and
-``/r/<rollout>/<attempt>/tools/<env>/...`` its tool server; both take the
-rollout's identity from the path only (headers are the agent's, and it needs
-no change but its base URL). Replays are answered while a checkpoint is being
-taken; /run itself is admitted like any agent's.
+``/r/<rollout>/<attempt>/<token>/v1/...`` is the agent's OpenAI base URL and
+``/r/<rollout>/<attempt>/<token>/tools/<env>/...`` its tool server. The path
+names the attempt (so a server with several workers routes it to the one that
+runs it) and ``<token>`` proves it: the run's own secret, handed to its program
+only, checked by the relay (``403 run_token`` otherwise). A request without it
+is refused whatever it names, so a program that learns another rollout's ids
+cannot act as that rollout. Headers are the agent's own (it needs no change but
+its base URL). Replays are answered while a checkpoint is being taken; /run
+itself is admitted like any agent's.
 """
 
 from __future__ import annotations
@@ -49,12 +53,17 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
     app = gym_app("rollcut opaque agent", max_body_bytes=max_body_bytes)
     relay = agent.relay
 
-    async def relayed(request: Request, target: str, path: str) -> Response:
+    async def relayed(
+        request: Request, target: str, path: str, route_path: str, token: str | None
+    ) -> Response:
         ident = _path_identity(request)
+        if token is None or not relay.run_of(ident).authorised(token):
+            relay.run_of(ident)  # an attempt not running here is stale, whatever is sent with it
+            raise GymError(ErrorKind.RUN_TOKEN, "the relay answers a run's requests under its token only")
         url, env = relay.upstream(target, path)
         query = request.url.query
         url = f"{url}?{query}" if query else url
-        route = normalised_route(request.url.path, query)
+        route = normalised_route(route_path, query)  # without the token: the same route in every attempt
         body = await request.body()
         ctype = request.headers.get("content-type", "")
         digest = request_digest(request.method, route, body, ctype)
@@ -67,13 +76,23 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
         ident = identity_of(request, task)
         return await run_admitted(agent.participant, lambda: agent.run(ident, task))
 
+    @app.api_route("/{token}/v1/{rest:path}", methods=_METHODS)
+    async def model(token: str, rest: str, request: Request) -> Response:
+        path = f"/v1/{_plain(rest)}"
+        return await relayed(request, "model", path, path, token)
+
+    @app.api_route("/{token}/tools/{env}/{rest:path}", methods=_METHODS)
+    async def tools(token: str, env: str, rest: str, request: Request) -> Response:
+        path = _plain(rest)
+        return await relayed(request, env, f"/{path}", f"/tools/{env}/{path}", token)
+
     @app.api_route("/v1/{rest:path}", methods=_METHODS)
-    async def model(rest: str, request: Request) -> Response:
-        return await relayed(request, "model", f"/v1/{_plain(rest)}")
+    async def model_without_token(rest: str, request: Request) -> Response:
+        return await relayed(request, "model", "", "", None)
 
     @app.api_route("/tools/{env}/{rest:path}", methods=_METHODS)
-    async def tools(env: str, rest: str, request: Request) -> Response:
-        return await relayed(request, env, f"/{_plain(rest)}")
+    async def tools_without_token(env: str, rest: str, request: Request) -> Response:
+        return await relayed(request, env, "", "", None)
 
     @app.get("/rollcut/stats")
     async def stats() -> dict[str, Any]:

@@ -1,0 +1,144 @@
+"""An opaque agent's program runs outside the trust boundary: in a bubblewrap sandbox.
+
+What the program gets (``docs/security.md`` has the threat table):
+
+- its own pid, mount, IPC, UTS, user and network namespaces (``bwrap --unshare-all``): it sees no
+  other process (its ``/proc`` is its own), and its only network is its own loopback;
+- the system's directories and the interpreter its command names, read-only; a fresh ``/tmp``; a
+  working directory of its own, the only place it can write;
+- no file of rollcut's: not the credentials, the ledger, the token store or any server's home;
+- one way out: ``127.0.0.1:<port>`` inside the sandbox, which ``sandbox_forward.py`` (its first
+  process) forwards to this worker's relay over a Unix socket bind-mounted in. The bus is not
+  reachable, and the relay answers the run only under its token;
+- an environment holding nothing but its base URLs, its key and what a program needs to run
+  (``PATH``, ``HOME``, ``LANG``): no ``ROLLCUT_*``, no ``NATS_*``, nothing of the server's.
+
+Where bubblewrap is missing or cannot make namespaces, the opaque agent server refuses to start
+unless told ``--unisolated`` (what that gives up is in ``docs/security.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..._errors import ConfigError
+
+__all__ = ["FORWARDER", "SANDBOX_PORT", "Isolation"]
+
+FORWARDER = Path(__file__).with_name("sandbox_forward.py")
+"""The sandbox's first process (a program of its own, run by path)."""
+
+SANDBOX_PORT = 8080
+"""Where the relay is, from inside a sandbox (its own loopback)."""
+
+RELAY_SOCKET = "/run/rollcut/relay.sock"
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def _probe(bwrap: str) -> str | None:
+    """None if bubblewrap makes its namespaces here, else why not."""
+    argv = [bwrap, "--unshare-all", "--die-with-parent", *_ro(_SYSTEM), "--proc", "/proc", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}"
+    return (
+        None if done.returncode == 0 else f"bubblewrap cannot make its namespaces here: {done.stderr.strip()}"
+    )
+
+
+def _ro(paths: tuple[str, ...] | list[str]) -> list[str]:
+    return [a for p in paths for a in ("--ro-bind-try", p, p)]
+
+
+def _command_paths(command: list[str]) -> list[str]:
+    """What the command needs to run, read-only: the Python the forwarder runs on (this venv and the
+    Python it was made from), its executable's prefix, and each file it names by absolute path (a
+    script: the file alone, never its directory, which may hold a home or credentials)."""
+    out = [sys.prefix, sys.base_prefix, str(FORWARDER)]
+    exe = Path(shutil.which(command[0]) or command[0])
+    if exe.is_absolute():
+        out += [str(exe.parent.parent), str(exe.resolve().parent.parent)]
+    out += [a for a in command[1:] if a.startswith("/") and Path(a).is_file()]
+    return [
+        p for p in dict.fromkeys(out) if p not in ("/", "") and not p.startswith(("/proc", "/sys", "/dev"))
+    ]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How a worker sandboxes its agent programs (found once, at start)."""
+
+    bwrap: str
+
+    @classmethod
+    def find(cls) -> Isolation:
+        """bubblewrap, if it works here; else a :class:`ConfigError` saying why and what to do."""
+        bwrap = shutil.which("bwrap")
+        why = (
+            "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)" if not bwrap else None
+        )
+        why = why or _probe(str(bwrap))
+        if why:
+            raise ConfigError(
+                f"an opaque agent's program runs sandboxed, and {why}; start with --unisolated to run it "
+                "without (it can then read what the server's user can: docs/security.md)"
+            )
+        return cls(str(bwrap))
+
+    def argv(self, command: list[str], *, socket: Path, workdir: Path) -> list[str]:
+        """The command line that runs ``command`` sandboxed, reaching the relay at ``socket``."""
+        read_only = _ro(list(_SYSTEM) + _command_paths(command))
+        return [
+            self.bwrap,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            *read_only,
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--dir",
+            "/run/rollcut",
+            "--bind",
+            str(socket),
+            RELAY_SOCKET,
+            "--bind",
+            str(workdir),
+            str(workdir),
+            "--chdir",
+            str(workdir),
+            "--setenv",
+            "HOME",
+            str(workdir),
+            "--",
+            sys.executable,
+            str(FORWARDER),
+            "--socket",
+            RELAY_SOCKET,
+            "--port",
+            str(SANDBOX_PORT),
+            "--",
+            *command,
+        ]
+
+    @staticmethod
+    def available() -> bool:
+        """Whether agent programs can be sandboxed here (the demo and the benchmarks sandbox them
+        when they can, and say when they cannot)."""
+        bwrap = shutil.which("bwrap")
+        return bwrap is not None and _probe(bwrap) is None
+
+    @staticmethod
+    def environment(base: dict[str, str]) -> dict[str, str]:
+        """What a sandboxed program's environment holds besides its URLs: the bare minimum to run."""
+        return {k: os.environ[k] for k in _KEPT_ENV if k in os.environ} | base

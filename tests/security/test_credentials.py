@@ -144,3 +144,23 @@ async def test_a_wiped_token_store_fails_the_next_checkpoint_naming_the_store(
                 assert len(led.checkpoints()) == 1  # nothing more was published
     finally:
         await coord_log.close()
+
+
+def test_each_gym_server_is_given_its_own_roles_credentials_and_no_others(tmp_path: Path) -> None:
+    """Least privilege on disk (issue 29): the harness (the demo's, the suite's) hands each server
+    a file with its own role's seed alone; none of them holds the admin seed or another role's."""
+    from rollcut.bus import load_credentials
+
+    from ..e2e.conftest import deploy
+
+    with deploy(tmp_path, envs=("counter",)) as dep:
+        given = {}
+        for proc in dep.stack:
+            argv = proc.argv
+            path = Path(argv[argv.index("--credentials") + 1])
+            given[argv[0]] = load_credentials(path)
+        full = load_credentials(dep.creds)
+    assert set(given) == {"model", "resources", "agent", "environment"}
+    for role, creds in given.items():
+        assert set(creds.seeds) == {role} and creds.seeds[role] == full.seeds[role], role
+        assert "admin" not in creds.seeds

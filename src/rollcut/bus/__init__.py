@@ -6,7 +6,7 @@ whole: their own ``__all__`` is the list.
 """
 
 from . import _events, _kinds
-from ._auth import Credentials, load_credentials, server_authorization
+from ._auth import Credentials, load_credentials, role_file, server_authorization
 from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, embedded_nats, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
@@ -42,5 +42,6 @@ __all__ = [
     "digest",
     "input_digest",
     "load_credentials",
+    "role_file",
     "server_authorization",
 ]

@@ -37,7 +37,14 @@ from .._errors import ConfigError
 from .._files import private_dir, read_record, write_private
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
 
-__all__ = ["PARTICIPANT_ROLES", "ROLES", "Credentials", "load_credentials", "server_authorization"]
+__all__ = [
+    "PARTICIPANT_ROLES",
+    "ROLES",
+    "Credentials",
+    "load_credentials",
+    "role_file",
+    "server_authorization",
+]
 
 PARTICIPANT_ROLES = ("model", "agent", "resources", "environment")
 ROLES = ("admin", "coordinator", "collector", *PARTICIPANT_ROLES)
@@ -67,6 +74,15 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         private_dir(path.parent)
         write_private(path, msgspec.json.encode(self))
 
+    def only(self, role: str) -> Credentials:
+        """These credentials with one role's secret alone: what a server of that role is given."""
+        self.login(role)  # refuses a role these do not hold
+        return Credentials(
+            namespace=self.namespace,
+            seeds={role: self.seeds[role]} if role in self.seeds else {},
+            passwords={role: self.passwords[role]} if role in self.passwords else {},
+        )
+
     def login(self, role: str) -> dict[str, str]:
         """How ``role`` authenticates: ``{"nkey_seed"}``, or ``{"user", "password"}`` (schema 1)."""
         if role in self.seeds:
@@ -74,6 +90,16 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         if role in self.passwords:
             return {"user": role, "password": self.passwords[role]}
         raise ConfigError(f"no credentials for role {role!r}; roles: {', '.join(ROLES)}")
+
+
+def role_file(path: Path, role: str) -> Path:
+    """A file beside ``path`` (``<name>.<role>.json``, 0600) holding ``role``'s secret only, written
+    from the full credentials at ``path``: a server reads its own role's credentials and no other's,
+    so nothing that reaches one server's files can act as another role (the admin seed is never
+    on a server's command line or in its files)."""
+    out = path.with_name(f"{path.stem}.{role}.json")
+    write_private(out, msgspec.json.encode(load_credentials(path).only(role)))
+    return out
 
 
 def load_credentials(path: Path) -> Credentials:

@@ -19,6 +19,7 @@ from typing import IO, Any
 from .._errors import ServerStartError
 from .._files import private_dir
 from .._process import pid_alive
+from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
 __all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
@@ -177,12 +178,11 @@ def start_stack(
         engine backend: ``{"backend": "engine", "upstream": URL}``), ``agent_options`` agent-server options
     (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``)."""
     ports = ports or {}
-    common: dict[str, Any] = {
-        "url": url,
-        "namespace": namespace,
-        "credentials": str(credentials),
-        "replicas": replicas,
-    }
+    common: dict[str, Any] = {"url": url, "namespace": namespace, "replicas": replicas}
+
+    def of(role: str) -> dict[str, Any]:  # each server gets its own role's credentials, no other's
+        return {**common, "credentials": str(role_file(credentials, role))}
+
     each: dict[str, Any] = {"workers": workers} if workers is not None else {}
 
     launched: list[ServerProcess] = []
@@ -194,7 +194,7 @@ def start_stack(
     def build() -> list[ServerProcess]:
         model = launch(
             ModelServe(
-                **common,
+                **of("model"),
                 port=ports.get("model", 0),
                 tokens=str(tokens),
                 seed=seed,
@@ -206,13 +206,14 @@ def start_stack(
             )
         )
         servers = {
-            name: launch(ResourcesServe(**common, env=name, port=ports.get(name, 0), **each)) for name in envs
+            name: launch(ResourcesServe(**of("resources"), env=name, port=ports.get(name, 0), **each))
+            for name in envs
         }
         for p in [model, *servers.values()]:  # launched side by side; the agent needs their addresses
             p.ready()
         agent = launch(
             AgentServe(
-                **common,
+                **of("agent"),
                 model=model.url,
                 resources={n: p.url for n, p in servers.items()},
                 workers=workers or agent_workers,
@@ -221,7 +222,7 @@ def start_stack(
             )
         ).ready()
         env = launch(
-            EnvironmentServe(**common, agent=agent.url, port=ports.get("environment", 0), **each)
+            EnvironmentServe(**of("environment"), agent=agent.url, port=ports.get("environment", 0), **each)
         ).ready()
         return [model, *servers.values(), agent, env]
 

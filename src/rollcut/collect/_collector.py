@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import time
 from pathlib import Path
@@ -29,14 +28,20 @@ from typing import Any
 
 import httpx
 
-from .._errors import CheckpointError, RollcutError, RolloutExistsError, StaleAttemptError, StorageError
-from .._files import append_private
+from .._errors import (
+    CheckpointError,
+    RollcutError,
+    RolloutExistsError,
+    StaleAttemptError,
+    StorageError,
+)
 from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector, compact
 from ..participants import Coordinator, RecoveryMode, Restorer
 from ..tokens import TokenStore
+from ._handoff import refuse_foreign, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows, row_kept
 from ._summary import CollectorHooks, Summary, summary_dict
@@ -126,24 +131,11 @@ class Collector:
             self._written.setdefault(rid, row_kept(row))
         self.summary.duplicate_results = sum(c - 1 for c in counts.values())
 
-    @staticmethod
-    def _write_row(path: Path, row: dict[str, Any]) -> None:
-        """Append one row durably; a write that fails stops the collection (the rollout stays pending,
-        nothing is acknowledged for it)."""
-        try:
-            append_private(path, (json.dumps(row, sort_keys=True) + "\n").encode())
-        except OSError as exc:
-            raise StorageError(
-                f"cannot write the row of {row.get('rollout_id')} to {path}: {exc.strerror or exc}",
-                path=str(path),
-                errno=exc.errno,
-            ) from exc
-
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
         kept = self._written.get(rid)
         if kept is None:  # the row first, durable; then the acknowledgement
             row = self.rows.result_row(rid, attempt, result)
-            self._write_row(self.output, row)
+            write_row(self.output, row)
             self._written[rid] = kept = row_kept(row)
             self.summary.results_written += 1
         await self._accept(rid, attempt, kept)
@@ -161,7 +153,7 @@ class Collector:
         if rid in self._written:
             return
         path, row = self.rows.failure_row(rid, attempt, reason)
-        self._write_row(path, row)
+        write_row(path, row)
         self._written[rid] = row_kept(row)
         self.summary.results_written += 1
         self.summary.retired += 1
@@ -339,6 +331,7 @@ class Collector:
         self._load_written()
         self.summary.torn_bytes_cut = self.rows.torn_bytes
         self.summary.results_written = len(self._written)  # progress counts rows already in the output
+        await refuse_foreign(self.log, self.ledger, rollouts, self._written)
         for rid in rollouts:
             with contextlib.suppress(RolloutExistsError):
                 await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)

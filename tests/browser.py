@@ -9,15 +9,14 @@ connections, no component updates, a fresh profile.
 from __future__ import annotations
 
 import fcntl
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .apt import install
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -31,27 +30,12 @@ FLAGS = [
 ]
 
 
-def _install() -> str | None:
-    """Install Debian's chromium; None when done, else why it cannot be."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return "Chromium is absent and cannot be installed here (needs root and apt-get)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if done.returncode != 0:  # the package lists may be stale on a fresh machine
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=900)
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if done.returncode != 0:
-        return f"apt-get install chromium failed: {done.stderr[-500:]}"
-    return None
-
-
 def chromium() -> str:
     """The path of a Chromium binary, installing it first if need be (one installer at a time)."""
     with open("/tmp/rollcut-chromium.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not Path(CHROMIUM).exists():
-            why = _install()
+            why = install("chromium")
             if why:
                 pytest.skip(why)
     return CHROMIUM

@@ -8,23 +8,11 @@ refuses to start without it (unless ``--unisolated``), and the suite does not qu
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
-import subprocess
 
 import pytest
 
-
-def _install() -> str | None:
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return "bubblewrap is absent and cannot be installed here (needs root and apt-get)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "bubblewrap"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if done.returncode != 0:  # the package lists may be stale on a fresh machine
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=900)
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    return None if done.returncode == 0 else f"apt-get install bubblewrap failed: {done.stderr[-500:]}"
+from .apt import install
 
 
 def bubblewrap() -> str:
@@ -32,7 +20,7 @@ def bubblewrap() -> str:
     with open("/tmp/rollcut-bubblewrap.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if shutil.which("bwrap") is None:
-            why = _install()
+            why = install("bubblewrap")
             if why:
                 pytest.exit(why, returncode=3)
     path = shutil.which("bwrap")

@@ -27,22 +27,9 @@ from functools import cached_property
 from itertools import groupby
 from typing import Any
 
+from .. import bus
 from .._errors import RollcutError, StaleAttemptError
-from ..bus import (
-    AgentBoundary,
-    AgentBoundaryRecord,
-    AttemptOpened,
-    Event,
-    EventLog,
-    RelayExchange,
-    ResourcesMutated,
-    ResourcesSeeded,
-    ResourcesSnapshot,
-    RolloutDispatched,
-    RolloutEvent,
-    StoredEvent,
-    handlers_by_kind,
-)
+from ..bus import AgentBoundaryRecord, Event, EventLog, RolloutEvent, StoredEvent, handlers_by_kind
 from ._fold import AgentFold, AgentSession, ModelCall, ModelFold, ModelSession
 from ._lineage import Chain, Segment
 from ._replay import Replayer, RolloutState
@@ -71,12 +58,12 @@ class ResourcesAtCut:
     call an opaque agent's relay journaled): the continuing agent re-issues them and is answered
     from the log."""
 
-    seeded: ResourcesSeeded
+    seeded: bus.ResourcesSeeded
     base: bytes | None
     base_revision: int
-    after_base: list[ResourcesMutated] = field(default_factory=list)
-    mutations: list[ResourcesMutated] = field(default_factory=list)
-    replay_queue: list[ResourcesMutated] = field(default_factory=list)
+    after_base: list[bus.ResourcesMutated] = field(default_factory=list)
+    mutations: list[bus.ResourcesMutated] = field(default_factory=list)
+    replay_queue: list[bus.ResourcesMutated] = field(default_factory=list)
 
     @property
     def revision(self) -> int:
@@ -91,14 +78,14 @@ class _LineageFold:
     def __init__(self) -> None:
         self.resources: dict[str, ResourcesAtCut] = {}
         self.boundary: dict[str, int] = {}
-        self.exchanges: list[RelayExchange] = []
+        self.exchanges: list[bus.RelayExchange] = []
         self._handlers: dict[type[Event], Callable[[Any], None]] = handlers_by_kind(
             {
-                ResourcesSeeded: self._seeded,
-                ResourcesMutated: self._mutated,
-                ResourcesSnapshot: self._snapshot,
-                AgentBoundary: self._boundary,
-                RelayExchange: self._exchange,
+                bus.ResourcesSeeded: self._seeded,
+                bus.ResourcesMutated: self._mutated,
+                bus.ResourcesSnapshot: self._snapshot,
+                bus.AgentBoundary: self._boundary,
+                bus.RelayExchange: self._exchange,
             }
         )
 
@@ -107,14 +94,14 @@ class _LineageFold:
         if handler is not None:
             handler(ev)
 
-    def _seeded(self, ev: ResourcesSeeded) -> None:
+    def _seeded(self, ev: bus.ResourcesSeeded) -> None:
         have = self.resources.get(ev.session)
         if have is None or ev.revision == 0:  # a (fresh) seeding starts the session
             self.resources[ev.session] = ResourcesAtCut(ev, ev.state, ev.revision)
         elif ev.state is not None:  # a continuation re-based on the state it inherited
             have.base, have.base_revision, have.after_base = ev.state, ev.revision, []
 
-    def _mutated(self, ev: ResourcesMutated) -> None:
+    def _mutated(self, ev: bus.ResourcesMutated) -> None:
         s = self.resources.get(ev.session)
         if s is None:
             return
@@ -124,15 +111,15 @@ class _LineageFold:
         else:
             s.after_base.append(ev)
 
-    def _snapshot(self, ev: ResourcesSnapshot) -> None:
+    def _snapshot(self, ev: bus.ResourcesSnapshot) -> None:
         s = self.resources.get(ev.session)
         if s is not None:
             s.base, s.base_revision, s.after_base = ev.state, ev.revision, []
 
-    def _boundary(self, ev: AgentBoundary) -> None:
+    def _boundary(self, ev: bus.AgentBoundary) -> None:
         self.boundary = dict(ev.record.resources_revisions)
 
-    def _exchange(self, ev: RelayExchange) -> None:
+    def _exchange(self, ev: bus.RelayExchange) -> None:
         self.exchanges.append(ev)
         if ev.env and ev.revision is not None:
             # an opaque agent's relay answers every journaled tool call itself: the queue starts
@@ -145,14 +132,14 @@ class _LineageFold:
             s.replay_queue = [m for m in s.mutations if m.revision > done]
 
 
-def relay_journal(rollout_id: str, exchanges: list[RelayExchange]) -> list[RelayExchange]:
+def relay_journal(rollout_id: str, exchanges: list[bus.RelayExchange]) -> list[bus.RelayExchange]:
     """The exchanges a continuation replays, ``n`` = 1, 2, … in order, from a lineage's exchanges in
     stream order; :class:`JournalGap` where a hole (a lost record) stops it.
 
     A successor numbers its own exchanges on from what it inherited, so the journal is the
     concatenation, except where a successor *went live* at a divergence (``go_live``): its exchange
     ``n`` replaces the inherited ``n`` and everything after it."""
-    journal: list[RelayExchange] = []
+    journal: list[bus.RelayExchange] = []
     # the chain's attempts ascend; within one, concurrent exchanges may be stored out of their order
     for _, own in groupby(exchanges, key=lambda e: e.attempt):
         for ev in sorted(own, key=lambda e: e.n):
@@ -187,7 +174,7 @@ class AttemptView:
     after_cut: dict[int, ModelSession] = field(default_factory=dict)
     agent: AgentSession = field(default_factory=AgentSession)
     resources: dict[str, ResourcesAtCut] = field(default_factory=dict)
-    exchanges: list[RelayExchange] = field(default_factory=list)
+    exchanges: list[bus.RelayExchange] = field(default_factory=list)
     corrupt_seqs: list[int] = field(default_factory=list)
 
     @property
@@ -203,7 +190,7 @@ class AttemptView:
             return None
         return self.agent.boundary or AgentBoundaryRecord(turn=0, output_items=[])
 
-    def journal(self) -> list[RelayExchange]:
+    def journal(self) -> list[bus.RelayExchange]:
         """The relay exchanges a continuation replays, in order; :class:`JournalGap` on a hole."""
         return relay_journal(self.rollout_id, self.exchanges)
 
@@ -243,9 +230,9 @@ class AttemptView:
 
 
 def _current(ev: Any) -> int | None:
-    if isinstance(ev, AttemptOpened):
+    if isinstance(ev, bus.AttemptOpened):
         return ev.attempt
-    return 1 if isinstance(ev, RolloutDispatched) else None
+    return 1 if isinstance(ev, bus.RolloutDispatched) else None
 
 
 async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptView:
@@ -258,7 +245,7 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
         return view
     last = await log.last_on(log.subjects.fence(rollout_id))
     opened = last.event if last is not None else None
-    if not isinstance(opened, AttemptOpened) or opened.attempt != attempt:
+    if not isinstance(opened, bus.AttemptOpened) or opened.attempt != attempt:
         raise StaleAttemptError(rollout_id, attempt, _current(opened))
     assert last is not None  # it holds ``opened``
     view.from_cut, view.opened_seq = opened.from_cut, last.seq
@@ -330,7 +317,7 @@ class AttemptViews:
         """The view of the rollout's open attempt if it is a continuation (else None)."""
         last = await self.log.last_on(self.log.subjects.fence(rollout_id))
         ev = last.event if last is not None else None
-        if not isinstance(ev, AttemptOpened):
+        if not isinstance(ev, bus.AttemptOpened):
             return None
         try:
             return await self.get(rollout_id, ev.attempt)

@@ -119,6 +119,8 @@ class Collector:
 
     # --- identity and hand-off ---------------------------------------------------------
 
+    _write_row = staticmethod(write_row)  # the durable row append (collect/_handoff.py)
+
     def rollout_ids(self) -> list[str]:
         """Every rollout of this collection, in input order."""
         return list(self.rows.inputs)

@@ -229,6 +229,7 @@ async def _in_flight(rig: ModelRig, body: dict[str, Any]) -> asyncio.Future[Any]
 async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollout(rig: ModelRig) -> None:
     """Fail closed for the rollout, never for the namespace (issue 29): the checkpoint publishes, and
     the rollout whose call the reply did not account for starts over from its input."""
+    from rollcut import CheckpointFailedError
     from rollcut.participants import ExportReport, plan_recovery
 
     await rig.log.dispatch("r1", {}, instance="collector")
@@ -240,6 +241,9 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollo
     rig.participant.hooks = type(
         "H", (), {"export": staticmethod(forgetful), "restore": rig.service.restore}
     )()
+    with pytest.raises(CheckpointFailedError, match="prepare reply omits it"):  # once: it might resolve
+        await rig.coordinator.checkpoint(deadline_s=5)
+    assert rig.coordinator.ledger.checkpoints() == []
     result = await rig.coordinator.checkpoint(deadline_s=5)
     assert (
         list(result.record.quarantined) == ["r1"]
@@ -252,6 +256,7 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollo
 
 
 async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_rollout(rig: ModelRig) -> None:
+    from rollcut import CheckpointFailedError
     from rollcut.bus import TokenReceipt
     from rollcut.participants import CallDisposition, ExportReport
 
@@ -273,6 +278,8 @@ async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_ro
         return ExportReport(calls=bad)
 
     rig.participant.hooks = type("H", (), {"export": staticmethod(forged), "restore": rig.service.restore})()
+    with pytest.raises(CheckpointFailedError, match="does not match the token store"):
+        await rig.coordinator.checkpoint(deadline_s=5)
     result = await rig.coordinator.checkpoint(deadline_s=5)
     assert "does not match the token store" in result.record.quarantined["r1"]
     rig.service.backend.token_delay_s = 0.0

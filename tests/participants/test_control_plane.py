@@ -13,6 +13,7 @@ from rollcut import AdmissionClosedError, CheckpointConflictError, CheckpointFai
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
+    CheckpointAborted,
     CheckpointCommitted,
     EventLog,
     ParticipantLeaseExpired,
@@ -218,6 +219,15 @@ async def test_unresolved_references_quarantine_their_rollout_and_the_checkpoint
         )
     )
     await log.dispatch("r2", {}, instance="c")  # a rollout with nothing wrong
+    with pytest.raises(CheckpointFailedError) as err:
+        await coordinator.checkpoint(deadline_s=3)
+    first = str(err.value)
+    assert "never-stored" in first and "c-missing" in first and "env revision 4" in first
+    # failed after the release: nothing published, nobody held, and the lane is free again
+    assert ledger.checkpoints() == [] and res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    last = await log.last_on(log.subjects.mark())
+    assert last is not None and isinstance(last.event, CheckpointAborted)
+    # still found by the next checkpoint: it publishes, with r1 quarantined
     result = await coordinator.checkpoint(deadline_s=3)
     # fail closed for the rollout, never for the namespace (issue 29): every finding of r1 is named
     msg = result.record.quarantined["r1"]

@@ -44,6 +44,7 @@ from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
+from ._quarantine import quarantines
 
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
@@ -98,6 +99,7 @@ class Coordinator:
         # projects the ledger and checks references; started in the background (``validator.start()``)
         # it keeps up with the stream, and a checkpoint is left with the tail
         self.validator = TailValidator(log, ledger, tokens)
+        self._suspects: set[str] = set()  # rollouts the last failed validation found
         # test seam: awaited after each phase (a fault test kills the process here)
         self.after_phase: Callable[[str], Awaitable[None]] | None = None
 
@@ -345,8 +347,9 @@ class Coordinator:
     ) -> tuple[int, TokenSnapshot | None, dict[str, str]]:
         """Every reference below the cut resolves, and every model participant accounted for the
         calls it admitted. A finding that belongs to one rollout (a receipt missing, a call a reply
-        omits, a boundary naming what was never recorded) quarantines that rollout; only one that
-        belongs to none fails the checkpoint, naming it. How many events were checked, the token
+        omits, a boundary naming what was never recorded) fails this checkpoint and, found again by
+        the next, quarantines that rollout there; one that belongs to none fails every checkpoint.
+        How many events were checked, the token
         store's snapshot the checkpoint binds (taken after the release: a superset of every record
         referenced below the cut, as records are stored before the events naming them), and the
         rollouts quarantined (with the latest checkpoint's that are still running)."""
@@ -370,21 +373,19 @@ class Coordinator:
             raise CheckpointFailedError(
                 "references do not resolve below the cut: " + "; ".join(unowned), checkpoint_id=cid
             )
-        return checked, snapshot, self._quarantined(findings)
-
-    def _quarantined(self, findings: list[Finding]) -> dict[str, str]:
-        """This checkpoint's quarantines: the new findings, and the latest checkpoint's that are
-        still running (validation is incremental: what was quarantined is not looked at again)."""
-        latest = self.ledger.latest_checkpoint()
-        out = {
-            rid: why
-            for rid, why in (latest.quarantined if latest else {}).items()
-            if _running(self.ledger, rid)
-        }
-        for f in findings:
-            if f.rollout_id is not None and len(out.get(f.rollout_id, "")) < 1000:
-                out[f.rollout_id] = "; ".join(filter(None, (out.get(f.rollout_id), f.message[:300])))
-        return out
+        found = {f.rollout_id for f in findings if f.rollout_id is not None}
+        if found - self._suspects:
+            # a finding is quarantined only if the next checkpoint still finds it: a race that resolves
+            # itself (a record landing after its reference) fails one checkpoint, as it always did, and
+            # costs no rollout; a record that can never resolve (forged, lost) fails one, not all
+            self._suspects = found
+            raise CheckpointFailedError(
+                "references do not resolve below the cut (quarantined if the next checkpoint still finds "
+                "them): " + "; ".join(str(f) for f in findings[:10]),
+                checkpoint_id=cid,
+            )
+        self._suspects = set()
+        return checked, snapshot, quarantines(self.ledger, findings)
 
     async def _check_store_kept(self, snapshot: TokenSnapshot | None, cid: str) -> None:
         """Validation is incremental, so it trusts that what the published checkpoints rely on is still
@@ -440,8 +441,3 @@ class Coordinator:
         by = time.time() + 3.0
         with contextlib.suppress(Exception):
             await asyncio.gather(*(self._best_effort(i, "abort", cid, by) for i in found))
-
-
-def _running(ledger: Ledger, rollout_id: str) -> bool:
-    rec = ledger.rollout(rollout_id)
-    return rec is None or (rec.accepted_seq is None and rec.retired_seq is None)

@@ -223,7 +223,8 @@ class Collector:
             self.summary.last_checkpoint = res.sealed.record.checkpoint_id
         if res.seal_error is not None:
             self.summary.failed.setdefault("recovery_checkpoint", res.seal_error)
-        self.summary.recovery = res.plan.counts()
+        for kind, n in res.plan.counts().items():  # every recovery of the run (resume, then heals), summed:
+            self.summary.recovery[kind] = self.summary.recovery.get(kind, 0) + n  # a heal must not erase it
         self.summary.never_started = len(res.plan.unstarted)
         if self.hooks.recovery:
             self.hooks.recovery(res)

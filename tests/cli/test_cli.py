@@ -13,7 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from rollcut.bus import EventLog, load_credentials
+from rollcut.bus import BusConfig, EventLog, load_credentials, login_options
 
 from ..helpers import boundary_event
 
@@ -99,7 +99,7 @@ async def test_nats_command_serves_until_terminated(tmp_path: Path) -> None:
         assert creds.namespace == "demo" and (tmp_path / "credentials.json").stat().st_mode & 0o077 == 0
         with pytest.raises(Exception, match="Authorization Violation"):
             await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
-        nc = await nats.connect(url, nkeys_seed_str=creds.seeds["admin"])
+        nc = await nats.connect(url, **login_options(BusConfig(url=url).as_role(creds, "admin")))
         info = await nc.jetstream().account_info()
         assert info.limits is not None
         await nc.close()

@@ -73,7 +73,7 @@ async def test_checkpoint_with_role_credentials(
     server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
 ) -> None:
     base = BusConfig(url=server.url, request_timeout_s=5)
-    plog = await EventLog.connect(base.as_role(creds, "resources"))
+    plog = await EventLog.connect(base.as_role(creds, "resources", "res-0"))
     clog = await EventLog.connect(base.as_role(creds, "coordinator"))
     p = await Participant(plog, component="resources", instance="res-0", mode="exported").start()
     try:

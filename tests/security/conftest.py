@@ -9,7 +9,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog
+from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog, login_options
 
 NS = "sec"
 
@@ -40,11 +40,15 @@ async def admin(server: EmbeddedServer, creds: Credentials) -> AsyncIterator[Eve
 
 @pytest.fixture
 async def raw_as() -> AsyncIterator[object]:
-    """``await raw_as(server, creds, role)``: a plain nats-py connection with a role's credentials."""
+    """``await raw_as(server, creds, role, name=None)``: a plain nats-py connection with an identity
+    of ``role`` named ``name`` (made from the role's key, as a server of that role makes its own)."""
     opened: list[Client] = []
 
-    async def connect(server: EmbeddedServer, creds: Credentials, role: str, **kw: object) -> Client:
-        nc = await nats.connect(server.url, nkeys_seed_str=creds.seeds[role], allow_reconnect=False, **kw)
+    async def connect(
+        server: EmbeddedServer, creds: Credentials, role: str, name: str | None = None, **kw: object
+    ) -> Client:
+        login = login_options(BusConfig(url=server.url).as_role(creds, role, name))
+        nc = await nats.connect(server.url, allow_reconnect=False, **login, **kw)
         opened.append(nc)
         return nc
 

@@ -1,5 +1,5 @@
-"""Findings 4, 5 and 6: secrets nobody else can read, a permission matrix per role, and a checkpoint
-that a lost token store cannot fool."""
+"""Secrets nobody else can read, a permission matrix per instance identity, and a checkpoint that a
+lost token store cannot fool (issue 29: one credential per instance)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def test_secrets_and_user_data_are_owner_only(
     conf = data_dir / "nats-server.conf"
     assert _mode(conf) == 0o600
     text = conf.read_text()
-    assert all(seed not in text for seed in creds.seeds.values())  # public keys only
-    assert all(creds.public_key(role) in text for role in creds.seeds)
+    secrets = [*creds.signing.values(), creds.operator, creds.account, creds.system]
+    assert all(seed and seed not in text for seed in secrets)  # JWTs and public keys only
+    assert creds.account_key in text  # the account, its role keys inside its signed JWT
 
 
 def test_the_ledger_and_token_store_are_owner_only(tmp_path: Path) -> None:
@@ -42,62 +43,78 @@ def test_the_ledger_and_token_store_are_owner_only(tmp_path: Path) -> None:
         assert _mode(d / "data.mdb") == 0o600
 
 
-# role -> (subject, may publish?) over the namespace's subjects
+# (role, identity name) -> (subject, may publish?) over the namespace's subjects
 PUBLISH = {
-    "model": [
+    ("model", "model-w0"): [
         ("ev.r.1.model", True),
         ("ev.r.1.agent", False),
         ("fence.r", False),
         ("mark.checkpoint", False),
+        ("mark.model-w0", True),  # its own lane
+        ("mark.model-w1", False),  # a sibling's
+        ("mark.agent-w0", False),  # another component's (finding 5)
         ("ctl.model.model-w0", False),
-        ("hello.model", True),  # announces itself, as its own component only
-        ("hello.agent", False),
+        ("hello.model.model-w0", True),  # answers a ping as itself
+        ("hello.model.model-w1", False),  # not as a sibling
+        ("hello.agent.ghost-w0", False),  # nor as a made-up instance (finding 6)
+        ("ping", False),
     ],
-    "resources": [
+    ("resources", "counter-w0"): [
         ("ev.r.1.resources", True),
         ("ev.r.1.model", False),
         ("ev.r.1.collector", False),
         ("fence.r", False),
+        ("hello.resources.counter-w0", True),
+        ("hello.resources.counter-w1", False),
     ],
-    "agent": [
+    ("agent", "agent-w1"): [
         ("ev.r.1.agent", True),
         ("ev.r.1.environment", False),
         ("mark.checkpoint", False),
         ("mark.collector", False),
-        ("mark.agent-w0", True),
+        ("mark.agent-w1", True),
+        ("mark.agent-w0", False),
+        ("hello.agent.agent-w0", False),
     ],
-    "collector": [
+    ("collector", None): [
         ("ev.r.1.collector", True),
         ("fence.r", True),
         ("ev.r.1.model", False),
         ("mark.checkpoint", False),
         ("mark.collector", True),
+        ("hello.model.model-w0", False),
     ],
-    "coordinator": [
+    ("coordinator", None): [
         ("mark.checkpoint", True),
         ("fence.r", True),
         ("ctl.model.model-w0", True),
+        ("ping", True),
         ("ev.r.1.model", False),
+        ("hello.model.model-w0", False),
     ],
 }
 SUBSCRIBE = {
-    "model": [
+    ("model", "model-w0"): [
         ("ctl.model.model-w0", True),
+        ("ctl.model.model-w1", False),  # a sibling's control requests
         ("ctl.resources.counter-w0", False),
         ("ctl.agent.agent-w0", False),
+        ("ping", True),
+        ("hello.*.*", False),
     ],
-    "resources": [("ctl.resources.counter-w0", True), ("ctl.model.model-w0", False)],
-    "agent": [("ctl.agent.agent-w0", True), ("ctl.model.model-w0", False)],
-    "collector": [("ctl.model.model-w0", False), ("hello.*", False)],
-    "coordinator": [("ctl.model.model-w0", False), ("hello.*", True)],
+    ("resources", "counter-w0"): [("ctl.resources.counter-w0", True), ("ctl.model.model-w0", False)],
+    ("agent", "agent-w1"): [("ctl.agent.agent-w1", True), ("ctl.agent.agent-w0", False)],
+    ("collector", None): [("ctl.model.model-w0", False), ("hello.*.*", False)],
+    ("coordinator", None): [("ctl.model.model-w0", False), ("hello.*.*", True)],
 }
 
 
-@pytest.mark.parametrize("role", sorted(PUBLISH))
-async def test_the_permission_matrix_of_each_role(
-    server: EmbeddedServer, creds: Credentials, raw_as: Any, role: str, admin: EventLog
+@pytest.mark.parametrize("who", sorted(PUBLISH, key=str), ids=lambda w: f"{w[0]}-{w[1] or 'tool'}")
+async def test_the_permission_matrix_of_each_instance(
+    server: EmbeddedServer, creds: Credentials, raw_as: Any, who: tuple[str, str | None], admin: EventLog
 ) -> None:
-    nc = await raw_as(server, creds, role, error_cb=_ignore)
+    role, name = who
+    nc = await raw_as(server, creds, role, name, error_cb=_ignore)
     prefix = admin.subjects.prefix
 
     async def denied(what: str, subject: str) -> bool:
@@ -108,14 +125,14 @@ async def test_the_permission_matrix_of_each_role(
         last = str(nc.last_error or "").lower()
         return f'permissions violation for {what} to "{subject}"' in last
 
-    for suffix, allowed in PUBLISH[role]:
+    for suffix, allowed in PUBLISH[who]:
         subject = f"{prefix}.{suffix}"
         await nc.publish(subject, b"x")
-        assert await denied("publish", subject) is (not allowed), (role, "publish", suffix)
-    for suffix, allowed in SUBSCRIBE[role]:
+        assert await denied("publish", subject) is (not allowed), (who, "publish", suffix)
+    for suffix, allowed in SUBSCRIBE[who]:
         subject = f"{prefix}.{suffix}"
         sub = await nc.subscribe(subject)
-        assert await denied("subscription", subject) is (not allowed), (role, "subscribe", suffix)
+        assert await denied("subscription", subject) is (not allowed), (who, "subscribe", suffix)
         await sub.unsubscribe()
 
 
@@ -162,5 +179,5 @@ def test_each_gym_server_is_given_its_own_roles_credentials_and_no_others(tmp_pa
         full = load_credentials(dep.creds)
     assert set(given) == {"model", "resources", "agent", "environment"}
     for role, creds in given.items():
-        assert set(creds.seeds) == {role} and creds.seeds[role] == full.seeds[role], role
-        assert "admin" not in creds.seeds
+        assert set(creds.signing) == {role} and creds.signing[role] == full.signing[role], role
+        assert not (creds.seeds or creds.operator or creds.account or creds.system), role

@@ -87,7 +87,7 @@ async def test_a_forged_admitted_call_no_reply_names_quarantines_its_rollout_not
 
     await admin.dispatch("victim", {"task": 1}, instance="collector-0")
     await admin.dispatch("bystander", {"task": 2}, instance="collector-0")
-    model = await EventLog.connect(admin.config.as_role(creds, "model"), name="model-w0")
+    model = await EventLog.connect(admin.config.as_role(creds, "model", "model-w0"), name="model-w0")
     part = Participant(model, component="model", instance="model-w0", mode="exported")
     part.hooks = Idle()
     await part.start()  # a real model participant: its prepare reply names no call of its own
@@ -113,8 +113,10 @@ async def test_garbage_on_a_marker_lane_is_a_quarantine_in_verify_not_a_failure(
     server: EmbeddedServer, creds: Credentials, admin: EventLog, raw_as: Any, data_dir: Path, tmp_path: Path
 ) -> None:
     await admin.dispatch("real", {"task": 1}, instance="collector-0")
-    nc = await raw_as(server, creds, "model")
-    lane = admin.subjects.mark("agent-w0")  # another component's lane
+    # another component's lane is out of the model role's reach now (the matrix test); the lane's
+    # own instance, compromised, can still write garbage on it
+    nc = await raw_as(server, creds, "agent", "agent-w0")
+    lane = admin.subjects.mark("agent-w0")
     await nc.jetstream().publish(lane, b"\x00garbage, not a frame")
     home = tmp_path / "home"
     ck = _json(_cli(server, data_dir, home, "checkpoint", "--json"))

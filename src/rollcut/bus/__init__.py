@@ -6,7 +6,7 @@ whole: their own ``__all__`` is the list.
 """
 
 from . import _events, _kinds
-from ._auth import Credentials, load_credentials, role_file, server_authorization
+from ._auth import Credentials, Identity, load_credentials, role_file, server_authorization
 from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, embedded_nats, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
@@ -14,7 +14,7 @@ from ._fence import Opening
 from ._kinds import *  # noqa: F403  (the kind table, whole)
 from ._log import EventLog, FenceState, ReadScope, StoredEvent, input_digest
 from ._server import EmbeddedServer
-from ._stream import BusConfig
+from ._stream import BusConfig, login_options
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Credentials",
     "EmbeddedServer",
     "EventLog",
+    "Identity",
     "FenceState",
     "Opening",
     "ReadScope",
@@ -42,6 +43,7 @@ __all__ = [
     "digest",
     "input_digest",
     "load_credentials",
+    "login_options",
     "role_file",
     "server_authorization",
 ]

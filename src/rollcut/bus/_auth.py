@@ -1,95 +1,259 @@
-"""Per-role credentials: who may publish what, enforced by the NATS server.
+"""Credentials: one NATS identity per server instance, issued from its role's key.
 
-Roles and what each may publish (namespace ``ns``, prefix ``rc.ns``):
+Schema 3 (what ``Credentials.generate`` writes) is NATS's decentralised JWT mode. The
+full file (``credentials.json``, 0600 in a 0700 directory, kept by whoever runs the
+NATS servers) holds the operator's, the account's and the system account's seeds and
+one **scoped signing key** per role; the servers' config holds only JWTs and public
+keys. A server is given its role's file alone (``role_file``: that role's signing key,
+nothing else). When an instance starts it makes its own identity: a fresh user key
+and a user JWT named after the instance, signed with the role's key. The server
+applies the role's scope template to it (``_scopes``), filling in the identity's name,
+so what an instance may publish names its own lane, hello subject and control
+subject only. A server with several workers issues each worker's identity itself
+(``issue``) and hands it an identity-only file: a worker holds no key that makes
+another identity. A replaced worker's old identity is revoked by the identity
+authority (``rollcut.bus.authority``): the newest identity of a name is the only one
+the server accepts.
 
-- admin: everything (operators and tools).
-- coordinator: the coordinator lane ``mark.checkpoint``, fences (tombstone
-  and open), ``ctl.>`` requests, ``$SRV.>`` pings, the stream's JetStream API;
-  it hears announcements on ``hello.*``.
-- collector: fences (dispatch) and ``ev.*.*.collector`` (result hand-off).
-- model, agent, resources, environment: only ``ev.*.*.<its component>`` and a
-  marker lane of its own (never ``mark.checkpoint``), its announcement
-  ``hello.<its component>``, plus direct gets; they
-  subscribe to their component's control subjects ``ctl.<component>.*`` (never
-  another component's) and ``$SRV.>``, and may answer requests.
-
-Authentication is NATS's own nkeys: each role has an ed25519 key pair; its seed
-is in ``credentials.json`` (0600, in a 0700 directory) and the server's
-config holds only public keys, so the config file gives nobody a secret.
-(Credentials files of schema 1, with passwords, still load.)
-
-A participant therefore cannot write another component's events, forge a
-coordinator marker, or send control requests (so capabilities are answered
-only to the coordinator and admin). Unauthenticated clients are refused at
-connect. The same blocks work on an operator's cluster (docs/security.md).
+Schema 2 (per-role nkey users in the server config) and schema 1 (passwords) still
+load and still run, with one identity per role (docs/security.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nkeys
 
 from .._errors import ConfigError
 from .._files import private_dir, read_record, write_private
-from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
+from ._jwt import encode_jwt, public_of
+from ._scopes import PARTICIPANT_ROLES, ROLES, jwt_permissions, permissions
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
 
 __all__ = [
     "PARTICIPANT_ROLES",
     "ROLES",
     "Credentials",
+    "Identity",
     "load_credentials",
     "role_file",
     "server_authorization",
 ]
 
-PARTICIPANT_ROLES = ("model", "agent", "resources", "environment")
-ROLES = ("admin", "coordinator", "collector", *PARTICIPANT_ROLES)
+_NO_LIMITS = {"subs": -1, "data": -1, "payload": -1}
+_UNLIMITED = {**_NO_LIMITS, "imports": -1, "exports": -1, "wildcards": True}
+
+
+def _seed(prefix: int) -> str:
+    return str(nkeys.encode_seed(os.urandom(32), prefix).decode())
+
+
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    """One instance's NATS identity: its user JWT and the seed of the key it names."""
+
+    role: str
+    name: str
+    jwt: str
+    seed: str
 
 
 class Credentials(msgspec.Struct, frozen=True, kw_only=True):
-    """One nkey seed per role for one namespace (schema 1: passwords); stored 0600."""
+    """A namespace's NATS secrets (schema 3: keys that issue identities; 2: role seeds; 1:
+    passwords), or, with ``identity``, one instance's identity alone. Stored 0600."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     namespace: str
-    seeds: dict[str, str] = {}
-    passwords: dict[str, str] = {}
+    seeds: dict[str, str] = {}  # schema 2: each role's user seed
+    passwords: dict[str, str] = {}  # schema 1
+    signing: dict[str, str] = {}  # schema 3: each role's scoped signing key seed
+    account_key: str = ""  # schema 3: the account's public key (every file)
+    operator: str = ""  # schema 3, the full file only: operator, account and system seeds
+    account: str = ""
+    system: str = ""
+    created: int = 0  # the account JWT's issue time: the servers' preload never outdates a revocation
+    identity: Identity | None = None
 
     @classmethod
     def generate(cls, namespace: str) -> Credentials:
-        """Fresh key pairs for every role."""
+        """Fresh keys: an operator, the namespace's account, the system account, a key per role."""
         Subjects(namespace)  # validates the namespace
-        seeds = {r: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode() for r in ROLES}
-        return cls(namespace=namespace, seeds=seeds)
+        account = _seed(nkeys.PREFIX_BYTE_ACCOUNT)
+        return cls(
+            namespace=namespace,
+            signing={r: _seed(nkeys.PREFIX_BYTE_ACCOUNT) for r in ROLES},
+            account_key=public_of(account),
+            operator=_seed(nkeys.PREFIX_BYTE_OPERATOR),
+            account=account,
+            system=_seed(nkeys.PREFIX_BYTE_ACCOUNT),
+            created=int(time.time()),
+        )
+
+    @property
+    def decentralised(self) -> bool:
+        """Whether these are schema 3's JWT credentials (the server runs in operator mode)."""
+        return bool(self.account_key)
 
     def public_key(self, role: str) -> str:
-        """The role's public nkey (what the server's config holds)."""
-        return str(nkeys.from_seed(self.seeds[role].encode()).public_key.decode())
+        """The role's public nkey: its user (schema 2) or its scoped signing key (schema 3)."""
+        seed = self.signing.get(role) or self.seeds.get(role)
+        if seed is None:
+            raise ConfigError(f"no credentials for role {role!r}")
+        return public_of(seed)
 
     def save(self, path: Path) -> None:
-        """Write the seeds, readable by their owner only (0600 in a 0700 directory)."""
+        """Write the secrets, readable by their owner only (0600 in a 0700 directory)."""
         private_dir(path.parent)
         write_private(path, msgspec.json.encode(self))
 
     def only(self, role: str) -> Credentials:
         """These credentials with one role's secret alone: what a server of that role is given."""
+        if self.identity is not None:
+            raise ConfigError("an identity file cannot be narrowed further")
         self.login(role)  # refuses a role these do not hold
+
+        def pick(d: dict[str, str]) -> dict[str, str]:
+            return {role: d[role]} if role in d else {}
+
         return Credentials(
             namespace=self.namespace,
-            seeds={role: self.seeds[role]} if role in self.seeds else {},
-            passwords={role: self.passwords[role]} if role in self.passwords else {},
+            seeds=pick(self.seeds),
+            passwords=pick(self.passwords),
+            signing=pick(self.signing),
+            account_key=self.account_key,
         )
 
-    def login(self, role: str) -> dict[str, str]:
-        """How ``role`` authenticates: ``{"nkey_seed"}``, or ``{"user", "password"}`` (schema 1)."""
+    def issue(self, role: str, name: str) -> Credentials:
+        """A new identity named ``name`` of ``role`` as an identity-only file's content: what a
+        server hands each of its workers (it cannot make any other identity)."""
+        ident = self._mint(role, name)
+        return Credentials(namespace=self.namespace, account_key=self.account_key, identity=ident)
+
+    def _mint(self, role: str, name: str) -> Identity:
+        check_token(name, "identity name")
+        if role in PARTICIPANT_ROLES and name in (COORDINATOR_LANE, COLLECTOR_LANE):
+            raise ConfigError(f"identity name {name!r} is reserved")
+        key = self.signing.get(role)
+        if key is None:
+            raise ConfigError(f"no signing key for role {role!r}; roles here: {', '.join(self.signing)}")
+        user = _seed(nkeys.PREFIX_BYTE_USER)
+        claims = {
+            "sub": public_of(user),
+            "name": name,
+            "nats": {"type": "user", "version": 2, "issuer_account": self.account_key},
+        }
+        return Identity(role=role, name=name, jwt=encode_jwt(key, claims), seed=user)
+
+    def login(self, role: str, name: str | None = None) -> dict[str, str]:
+        """How an instance ``name`` of ``role`` authenticates: schema 3 ``{"user_jwt", "nkey_seed"}``
+        (a fresh identity, or this file's own), schema 2 ``{"nkey_seed"}``, schema 1
+        ``{"user", "password"}``. Without a name a tool gets a unique one."""
+        if self.identity is not None:
+            i = self.identity
+            if i.role != role or (name is not None and name != i.name):
+                raise ConfigError(
+                    f"this identity file is {i.role} {i.name!r}, not {role} {name or '(any)'!r}"
+                )
+            return {"user_jwt": i.jwt, "nkey_seed": i.seed}
+        if role in self.signing:
+            ident = self._mint(role, name or f"{role}-{secrets.token_hex(4)}")
+            return {"user_jwt": ident.jwt, "nkey_seed": ident.seed}
         if role in self.seeds:
             return {"nkey_seed": self.seeds[role]}
         if role in self.passwords:
             return {"user": role, "password": self.passwords[role]}
         raise ConfigError(f"no credentials for role {role!r}; roles: {', '.join(ROLES)}")
+
+    # --- the server side (the full file only) ----------------------------------------
+
+    def account_jwt(self, revocations: dict[str, int] | None = None, *, issued_at: int | None = None) -> str:
+        """The namespace's account: JetStream on, one scoped signing key per role, and the
+        identities revoked so far (user public key -> revoked before this time)."""
+        s = Subjects(self.namespace)
+        nats: dict[str, Any] = {
+            "type": "account",
+            "version": 2,
+            "limits": {
+                **_UNLIMITED,
+                "conn": -1,
+                "leaf": -1,
+                "mem_storage": -1,
+                "disk_storage": -1,
+                "streams": -1,
+                "consumer": -1,
+            },
+            "signing_keys": [
+                {
+                    "kind": "user_scope",
+                    "key": public_of(seed),
+                    "role": role,
+                    "template": jwt_permissions(role, s),
+                }
+                for role, seed in sorted(self.signing.items())
+            ],
+        }
+        if revocations:
+            nats["revocations"] = dict(revocations)
+        claims = {"sub": self.account_key, "name": f"rollcut-{self.namespace}", "nats": nats}
+        return encode_jwt(self._need(self.operator), claims, issued_at=issued_at or self.created)
+
+    def system_identity(self) -> Identity:
+        """A user of the system account (the identity authority's: it reads connect advisories and
+        pushes the account's revocations)."""
+        user = _seed(nkeys.PREFIX_BYTE_USER)
+        claims = {
+            "sub": public_of(user),
+            "name": "rollcut-authority",
+            "nats": {"type": "user", "version": 2, "pub": {}, "sub": {}, **_NO_LIMITS},
+        }
+        token = encode_jwt(self._need(self.system), claims)
+        return Identity(role="system", name="rollcut-authority", jwt=token, seed=user)
+
+    def role_of_key(self, key: str) -> str | None:
+        """The role whose scoped signing key is ``key`` (a user JWT's issuer), if any."""
+        return next((r for r, seed in self.signing.items() if public_of(seed) == key), None)
+
+    def _need(self, seed: str) -> str:
+        if not seed:
+            raise ConfigError("these are a server's credentials, not the full file: they sign no account")
+        return seed
+
+    def operator_config(self, resolver_dir: str) -> str:
+        """The operator-mode block of a nats-server config (schema 3)."""
+        op = encode_jwt(
+            self._need(self.operator),
+            {
+                "sub": public_of(self.operator),
+                "name": "rollcut",
+                "nats": {"type": "operator", "version": 2, "system_account": public_of(self.system)},
+            },
+            issued_at=self.created,
+        )
+        limits = {**_UNLIMITED, "conn": -1, "leaf": -1}
+        sys_claims = {
+            "sub": public_of(self.system),
+            "name": "SYS",
+            "nats": {"type": "account", "version": 2, "limits": limits},
+        }
+        sys_jwt = encode_jwt(self.operator, sys_claims, issued_at=self.created)
+        return "\n".join(
+            [
+                f"operator: {op}",
+                f"system_account: {public_of(self.system)}",
+                f"resolver: {{ type: full, dir: {json.dumps(resolver_dir)}, allow_delete: false }}",
+                "resolver_preload: {",
+                f"  {self.account_key}: {self.account_jwt()}",
+                f"  {public_of(self.system)}: {sys_jwt}",
+                "}",
+                "",
+            ]
+        )
 
 
 def role_file(path: Path, role: str) -> Path:
@@ -103,72 +267,21 @@ def role_file(path: Path, role: str) -> Path:
 
 
 def load_credentials(path: Path) -> Credentials:
-    """Read role credentials written by ``rollcut nats`` (or the embedded server)."""
+    """Read credentials written by ``rollcut nats`` (or the embedded server), or an identity file."""
     return read_record(path, Credentials, "credentials file")
 
 
-def _permissions(role: str, s: Subjects) -> dict[str, object]:
-    p = s.prefix
-    # direct gets (any replica), the leader's message get (read-your-writes on a cluster), stream info
-    js_read = [
-        f"$JS.API.DIRECT.GET.{s.stream}",
-        f"$JS.API.STREAM.MSG.GET.{s.stream}",
-        f"$JS.API.STREAM.INFO.{s.stream}",
-    ]
-    inbox = ["_INBOX.>"]
-    if role == "admin":
-        return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
-    if role == "coordinator":
-        return {
-            "publish": {
-                "allow": [
-                    s.mark(COORDINATOR_LANE),
-                    f"{p}.fence.*",
-                    f"{p}.ctl.>",
-                    "$SRV.>",
-                    *js_read,
-                    f"$JS.API.STREAM.CREATE.{s.stream}",
-                    f"$JS.API.STREAM.PURGE.{s.stream}",  # compaction
-                    "$JS.API.INFO",
-                ]
-            },
-            "subscribe": {"allow": [*inbox, s.hello("*")]},
-        }
-    if role == "collector":
-        return {
-            "publish": {
-                "allow": [
-                    f"{p}.fence.*",
-                    f"{p}.ev.*.*.collector",
-                    s.mark(COLLECTOR_LANE),
-                    *js_read,
-                    "$JS.API.INFO",
-                ]
-            },
-            "subscribe": {"allow": inbox},
-        }
-    if role in PARTICIPANT_ROLES:
-        return {
-            "publish": {
-                "allow": [f"{p}.ev.*.*.{role}", f"{p}.mark.*", s.hello(role), *js_read, "$JS.API.INFO"],
-                "deny": [s.mark(COORDINATOR_LANE), s.mark(COLLECTOR_LANE)],
-            },
-            # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds
-            "subscribe": {
-                "allow": [*inbox, f"{p}.ctl.{role}.*", "$SRV.>", f"{p}.fence.*", f"{p}.ev.*.*.collector"]
-            },
-            "allow_responses": True,
-        }
-    raise ConfigError(f"unknown role {role!r}")
-
-
-def server_authorization(creds: Credentials) -> str:
-    """The ``authorization {}`` block for nats-server's config file."""
+def server_authorization(creds: Credentials, resolver_dir: str = "jwt") -> str:
+    """What nats-server's config needs to authenticate these credentials' clients: schema 3's
+    operator block (the identities' resolver in ``resolver_dir``), else the ``authorization {}``
+    block of per-role users."""
+    if creds.decentralised:
+        return creds.operator_config(resolver_dir)
     s = Subjects(creds.namespace)
     users = [
-        {"nkey": creds.public_key(role), "permissions": _permissions(role, s)}
+        {"nkey": creds.public_key(role), "permissions": permissions(role, s)}
         if role in creds.seeds
-        else {"user": role, "password": creds.passwords[role], "permissions": _permissions(role, s)}
+        else {"user": role, "password": creds.passwords[role], "permissions": permissions(role, s)}
         for role in ROLES
     ]
     # nats-server's config format accepts JSON values

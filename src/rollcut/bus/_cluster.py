@@ -144,6 +144,11 @@ class _Node(EmbeddedServer):
             binary=cluster.binary,
         )
         self.cluster, self.index, self.name = cluster, index, node.name
+        self.runs_authority = index == 0
+
+    @property
+    def authority_url(self) -> str:
+        return self.cluster.url
 
     def _config(self, local: str) -> str:
         return node_config(

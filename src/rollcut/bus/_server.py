@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+import msgspec
+
 from .._errors import ConfigError, ServerStartError, ServerVersionError
 from .._files import private_dir, write_private
 from ._auth import Credentials, server_authorization
@@ -106,7 +108,7 @@ def server_config(
             "jetstream {",
             *("  " + line for line in js),
             "}",
-            server_authorization(credentials) if credentials else "",
+            server_authorization(credentials, str(Path(store_dir).parent / "jwt")) if credentials else "",
             extra,
             "",
         ]
@@ -145,12 +147,20 @@ class EmbeddedServer:
         self.port: int | None = None
         self.version: tuple[int, int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._authority: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         if self.port is None:
             raise ServerStartError("the embedded server is not running")
         return f"nats://{self.host}:{self.port}"
+
+    runs_authority = True  # a cluster runs one, beside its first node
+
+    @property
+    def authority_url(self) -> str:
+        """Where the identity authority connects (a cluster's: every node)."""
+        return self.url
 
     @property
     def pid(self) -> int | None:
@@ -202,7 +212,45 @@ class EmbeddedServer:
         self.port = self._await_port(
             self.data_dir / "ports" / f"{Path(self.binary).name}_{self._proc.pid}.ports"
         )
+        self._start_authority()
         return self
+
+    def _start_authority(self) -> None:
+        """With per-instance identities, the identity authority beside the server (it revokes a
+        replaced instance's old identity; ``rollcut.bus.authority``). Waited for (a fraction of a
+        second): an identity that connects before the authority listens would never be superseded."""
+        creds = self.credentials
+        if creds is None or not creds.operator or self._authority is not None or not self.runs_authority:
+            return
+        ready = self.data_dir / "authority.ready"
+        ready.unlink(missing_ok=True)
+        with open(self.data_dir / "authority.log", "ab") as out:
+            self._authority = subprocess.Popen(
+                [sys.executable, "-m", "rollcut.bus.authority", *self._authority_args(ready)],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        assert self._authority.stdin is not None
+        self._authority.stdin.write(msgspec.json.encode(creds))  # never in a file of its own
+        self._authority.stdin.close()
+        deadline = time.monotonic() + self.start_timeout
+        while not ready.exists():
+            if self._authority.poll() is not None or time.monotonic() > deadline:
+                log = (self.data_dir / "authority.log").read_text()[-1500:]
+                self._stop_authority()
+                raise ServerStartError(f"the identity authority did not start: {log}")
+            time.sleep(0.02)
+
+    def _authority_args(self, ready: Path) -> list[str]:
+        return ["--url", self.authority_url, "--ready-file", str(ready)]
+
+    def _stop_authority(self) -> None:
+        proc, self._authority = self._authority, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
     def _await_port(self, ports_file: Path) -> int:
         assert self._proc is not None
@@ -224,6 +272,7 @@ class EmbeddedServer:
         raise ServerStartError(f"nats-server did not become ready in {self.start_timeout}s")
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._stop_authority()
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -236,6 +285,7 @@ class EmbeddedServer:
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: nothing is flushed by the server itself."""
+        self._stop_authority()
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()

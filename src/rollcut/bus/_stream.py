@@ -7,11 +7,13 @@ order: that order is what makes every prefix a consistent cut.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import nkeys
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
@@ -21,11 +23,12 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from .._errors import BusError, ConfigError
 from ._auth import Credentials
+from ._jwt import decode_claims
 from ._patience import Patience
 from ._server import check_version, parse_version
 from ._subjects import Subjects
 
-__all__ = ["ApiError", "BusConfig", "Denials", "PubAck", "connect", "ensure_stream"]
+__all__ = ["ApiError", "BusConfig", "Denials", "PubAck", "connect", "ensure_stream", "login_options"]
 
 # JetStream error codes rollcut reacts to.
 ERR_WRONG_LAST_SEQUENCE = 10071
@@ -55,14 +58,25 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
     password: str | None = None
     nkey_seed: str | None = None
+    user_jwt: str | None = None  # schema 3: this process's own identity (with its key's nkey_seed)
     role: str | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     outage_s: float = 60.0
 
-    def as_role(self, creds: Credentials, role: str) -> BusConfig:
-        """The same bus, logged in as ``role``."""
-        return msgspec.structs.replace(self, namespace=creds.namespace, role=role, **creds.login(role))
+    @property
+    def identity_name(self) -> str | None:
+        """The name of this config's own identity (schema 3), which the server's permissions use."""
+        if self.user_jwt is None:
+            return None
+        name = decode_claims(self.user_jwt).get("name")
+        return name if isinstance(name, str) else None
+
+    def as_role(self, creds: Credentials, role: str, instance: str | None = None) -> BusConfig:
+        """The same bus, logged in as ``role`` (instance ``instance``: with schema 3's credentials an
+        identity of that name is made now, once, and every connection of this config uses it)."""
+        login = creds.login(role, instance)
+        return msgspec.structs.replace(self, namespace=creds.namespace, role=role, **login)
 
 
 class ApiError(msgspec.Struct, frozen=True):
@@ -199,6 +213,18 @@ def parse_headers(headers: bytes) -> dict[str, str] | None:
     return out or None
 
 
+def login_options(config: BusConfig) -> dict[str, Any]:
+    """nats-py's options for the config's login: a user JWT and its key's signature of the
+    server's nonce, or a plain nkey."""
+    if config.user_jwt is None:
+        return {"nkeys_seed_str": config.nkey_seed}
+    token, key = config.user_jwt.encode(), nkeys.from_seed((config.nkey_seed or "").encode())
+    return {
+        "user_jwt_cb": lambda: token,
+        "signature_cb": lambda nonce: base64.b64encode(key.sign(nonce.encode())),
+    }
+
+
 async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials | None = None) -> NATS:
     """Connect and refuse servers too old for fencing and group commit."""
     if not config.url:
@@ -214,7 +240,7 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         "name": name,
         "user": config.user,
         "password": config.password,
-        "nkeys_seed_str": config.nkey_seed,
+        **login_options(config),
         "connect_timeout": config.connect_timeout_s,
         # bounded for the first connect: a wrong password or a dead URL must fail, not loop
         "max_reconnect_attempts": 2,

@@ -5,6 +5,7 @@
     rc.<ns>.mark.checkpoint                         the coordinator lane: prepare, seal, commit, abort
     rc.<ns>.mark.<instance>                         a participant's own markers (replies, lease expiry)
     rc.<ns>.ctl.>                                   control request/reply (core NATS, not stored)
+    rc.<ns>.ping, rc.<ns>.hello.<component>.<inst>  membership: the ping, each instance's answer
 
 Markers live outside ``ctl`` on purpose: the stream must capture them, and a
 stream that captured ``ctl`` would also capture (and answer!) every control
@@ -74,9 +75,15 @@ class Subjects:
     def control(self, suffix: str) -> str:
         return f"{self.prefix}.ctl.{suffix}"
 
-    def hello(self, component: str) -> str:
-        """Where a participant announces itself to coordinators (core NATS, never stored)."""
-        return f"{self.prefix}.hello.{component}"
+    def hello(self, component: str, instance: str) -> str:
+        """Where instance ``instance`` of ``component`` announces itself and answers a membership
+        ping (core NATS, never stored). The instance is a subject token, so a per-instance identity
+        may publish here and nowhere else: who answered is where the answer came from."""
+        return f"{self.prefix}.hello.{component}.{instance}"
+
+    def ping(self) -> str:
+        """Where a coordinator asks every live participant to answer on its own hello subject."""
+        return f"{self.prefix}.ping"
 
     def attempt_filter(self, rollout_id: str, attempt: int) -> str:
         return f"{self.prefix}.ev.{rollout_id}.{attempt}.*"

@@ -199,11 +199,16 @@ def serve_one_worker(
         int | None, typer.Option(help="This worker's private socket, from the parent.")
     ] = None,
     peers_dir: Annotated[str, typer.Option(help="Where every worker's private socket is.")] = "",
+    identity: Annotated[str, typer.Option(help="This worker's own bus identity, from the parent.")] = "",
 ) -> None:
     """One worker process of a server with several (started by the server itself)."""
+    import msgspec
+
     from ..gym import decode_spec, run_worker, serve_worker
 
     opts = decode_spec(spec)
+    if identity:  # the worker logs in as itself, never with the role's key
+        opts = msgspec.structs.replace(opts, credentials=identity)
     run_worker(
         lambda sock, i, peers: serve_worker(opts, sock, i, peers),
         listen_fd,

@@ -33,13 +33,13 @@ from .model.engine import DIALECTS
 from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
-__all__ = ["Make", "serve", "serve_participant", "serve_worker"]
+__all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker"]
 
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
     config = BusConfig(url=opts.url, namespace=opts.namespace, replicas=opts.replicas)
     if opts.credentials:
-        config = config.as_role(load_credentials(Path(opts.credentials)), role)
+        config = config.as_role(load_credentials(Path(opts.credentials)), role, instance)
     return await EventLog.connect(config, name=instance)
 
 
@@ -185,4 +185,19 @@ def serve(opts: ServeSpec) -> None:
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
+        issue=lambda i, directory: issue_identity(opts, i, directory),
     )
+
+
+def issue_identity(opts: ServeSpec, worker: int, directory: str) -> list[str]:
+    """Worker ``worker``'s own bus identity, made now from the role's key, in a 0600 file of the
+    parent's private directory: the worker is given that file, not the role's key (so it cannot act
+    as a sibling), and a restarted worker gets a new one (the identity authority revokes the old)."""
+    if not opts.credentials:
+        return []
+    creds = load_credentials(Path(opts.credentials))
+    if not creds.signing:
+        return []  # schema 1/2: one identity per role
+    path = Path(directory) / f"identity-{worker}.json"
+    creds.issue(opts.kind, f"{opts.group}-w{worker}").save(path)
+    return ["--identity", str(path)]

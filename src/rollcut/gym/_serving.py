@@ -51,6 +51,8 @@ async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> Non
 
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
+Issue = Callable[[int, str], list[str]]
+"""What the parent gives worker ``index`` to start with (its own identity), as extra arguments."""
 """The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
 
 
@@ -66,7 +68,15 @@ def run_worker(
     asyncio.run(serve_one(sock, index, peers))
 
 
-def run_servers(*, host: str, port: int, workers: int, child_argv: list[str], serve_one: ServeOne) -> None:
+def run_servers(
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    child_argv: list[str],
+    serve_one: ServeOne,
+    issue: Issue | None = None,
+) -> None:
     """Blocking: bind once, then serve in this process (1 worker) or in ``workers`` children.
 
     With several workers the parent binds, besides the port, one private unix
@@ -75,7 +85,8 @@ def run_servers(*, host: str, port: int, workers: int, child_argv: list[str], se
     again with the same index, hence the same participant name and the same
     rollouts, and its line ``RESTARTED <instance> pid=<pid>`` is printed.
     ``child_argv`` starts a worker (``--worker-index``, ``--listen-fd``,
-    ``--peer-fd`` and ``--peers-dir`` are appended).
+    ``--peer-fd`` and ``--peers-dir`` are appended, and what ``issue(index, dir)`` returns: a
+    worker's own bus identity, issued afresh for each start, written into the private directory).
     """
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
@@ -85,16 +96,22 @@ def run_servers(*, host: str, port: int, workers: int, child_argv: list[str], se
             asyncio.run(serve_one(sock, 0, None))
         return
     with tempfile.TemporaryDirectory(prefix="rollcut-peers-") as peers_dir:  # 0700, removed at exit
-        Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv).run(url)
+        Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue).run(url)
 
 
 class Supervisor:
     """The parent of several workers: starts them, relays their readiness, restarts the dead."""
 
     def __init__(
-        self, sock: socket.socket, peer_socks: list[socket.socket], peers_dir: str, child_argv: list[str]
+        self,
+        sock: socket.socket,
+        peer_socks: list[socket.socket],
+        peers_dir: str,
+        child_argv: list[str],
+        issue: Issue | None = None,
     ) -> None:
         self.sock, self.peer_socks, self.peers_dir, self.child_argv = sock, peer_socks, peers_dir, child_argv
+        self.issue = issue
         self.children: dict[int, subprocess.Popen[str]] = {}
         self.stopping = False
 
@@ -109,6 +126,7 @@ class Supervisor:
                 *self.child_argv,
                 *("--worker-index", str(i), "--listen-fd", str(fds[0])),
                 *("--peer-fd", str(fds[1]), "--peers-dir", self.peers_dir),
+                *(self.issue(i, self.peers_dir) if self.issue else ()),
             ],
             pass_fds=fds,
             stdout=subprocess.PIPE,

@@ -1,44 +1,49 @@
 """Membership: who takes part in a checkpoint, without waiting a fixed time for late answers.
 
-A ping (``$SRV.PING`` of the namespace's service) is answered by every live
-participant. The question is when to stop listening. Waiting until replies go
-quiet for a while costs that while on every checkpoint (most of a steady one).
-So the coordinator keeps a standing view: the members that answered its last
-round, plus every participant that announced itself since (a participant
-publishes its instance name on ``rc.<ns>.hello.<component>`` once it is
-discoverable). A round ends the moment every known member answered and every
-coordinated group is complete. Only when a known member is missing (it left,
-or it is slow) does the round fall back to waiting for quiet, bounded by the
-discovery timeout; the view then forgets it. A group that declares more
-workers than answered is waited for longer (``short_s``, 3 s): its workers
-exist, and under load one answers late.
+A ping (``rc.<ns>.ping``, a round id as its body) is answered by every live
+participant on its own subject ``rc.<ns>.hello.<component>.<instance>``. Who
+answered is read from that subject, never from the answer: with per-instance
+identities only the instance's own identity may publish there (docs/security.md),
+so a participant cannot answer as another instance or as one that does not exist.
+An answer's group and worker must name the instance (``<group>-w<worker>``, or the
+group itself for a lone instance), so no instance can speak for another's group.
 
-An announcement only ever makes a round wait for someone: a forged name costs at
-most one quiet wait, never a wrong membership (the ping's answers decide who
-takes part).
+The question is when to stop listening. Waiting until replies go quiet for a
+while costs that while on every checkpoint (most of a steady one). So the
+coordinator keeps a standing view: the members that answered its last round,
+plus every participant that announced itself since (a participant publishes a
+hello without a round once it is discoverable). A round ends the moment every
+known member answered and every coordinated group is complete. Only when a known
+member is missing (it left, or it is slow) does the round fall back to waiting
+for quiet, bounded by the discovery timeout; the view then forgets it. A group
+that declares more workers than answered is waited for longer (``short_s``,
+3 s): its workers exist, and under load one answers late.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from .._errors import CheckpointError, CheckpointFailedError
 from ..bus import EventLog
-from ._runtime import service_name
+from ._protocol import Hello
 
 __all__ = ["InstanceInfo", "Membership", "check_membership"]
 
-_MAX_NAME = 256
+_MAX_HELLO = 4096
 _MAX_KNOWN = 65_536
+_hello_decoder = msgspec.json.Decoder(Hello)
 
 
 class InstanceInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One live participant instance, as discovered by ``$SRV.PING``."""
+    """One live participant instance, as its answer to a membership ping names it."""
 
     service_id: str
     instance: str
@@ -50,22 +55,11 @@ class InstanceInfo(msgspec.Struct, frozen=True, kw_only=True):
     control: str
 
 
-def _info(data: bytes) -> InstanceInfo | None:
-    try:
-        ping = msgspec.json.decode(data)
-        md = ping.get("metadata") or {}
-        return InstanceInfo(
-            service_id=ping["id"],
-            instance=md["instance"],
-            component=md["component"],
-            group=md.get("group", md["instance"]),
-            worker=int(md.get("worker", 0)),
-            workers=int(md.get("workers", 1)),
-            mode=md.get("mode", ""),
-            control=md["control"],
-        )
-    except (KeyError, ValueError, TypeError, AttributeError, msgspec.DecodeError):
-        return None  # not one of ours
+def _names_itself(instance: str, hello: Hello) -> bool:
+    """Whether an answer's group and worker are the instance's own."""
+    if instance == hello.group:
+        return hello.workers == 1 and hello.worker == 0
+    return instance == f"{hello.group}-w{hello.worker}" and hello.worker < hello.workers
 
 
 class Membership:
@@ -81,46 +75,76 @@ class Membership:
         self.known: set[str] = set()
         self.rounds_waited = 0  # rounds that had to wait for quiet (a known member missing)
         self._sub: Any = None
+        self._round = ""
+        self._on_answer: Callable[[InstanceInfo], None] | None = None
+        self._prefix = f"{log.subjects.prefix}.hello"
 
     async def listen(self) -> None:
-        """Start hearing announcements (idempotent)."""
+        """Start hearing announcements and answers (idempotent)."""
         if self._sub is None:
-            self._sub = await self.log.nc.subscribe(self.log.subjects.hello("*"), cb=self._hello)
+            self._sub = await self.log.nc.subscribe(self.log.subjects.hello("*", "*"), cb=self._hello)
 
     async def close(self) -> None:
         if self._sub is not None:
             sub, self._sub = self._sub, None
             await sub.unsubscribe()
 
+    def _info(self, msg: Any) -> tuple[str, InstanceInfo] | None:
+        parts = str(msg.subject).split(".")
+        if len(parts) != 5 or ".".join(parts[:3]) != self._prefix:
+            return None
+        component, instance = parts[3], parts[4]
+        data = bytes(msg.data)
+        if len(data) > _MAX_HELLO:
+            return None
+        try:
+            hello = _hello_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None  # not one of ours
+        if not _names_itself(instance, hello):
+            return None
+        info = InstanceInfo(
+            service_id=hello.process,
+            instance=instance,
+            component=component,
+            group=hello.group,
+            worker=hello.worker,
+            workers=hello.workers,
+            mode=hello.mode,
+            control=self.log.subjects.control(f"{component}.{instance}"),
+        )
+        return hello.round, info
+
     async def _hello(self, msg: Any) -> None:
-        name = bytes(msg.data[: _MAX_NAME + 1])
-        if 0 < len(name) <= _MAX_NAME and len(self.known) < _MAX_KNOWN:
-            self.known.add(name.decode("utf-8", "replace"))
+        got = self._info(msg)
+        if got is None:
+            return
+        round_id, info = got
+        if round_id and round_id == self._round and self._on_answer is not None:
+            self._on_answer(info)
+        elif not round_id and len(self.known) < _MAX_KNOWN:
+            self.known.add(info.instance)
 
     async def discover(self, *, timeout: float | None = None) -> list[InstanceInfo]:
         """Every live participant instance: the answers to one ping."""
         await self.listen()
         nc = self.log.nc
-        inbox = nc.new_inbox()
         got: list[InstanceInfo] = []
         answered: set[str] = set()
         want = set(self.known)
         news = asyncio.Event()
         last_at = [0.0]
 
-        async def on_reply(msg: Any) -> None:
-            info = _info(msg.data)
-            if info is None:
-                return
+        def on_answer(info: InstanceInfo) -> None:
             got.append(info)
             answered.add(info.instance)
             last_at[0] = time.monotonic()
             news.set()
 
-        sub = await nc.subscribe(inbox, cb=on_reply)
+        self._round, self._on_answer = secrets.token_hex(8), on_answer
         fast = False
         try:
-            await nc.publish(f"$SRV.PING.{service_name(self.log.subjects.namespace)}", b"", reply=inbox)
+            await nc.publish(self.log.subjects.ping(), self._round.encode())
             await asyncio.shield(nc.flush())  # nats-py: a cancelled flush kills its read loop
             start, base = time.monotonic(), (timeout if timeout is not None else self.timeout_s)
             while True:
@@ -141,7 +165,7 @@ class Membership:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(news.wait(), min(left, self.idle_s / 2) if got else left)
         finally:
-            await sub.unsubscribe()
+            self._round, self._on_answer = "", None
         self.rounds_waited += not fast
         by_name: dict[str, InstanceInfo] = {}
         for info in got:

@@ -24,6 +24,7 @@ __all__ = [
     "ControlReply",
     "ControlRequest",
     "ExportReport",
+    "Hello",
     "Op",
     "ProcessMode",
 ]
@@ -132,3 +133,17 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
             checkpoint_id=self.checkpoint_id,
             participant=self.instance,
         )
+
+
+class Hello(msgspec.Struct, frozen=True, kw_only=True):
+    """An instance's announcement, or its answer to a membership ping (``round``), published on
+    its own ``hello.<component>.<instance>`` subject. It names neither: where it was published
+    says who sent it, and only that instance's identity may publish there."""
+
+    schema_version: int = CONTROL_SCHEMA_VERSION
+    round: Annotated[str, Meta(max_length=64)] = ""  # "" = an announcement
+    process: Annotated[str, Meta(max_length=64)]  # one per process: two processes of one name clash
+    group: Token
+    worker: Annotated[int, Meta(ge=0, le=65_535)] = 0
+    workers: Annotated[int, Meta(ge=1, le=65_536)] = 1
+    mode: CheckpointMode

@@ -1,9 +1,11 @@
 """The participant runtime: one object turns a server process into a checkpoint participant.
 
-It registers the process as a NATS micro service instance, so a coordinator
-finds every live worker by ``$SRV.PING`` instead of trusting a configured
-count, and it answers control operations on its own subject,
-``rc.<ns>.ctl.<instance>``.
+It answers a coordinator's membership ping on its own subject
+``rc.<ns>.hello.<component>.<instance>``, so a coordinator finds every live
+worker instead of trusting a configured count (and, with per-instance
+identities, knows who answered from where the answer was published), and it
+answers control operations on its own subject, ``rc.<ns>.ctl.<component>.<instance>``
+(a NATS micro service endpoint, so ``nats micro`` tools see it too).
 
 Control operations are idempotent per ``(checkpoint_id, op)``: a repeated
 request (a retry after a lost reply) gets the same answer and causes no
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
+from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
@@ -49,6 +53,7 @@ from ._protocol import (
     ControlReply,
     ControlRequest,
     ExportReport,
+    Hello,
     ProcessMode,
 )
 
@@ -97,6 +102,11 @@ class Participant:
             raise ConfigError(f"instance name {instance!r} is reserved for the coordinator")
         if not 0 <= worker < workers:
             raise ConfigError(f"worker index {worker} is outside 0..{workers - 1}")
+        if instance != f"{group}-w{worker}" and not (instance == (group or instance) and workers == 1):
+            raise ConfigError(
+                f"instance {instance!r} must be its group's worker name {group}-w{worker} "
+                "(or the group itself, alone): membership reads group and worker from the name"
+            )
         self.log = log
         self.component = component
         self.instance = instance
@@ -115,6 +125,8 @@ class Participant:
         self._finished: OrderedDict[str, str] = OrderedDict()  # checkpoint id -> how it ended
         self._remember = remember
         self._service: Service | None = None
+        self._ping_sub: Subscription | None = None
+        self._process = secrets.token_hex(8)  # tells two processes that claim one name apart
         self._lease_task: asyncio.Task[None] | None = None
         self._watch: LifecycleWatch | None = None
         # test seam: drop this many replies on the wire (the effect still happens)
@@ -133,6 +145,12 @@ class Participant:
         return self.log.subjects.control(f"{self.component}.{self.instance}")
 
     async def start(self) -> Participant:
+        identity = self.log.config.identity_name
+        if identity is not None and identity != self.instance:
+            raise ConfigError(
+                f"this process's bus identity is {identity!r}, not instance {self.instance!r}: it could "
+                "answer no ping and write no marker (log in with as_role(creds, role, instance))"
+            )
         self.started_seq = await self.log.last_seq()
         self._service = await add_service(
             self.log.nc,
@@ -150,17 +168,40 @@ class Participant:
             },
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
+        self._ping_sub = await self.log.nc.subscribe(self.log.subjects.ping(), cb=self._on_ping)
         if isinstance(self.hooks, RetireHook):
             self._watch = LifecycleWatch(self.log, self.hooks)
             await self._watch.start()
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         # discoverable now: tell standing coordinators to wait for us from their next round on
-        await self.log.nc.publish(self.log.subjects.hello(self.component), self.instance.encode())
+        await self._hello("")
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 
+    async def _hello(self, round_id: str) -> None:
+        hello = Hello(
+            round=round_id,
+            process=self._process,
+            group=self.group,
+            worker=self.worker,
+            workers=self.workers,
+            mode=self.mode,
+        )
+        await self.log.nc.publish(
+            self.log.subjects.hello(self.component, self.instance), msgspec.json.encode(hello)
+        )
+
+    async def _on_ping(self, msg: object) -> None:
+        data = bytes(getattr(msg, "data", b""))[:65]
+        if len(data) <= 64:  # a round id; anything longer is not a coordinator's ping
+            await self._hello(data.decode("ascii", "replace"))
+
     async def stop(self) -> None:
+        if self._ping_sub is not None:
+            sub, self._ping_sub = self._ping_sub, None
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         if self._watch is not None:
             await self._watch.stop()
         if self._lease_task is not None:

@@ -1,0 +1,135 @@
+"""One credential per instance (issue 29): membership trusts an answer only from the instance whose
+identity it names (finding 6), and a replaced worker's old identity is revoked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+
+from rollcut.bus import (
+    BusConfig,
+    Credentials,
+    EmbeddedServer,
+    EventLog,
+    load_credentials,
+    login_options,
+    role_file,
+)
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator, Participant
+from rollcut.testing import ServerProcess
+from rollcut.tokens import LocalTokenStore
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+async def _refused(url: str, creds: Credentials, *, deadline_s: float = 20.0) -> bool:
+    """Whether a connection with identity file ``creds`` is refused, polled until ``deadline_s``: the
+    authority revokes asynchronously (it hears the new identity's connect advisory, then re-signs)."""
+    login = login_options(BusConfig(url=url).as_role(creds, creds.identity.role))  # type: ignore[union-attr]
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, **login)
+        except (nats.errors.NoServersError, nats.errors.Error, OSError):
+            return True
+        await nc.close()
+        await asyncio.sleep(0.1)  # polling an outcome with a deadline, not waiting for one
+    return False
+
+
+async def test_a_participant_role_cannot_answer_a_ping_as_another_instance_or_a_made_up_one(
+    server: EmbeddedServer, creds: Credentials, admin: EventLog, data_dir: Path, tmp_path: Path
+) -> None:
+    """Finding 6: the attacker holds the model role's file (what a model server is given) and runs
+    as its own process: it answers every ping as a made-up agent ``ghost-w0`` and as the real
+    ``agent-w0``, with every identity it can make. Neither answer reaches the coordinator, the
+    checkpoint names exactly the live instance, and it publishes."""
+    model_file = role_file(data_dir / "credentials.json", "model")
+    agent_log = await EventLog.connect(BusConfig(url=server.url).as_role(creds, "agent", "agent-w0"))
+    coord = await EventLog.connect(BusConfig(url=server.url).as_role(creds, "coordinator"))
+    agent = await Participant(agent_log, component="agent", instance="agent-w0", mode="exported").start()
+    report = tmp_path / "attack.json"
+    attacker = subprocess.Popen(
+        [sys.executable, str(PROGRAMS / "ping_impostor.py"), server.url, str(model_file), str(report)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert attacker.stdout is not None and attacker.stdout.readline().strip() == "LISTENING"
+        with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tmp_path / "tokens") as tokens:
+            result = await Coordinator(coord, led, tokens).checkpoint(deadline_s=5)
+            assert result.participants == ["agent-w0"]
+            assert led.checkpoint(result.record.checkpoint_id) is not None
+    finally:
+        attacker.terminate()
+        attacker.wait(timeout=30)
+        await agent.stop()
+        await agent_log.close()
+        await coord.close()
+    seen = json.loads(report.read_text())
+    assert seen["pings"] >= 1  # it did hear the ping, and answered it
+    assert set(seen["denied"]) >= {"hello.agent.ghost-w0", "hello.agent.agent-w0", "hello.model.model-w1"}
+
+
+async def test_a_second_identity_of_a_name_revokes_the_first(
+    server: EmbeddedServer, creds: Credentials, admin: EventLog
+) -> None:
+    """The newest identity of an instance name is the only one accepted: the older's live connection
+    is closed and it is refused from then on, also after the server restarts."""
+    old = creds.issue("model", "model-w0")
+    old_log = await EventLog.connect(BusConfig(url=server.url).as_role(old, "model", "model-w0"))
+    new = creds.issue("model", "model-w0")
+    new_log = await EventLog.connect(BusConfig(url=server.url).as_role(new, "model", "model-w0"))
+    try:
+        assert await _refused(server.url, old)
+        assert not old_log.nc.is_connected  # its live connection was closed by the server
+        assert not await _refused(server.url, new, deadline_s=0.5)
+        server.stop()
+        server.start()
+        assert await _refused(server.url, old, deadline_s=5)  # the revocation is on the server's disk
+        assert not await _refused(server.url, new, deadline_s=0.5)
+    finally:
+        await new_log.close()
+        await old_log.close()
+
+
+@pytest.mark.slow
+async def test_a_restarted_worker_gets_a_new_identity_and_the_old_one_is_revoked(
+    data_dir: Path, server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
+) -> None:
+    """A real server with two workers: each worker is given its own identity file (not the role's
+    key); SIGKILL worker 1 and its parent starts it again with a new identity; a copy of the old
+    worker's file (kept by whoever could read it) no longer connects."""
+    role = role_file(data_dir / "credentials.json", "resources")
+    argv = ["resources", "counter", "--url", server.url, "--namespace", creds.namespace]
+    srv = ServerProcess(
+        [*argv, "--credentials", str(role), "--workers", "2"], workers=2, logs=tmp_path
+    ).start()
+    try:
+        pid = srv.instances["counter-w1"]
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        given = Path(args[args.index(b"--identity") + 1].decode())
+        assert oct(given.stat().st_mode & 0o777) == "0o600"
+        kept = tmp_path / "kept-identity.json"
+        shutil.copy(given, kept)
+        old_identity = load_credentials(kept)
+        assert old_identity.identity is not None and old_identity.identity.name == "counter-w1"
+        assert not (old_identity.signing or old_identity.seeds)  # a worker holds no key that makes others
+        srv.kill_worker("counter-w1")
+        new_identity = load_credentials(given)
+        assert new_identity.identity is not None
+        assert new_identity.identity.seed != old_identity.identity.seed
+        assert await _refused(server.url, old_identity)
+        assert not await _refused(server.url, new_identity, deadline_s=0.5)
+    finally:
+        srv.kill()

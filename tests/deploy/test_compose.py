@@ -15,7 +15,7 @@ import pytest
 import typer
 import yaml
 
-from rollcut.bus import ClusterLayout, Credentials, EmbeddedCluster
+from rollcut.bus import ClusterLayout, Credentials, EmbeddedCluster, load_credentials
 from rollcut.bus._server import find_nats_server
 from rollcut.cli import app
 from rollcut.collect import load_config
@@ -71,6 +71,34 @@ def test_every_rollcut_command_in_the_compose_file_exists_with_those_flags(compo
         assert ctx.info_name in argv[:3] and not hasattr(ctx.command, "list_commands"), name
     with pytest.raises(Exception, match="No such option"):  # the check can fail: a flag the CLI lacks
         _parse(["serve", "model", "--no-such-flag"])
+
+
+def test_each_gym_server_is_given_its_own_roles_file_and_an_authority_holds_the_full_one(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Least privilege (issue 29): a Gym server's command names its role's file (the role's signing
+    key alone); only the identity authority and the collector read the full file."""
+    services = compose["services"]
+    roles = {"model": "model", "counter": "resources", "blackjack": "resources", "workplace": "resources"}
+    roles |= {"agent": "agent", "environment": "environment"}
+    for name, role in roles.items():
+        argv = [str(a) for a in services[name]["command"]]
+        assert argv[argv.index("--credentials") + 1] == f"/conf/credentials.{role}.json", name
+    authority = services["authority"]
+    assert authority["entrypoint"] == ["python", "-m", "rollcut.bus.authority"]
+    args = [str(a) for a in authority["command"]]
+    assert args[args.index("--credentials") + 1] == "/conf/credentials.json"
+    assert args[args.index("--url") + 1] == services["collector"]["environment"]["ROLLCUT_URL"]
+    from rollcut.bus.authority import main
+
+    missing = [*args[: args.index("--credentials") + 1], str(tmp_path / "absent.json")]
+    assert main(missing) == 2  # the flags the file passes parse; a missing file is a clear exit 2
+    init = [str(a) for a in services["init"]["command"]]
+    init[init.index("--out") + 1] = str(tmp_path)
+    subprocess.run([sys.executable, "-m", "rollcut", *init], capture_output=True, timeout=60, check=True)
+    for role in set(roles.values()):
+        given = load_credentials(tmp_path / f"credentials.{role}.json")
+        assert set(given.signing) == {role} and not given.operator, role
 
 
 def test_the_urls_each_server_reaches_are_services_of_the_file(compose: dict[str, Any]) -> None:

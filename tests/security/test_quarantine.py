@@ -107,6 +107,13 @@ async def test_a_forged_admitted_call_no_reply_names_quarantines_its_rollout_not
     # before: "references do not resolve below the cut … its prepare reply omits it", every time
     assert list(first.record.quarantined) == ["victim"] and "omits it" in first.record.quarantined["victim"]
     assert list(second.record.quarantined) == ["victim"]
+    # the quarantine is on the commit marker: a ledger rebuilt from the stream alone still has it
+    from rollcut.ledger import rebuild_ledger
+
+    await rebuild_ledger(admin, tmp_path / "rebuilt")
+    with Ledger(tmp_path / "rebuilt") as rebuilt:
+        again = rebuilt.checkpoint(second.record.checkpoint_id)
+    assert again is not None and again.quarantined == second.record.quarantined
 
 
 async def test_garbage_on_a_marker_lane_is_a_quarantine_in_verify_not_a_failure(

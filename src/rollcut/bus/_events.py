@@ -345,12 +345,14 @@ class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoi
 
 
 class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.commit"):
-    """A checkpoint was published at ``cut``; a rebuilt ledger finds it here."""
+    """A checkpoint was published at ``cut``; a rebuilt ledger finds it here, with the rollouts it
+    quarantined (rollout or lane -> why; absent from markers written before quarantines existed)."""
 
     cut: Seq
     token_snapshot_id: str = ""
     token_snapshot_digest: str = ""
     participants: list[str] = []
+    quarantined: dict[str, str] = {}
 
 
 class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.resume"):

@@ -5,11 +5,19 @@ store live in ``_app``; each command group registers itself on import.
 """
 
 from . import _bench, _checkpoints, _collect, _demo, _engine, _report, _serve, _store  # noqa: F401  (registers the commands)
-from ._target import Target, app
+from ._target import Target, app, exit_for
 
 __all__ = ["Target", "app", "main"]
 
 
 def main() -> None:
-    """The ``rollcut`` console script."""
-    app()
+    """The ``rollcut`` console script: an error no command caught still exits by the table (74 for
+    an unwritable path or a full disk, 2 for a rollcut error, 70 with a traceback for a bug)."""
+    import sys
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        sys.exit(exit_for(exc))

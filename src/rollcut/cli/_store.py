@@ -98,7 +98,8 @@ def cluster_config(
     password it made the first time, so a node can be replaced without the others."""
     from .._files import write_private
     from .._home import credentials_for
-    from ..bus import ClusterLayout, node_config
+    from ..bus import ClusterLayout, node_config, role_file
+    from ..bus._scopes import PARTICIPANT_ROLES
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if not names:
@@ -115,9 +116,14 @@ def cluster_config(
                 layout, i, store_dir=store_dir, credentials=creds, sync_interval=sync, listen_host="0.0.0.0"
             )
             write_private(out / f"{name}.conf", text.encode())
+        for role in PARTICIPANT_ROLES:  # each Gym server is given its own role's file, no other's
+            role_file(out / "credentials.json", role)
     except RollcutError as exc:
         raise fail(str(exc)) from exc
-    console.print(f"wrote {len(names)} node configs, cluster.json and credentials.json to {out}")
+    console.print(
+        f"wrote {len(names)} node configs, cluster.json, credentials.json and a credentials file per "
+        f"Gym server role to {out}"
+    )
     sys.stdout.write(layout.urls + "\n")
 
 

@@ -72,7 +72,10 @@ EXIT_CODES = "\n".join(f"{int(c):>3}  {(c.__doc__ or '').strip()}" for c in Exit
 
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="Crash-safe partial-rollout checkpointing."
+    no_args_is_help=True,
+    add_completion=False,
+    help="Crash-safe partial-rollout checkpointing.",
+    pretty_exceptions_enable=False,  # an escaped error gets its exit code from the table, in main()
 )
 """The root ``rollcut`` command."""
 console = Console(stderr=True)
@@ -272,15 +275,26 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     error one line and exit 2, anything else a bug (its traceback, exit 70). Never swallowed."""
     try:
         return asyncio.run(coro)
-    except (StorageError, BusError) as exc:
-        raise fail(str(exc), ExitCode.STORAGE) from exc
-    except RollcutError as exc:
-        raise fail(str(exc), ExitCode.USAGE) from exc
     except (KeyboardInterrupt, typer.Exit):
         raise
     except Exception as exc:
-        console.print_exception()
-        raise fail(f"internal error: {exc!r}", ExitCode.SOFTWARE) from exc
+        raise typer.Exit(exit_for(exc)) from exc
+
+
+def exit_for(exc: BaseException) -> int:
+    """The exit code of an error that left a command (the README's table): a storage, bus or OS
+    error (unwritable, disk full) 74, any other rollcut error 2, anything else 70 (a bug, with its
+    traceback). One line on stderr, never a traceback, unless it is a bug."""
+    if isinstance(exc, StorageError | BusError | OSError):
+        what = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.filename else str(exc)
+        fail(what, ExitCode.STORAGE)
+        return ExitCode.STORAGE
+    if isinstance(exc, RollcutError):
+        fail(str(exc), ExitCode.USAGE)
+        return ExitCode.USAGE
+    console.print_exception()
+    fail(f"internal error: {exc!r}", ExitCode.SOFTWARE)
+    return ExitCode.SOFTWARE
 
 
 def report(title: str, out: dict[str, Any], as_json: bool) -> None:

@@ -94,7 +94,7 @@ def _objects(path: Path, text: str, what: str, first: int = 1) -> Iterator[tuple
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ConfigError(f"{path} line {n} is not {what}: {exc}") from exc
         if not isinstance(row, dict):
             raise ConfigError(f"{path} line {n} is not {what}")
@@ -237,7 +237,11 @@ class Rows:
             self.torn_bytes += _cut_torn_tail(path)
             with path.open("rb") as f:
                 for n, line in enumerate(f, start=1):
-                    for _, row in _objects(path, line.decode(), "a row", first=n):
+                    try:
+                        text = line.decode()
+                    except UnicodeDecodeError as exc:
+                        raise ConfigError(f"{path} line {n} is not UTF-8 text: {exc.reason}") from exc
+                    for _, row in _objects(path, text, "a row", first=n):
                         if row.get("rollout_id") not in self.inputs:
                             raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
                         yield row

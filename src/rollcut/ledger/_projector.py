@@ -195,6 +195,7 @@ def apply_event(wb: _WriteBatch, subjects: Subjects, stored: StoredEvent) -> Non
                 token_snapshot_digest=ev.token_snapshot_digest,
                 participants=list(ev.participants),
                 ts=ev.ts,
+                quarantined=dict(ev.quarantined),
             )
         )
         return

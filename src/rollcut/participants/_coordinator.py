@@ -210,6 +210,7 @@ class Coordinator:
             token_snapshot_id=rec.token_snapshot_id,
             token_snapshot_digest=rec.token_snapshot_digest,
             participants=rec.participants,
+            quarantined=rec.quarantined,
             ts=rec.ts,
         )
 

@@ -106,3 +106,27 @@ def test_without_bubblewrap_the_server_refuses_to_start_unless_told_unisolated(t
     assert "bubblewrap" in refused.stderr and "--unisolated" in refused.stderr
     told = subprocess.run([*argv, "--unisolated"], capture_output=True, text=True, timeout=60, env=no_bwrap)
     assert "bubblewrap" not in told.stderr and "cannot connect to nats://127.0.0.1:1" in told.stderr
+
+
+def test_a_killed_workers_relay_directory_is_swept_by_the_next_and_a_live_ones_kept() -> None:
+    """A SIGKILLed worker runs no atexit: its relay directory (0700, in /tmp) is removed by the next
+    worker that makes one, and only if the process its name holds is gone."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from rollcut.gym._agents import _relay_socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{dead.pid}-agent-w0-"))
+    live = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{os.getppid()}-agent-w1-"))
+    try:
+        path, listener = _relay_socket("agent-w2")
+        listener.close()
+        assert not left.exists() and live.exists() and path.parent.exists()
+    finally:
+        for d in (left, live):
+            if d.exists():
+                d.rmdir()

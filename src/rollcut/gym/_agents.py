@@ -10,6 +10,8 @@ point group.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import shlex
 import shutil
 import socket
@@ -108,11 +110,32 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
 
 def _relay_socket(instance: str) -> tuple[Path, socket.socket]:
     """This worker's relay on a Unix socket, in a directory only its user can enter: what its
-    sandboxed programs reach (bind-mounted in), and only they. Removed with the process."""
-    where = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{instance}-"))
+    sandboxed programs reach (bind-mounted in), and only they. Removed with the process; the
+    directory's name holds the pid, so what a SIGKILLed worker left behind is swept by the next."""
+    _sweep_relay_dirs()
+    where = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{os.getpid()}-{instance}-"))
     atexit.register(shutil.rmtree, where, True)
     path = where / "relay.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(512)
     return path, listener
+
+
+def _sweep_relay_dirs() -> None:
+    """Remove relay directories of this user whose process is gone (it was killed, no atexit ran)."""
+    for d in Path(tempfile.gettempdir()).glob("rollcut-relay-*-*"):
+        pid = d.name.split("-")[2]
+        with contextlib.suppress(OSError, ValueError):
+            if d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -5,7 +5,7 @@ store live in ``_app``; each command group registers itself on import.
 """
 
 from . import _bench, _checkpoints, _collect, _demo, _engine, _report, _serve, _store  # noqa: F401  (registers the commands)
-from ._target import Target, app, exit_for
+from ._target import Target, app
 
 __all__ = ["Target", "app", "main"]
 
@@ -14,6 +14,8 @@ def main() -> None:
     """The ``rollcut`` console script: an error no command caught still exits by the table (74 for
     an unwritable path or a full disk, 2 for a rollcut error, 70 with a traceback for a bug)."""
     import sys
+
+    from ._target import exit_for
 
     try:
         app()

@@ -304,6 +304,26 @@ def test_a_full_bus_mid_collection_stops_naming_why_and_resume_finishes_once(
     _exactly_once(deployment)
 
 
+def test_sigterm_on_a_full_bus_exits_74_naming_it_without_a_traceback_and_resume_finishes_once(
+    deployment: Deployment,
+) -> None:
+    """Finding 11 of issue 29: with the bus out of room, SIGTERM's checkpoint cannot be written.
+    The collection stops at once (before: 116 s), exits 74 (the bus failed: 75 would claim a
+    checkpoint that is not there), says why in one line, and ``--resume`` with room finishes."""
+    proc = deployment.collect()
+    deployment.wait_rows(3, proc)
+    asyncio.run(_limit_stream(deployment, 0))
+    proc.send_signal(SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 74, stderr
+    assert "maximum bytes exceeded" in stderr and "Traceback" not in stderr, stderr
+    assert not any('"requeue_checkpoint": "' in line for line in stdout.splitlines())  # none claimed
+    asyncio.run(_limit_stream(deployment, None))
+    code, out = finish(deployment.collect("--resume"))
+    assert code == 0, out
+    _exactly_once(deployment)
+
+
 def test_a_full_disk_under_the_collector_exits_74_and_resume_finishes_once(
     deployment: Deployment,
 ) -> None:

@@ -101,8 +101,8 @@ def collect_exit(summary: Summary) -> int:
     """The collection's exit code (see ``ExitCode``), saying why on stderr when it is not 0."""
     if summary.interrupted:
         if summary.requeue_checkpoint is None:
-            console.print(
-                "[red]error:[/red] stopped by SIGTERM, but no checkpoint published "
+            fail(
+                "stopped by SIGTERM, but no checkpoint published "
                 f"({summary.failed.get('checkpoint', 'unknown')}); resume will start from the last one"
             )
             return ExitCode.STORAGE
@@ -111,9 +111,7 @@ def collect_exit(summary: Summary) -> int:
     if unwritten:
         shown = ", ".join(f"{r} ({summary.failed.get(r, 'no row')})" for r in unwritten[:20])
         more = f" and {len(unwritten) - 20} more" if len(unwritten) > 20 else ""
-        console.print(
-            f"[red]error:[/red] {len(unwritten)} rollouts failed for good or have no row: {shown}{more}"
-        )
+        fail(f"{len(unwritten)} rollouts failed for good or have no row: {shown}{more}")
         return ExitCode.ROLLOUTS_FAILED
     return ExitCode.OK
 

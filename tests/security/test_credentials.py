@@ -3,6 +3,7 @@ lost token store cannot fool (issue 29: one credential per instance)."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,41 @@ def test_each_gym_server_is_given_its_own_roles_credentials_and_no_others(tmp_pa
     for role, creds in given.items():
         assert set(creds.signing) == {role} and creds.signing[role] == full.signing[role], role
         assert not (creds.seeds or creds.operator or creds.account or creds.system), role
+
+
+@pytest.mark.parametrize("schema", [1, 2])
+async def test_credentials_of_an_earlier_schema_still_run_with_one_identity_per_role(
+    tmp_path: Path, schema: int
+) -> None:
+    """A deployment's credentials.json of schema 2 (per-role nkey users) or 1 (passwords) still
+    loads, starts its server and logs in; its roles are still fenced from each other's subjects."""
+    import secrets as pysecrets
+
+    import nkeys
+
+    from rollcut import PermissionDeniedError
+    from rollcut.bus import ParticipantLeaseExpired, load_credentials
+    from rollcut.bus._scopes import ROLES
+
+    if schema == 2:
+        seeds = {r: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode() for r in ROLES}
+        old = Credentials(schema_version=2, namespace="old", seeds=seeds)
+    else:
+        old = Credentials(
+            schema_version=1, namespace="old", passwords={r: pysecrets.token_hex(8) for r in ROLES}
+        )
+    old.save(tmp_path / "credentials.json")
+    creds = load_credentials(tmp_path / "credentials.json")
+    with EmbeddedServer(tmp_path / "nats", credentials=creds) as srv:
+        admin = await EventLog.connect(BusConfig(url=srv.url).as_role(creds, "admin"))
+        model = await EventLog.connect(BusConfig(url=srv.url, request_timeout_s=5).as_role(creds, "model"))
+        try:
+            forged = ParticipantLeaseExpired(
+                component="coordinator", instance="m", checkpoint_id="ck", participant="m"
+            )
+            with pytest.raises(PermissionDeniedError, match=r"mark\.checkpoint"):
+                await model.append(forged)
+            assert await admin.last_seq() == 0
+        finally:
+            await model.close()
+            await admin.close()

@@ -195,8 +195,7 @@ async def test_credentials_of_an_earlier_schema_still_run_with_one_identity_per_
     import nkeys
 
     from rollcut import PermissionDeniedError
-    from rollcut.bus import ParticipantLeaseExpired, load_credentials
-    from rollcut.bus._scopes import ROLES
+    from rollcut.bus import ROLES, ParticipantLeaseExpired, load_credentials
 
     if schema == 2:
         seeds = {r: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode() for r in ROLES}

@@ -6,7 +6,15 @@ whole: their own ``__all__`` is the list.
 """
 
 from . import _events, _kinds
-from ._auth import Credentials, Identity, load_credentials, role_file, server_authorization
+from ._auth import (
+    PARTICIPANT_ROLES,
+    ROLES,
+    Credentials,
+    Identity,
+    load_credentials,
+    role_file,
+    server_authorization,
+)
 from ._cluster import ClusterLayout, ClusterNode, EmbeddedCluster, embedded_nats, node_config
 from ._codec import Codec, Upcaster, digest
 from ._events import *  # noqa: F403  (the schema, whole)
@@ -22,6 +30,8 @@ __all__ = [
     *_kinds.__all__,
     "COLLECTOR_LANE",
     "COORDINATOR_LANE",
+    "PARTICIPANT_ROLES",
+    "ROLES",
     "BusConfig",
     "ClusterLayout",
     "ClusterNode",

@@ -116,7 +116,8 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         """These credentials with one role's secret alone: what a server of that role is given."""
         if self.identity is not None:
             raise ConfigError("an identity file cannot be narrowed further")
-        self.login(role)  # refuses a role these do not hold
+        if not any(role in d for d in (self.signing, self.seeds, self.passwords)):
+            raise ConfigError(f"no credentials for role {role!r}; roles: {', '.join(ROLES)}")
 
         def pick(d: dict[str, str]) -> dict[str, str]:
             return {role: d[role]} if role in d else {}
@@ -215,9 +216,9 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         token = encode_jwt(self._need(self.system), claims)
         return Identity(role="system", name="rollcut-authority", jwt=token, seed=user)
 
-    def role_of_key(self, key: str) -> str | None:
-        """The role whose scoped signing key is ``key`` (a user JWT's issuer), if any."""
-        return next((r for r, seed in self.signing.items() if public_of(seed) == key), None)
+    def roles_by_key(self) -> dict[str, str]:
+        """Each role by the public key of its scoped signing key (what a user JWT names as issuer)."""
+        return {public_of(seed): role for role, seed in self.signing.items()}
 
     def _need(self, seed: str) -> str:
         if not seed:

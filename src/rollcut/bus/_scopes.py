@@ -32,7 +32,9 @@ from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
 __all__ = ["PARTICIPANT_ROLES", "ROLES", "jwt_permissions", "permissions"]
 
 PARTICIPANT_ROLES = ("model", "agent", "resources", "environment")
+"""The roles of Gym servers: each instance of one has its own identity and subjects."""
 ROLES = ("admin", "coordinator", "collector", *PARTICIPANT_ROLES)
+"""Every role a credentials file holds a key for."""
 
 NAME_TEMPLATE = "{{name()}}"
 

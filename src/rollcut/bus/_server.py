@@ -224,9 +224,10 @@ class EmbeddedServer:
             return
         ready = self.data_dir / "authority.ready"
         ready.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "rollcut.bus.authority", "--url", self.authority_url]
         with open(self.data_dir / "authority.log", "ab") as out:
             self._authority = subprocess.Popen(
-                [sys.executable, "-m", "rollcut.bus.authority", *self._authority_args(ready)],
+                [*argv, "--ready-file", str(ready)],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -242,9 +243,6 @@ class EmbeddedServer:
                 self._stop_authority()
                 raise ServerStartError(f"the identity authority did not start: {log}")
             time.sleep(0.02)
-
-    def _authority_args(self, ready: Path) -> list[str]:
-        return ["--url", self.authority_url, "--ready-file", str(ready)]
 
     def _stop_authority(self) -> None:
         proc, self._authority = self._authority, None

@@ -67,6 +67,7 @@ class IdentityAuthority:
             raise ConfigError("the identity authority needs the full credentials file (the operator's key)")
         self.creds = creds
         self.url = url
+        self._roles = creds.roles_by_key()  # once: every connect event asks
         self.latest: dict[tuple[str, str], tuple[int, str]] = {}  # (role, name) -> (issued, user key)
         self.revoked: OrderedDict[str, int] = OrderedDict()
         self._issued = 0
@@ -105,7 +106,7 @@ class IdentityAuthority:
             claims = decode_claims(client.jwt)
         except (msgspec.DecodeError, msgspec.ValidationError, ConfigError):
             return  # not a user JWT connection (nothing to supersede)
-        role = self.creds.role_of_key(client.issuer_key)
+        role = self._roles.get(client.issuer_key)
         name, issued, user = claims.get("name"), claims.get("iat"), claims.get("sub")
         if role not in PARTICIPANT_ROLES or not isinstance(name, str) or not isinstance(issued, int):
             return  # tools and coordinators have unique names: nothing supersedes them

@@ -98,8 +98,7 @@ def cluster_config(
     password it made the first time, so a node can be replaced without the others."""
     from .._files import write_private
     from .._home import credentials_for
-    from ..bus import ClusterLayout, node_config, role_file
-    from ..bus._scopes import PARTICIPANT_ROLES
+    from ..bus import PARTICIPANT_ROLES, ClusterLayout, node_config, role_file
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if not names:

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 
 from .. import _registries
 from .._errors import ConfigError
+from .._process import pid_alive
 from .._registry import Registry
 from ..bus import EventLog
 from ..participants import Participant
@@ -127,15 +128,10 @@ def _sweep_relay_dirs() -> None:
     for d in Path(tempfile.gettempdir()).glob("rollcut-relay-*-*"):
         pid = d.name.split("-")[2]
         with contextlib.suppress(OSError, ValueError):
-            if d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid() and not _alive(int(pid)):
+            if (
+                d.is_dir()
+                and not d.is_symlink()
+                and d.stat().st_uid == os.getuid()
+                and not pid_alive(int(pid))
+            ):
                 shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -51,9 +51,9 @@ async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> Non
 
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
+"""The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
 Issue = Callable[[int, str], list[str]]
 """What the parent gives worker ``index`` to start with (its own identity), as extra arguments."""
-"""The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
 
 
 def run_worker(

@@ -33,7 +33,7 @@ import msgspec
 
 from .._errors import CheckpointError, CheckpointFailedError
 from ..bus import EventLog
-from ._protocol import Hello
+from ._protocol import Hello, names_itself
 
 __all__ = ["InstanceInfo", "Membership", "check_membership"]
 
@@ -53,13 +53,6 @@ class InstanceInfo(msgspec.Struct, frozen=True, kw_only=True):
     workers: int
     mode: str
     control: str
-
-
-def _names_itself(instance: str, hello: Hello) -> bool:
-    """Whether an answer's group and worker are the instance's own."""
-    if instance == hello.group:
-        return hello.workers == 1 and hello.worker == 0
-    return instance == f"{hello.group}-w{hello.worker}" and hello.worker < hello.workers
 
 
 class Membership:
@@ -101,7 +94,7 @@ class Membership:
             hello = _hello_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # not one of ours
-        if not _names_itself(instance, hello):
+        if not names_itself(instance, hello.group, hello.worker, hello.workers):
             return None
         info = InstanceInfo(
             service_id=hello.process,

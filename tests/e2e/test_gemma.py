@@ -3,6 +3,8 @@ served by llama.cpp's server, called through the model server's custody with the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -11,17 +13,23 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
-from rollcut.bus import EventLog
+from rollcut.bus import EventLog, ModelCallPrefixCut
 from rollcut.gym.model.engine import ENGINE_MODELS, engine_model_file
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator
 from rollcut.testing import ServerProcess
+from rollcut.tokens import LocalTokenStore, call_store
 
 from ..engine import Engine
-from .test_engine import engine_model_server
+from ..helpers import until
+from .test_engine import _stream, engine_model_server
 
 pytestmark = pytest.mark.slow
 
@@ -119,3 +127,160 @@ async def test_a_call_on_gemma_keeps_the_engines_own_tokens_byte_fallback_includ
     assert [p["id"] for p in pieces] == [238 + b for b in "\U0002070e".encode()]
     assert 0 < len(msg["generation_token_ids"]) <= 12 and msg["content"] == said
     assert len(msg["generation_log_probs"]) == len(msg["generation_token_ids"])
+
+
+# --- structured outputs and tool calls on a base model (constrained decoding) -------------------
+
+NO_BYTE_TOKENS = {str(238 + b): -100 for b in range(0x80, 0x100)}  # see the test above
+
+
+class Note(BaseModel):
+    """What the structured-output tests ask the model for: every field bounded, so a small model
+    cannot run past its budget inside a value."""
+
+    title: str = Field(max_length=16)
+    mood: Literal["good", "bad"]
+    done: bool
+
+
+class Add(BaseModel):
+    """A tool's arguments."""
+
+    n: Literal[1, 2, 3]
+
+
+def _client(srv: ServerProcess, rollout: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"{srv.url}/v1",
+        api_key="unused",
+        max_retries=0,
+        default_headers={"x-rollout-id": rollout, "x-rollout-attempt": "1"},
+    )
+
+
+async def test_structured_outputs_and_tool_calls_on_gemma_parse_with_the_official_sdk(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], gemma: Engine
+) -> None:
+    """A base model held to a schema by constrained decoding: ``chat.completions.parse`` and
+    ``responses.parse`` give pydantic objects, ``tool_choice`` gives tool calls whose arguments parse
+    as the tool's model, and the generated ids are the text the client got."""
+    srv = engine_model_server(nats_url, namespace, tmp_path / "tokens", gemma)
+    servers.append(srv)
+    for r in ("s1", "s2", "s3"):
+        await log.dispatch(r, {"task": r}, instance="collector")
+    say = [{"role": "user", "content": "Write a short note about the weather."}]
+    common: dict[str, Any] = {"model": "policy", "temperature": 0, "logit_bias": NO_BYTE_TOKENS}
+
+    chat = await _client(srv, "s1").chat.completions.parse(
+        messages=say,  # type: ignore[arg-type]
+        response_format=Note,
+        max_tokens=64,
+        **common,
+    )
+    note = chat.choices[0].message.parsed
+    assert isinstance(note, Note) and chat.choices[0].finish_reason == "stop"
+
+    resp = await _client(srv, "s2").responses.parse(
+        input="Write a short note about the sea.",
+        text_format=Note,
+        max_output_tokens=64,
+        model="policy",
+        temperature=0,
+        extra_body={"logit_bias": NO_BYTE_TOKENS},
+    )
+    assert isinstance(resp.output_parsed, Note)
+
+    tool = await _client(srv, "s3").chat.completions.parse(
+        messages=[{"role": "user", "content": "Add one to the counter."}],
+        tools=[
+            openai.pydantic_function_tool(Add, name="add"),
+            openai.pydantic_function_tool(Note, name="note"),
+        ],
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        max_tokens=32,
+        **common,
+    )
+    msg = tool.choices[0].message
+    assert tool.choices[0].finish_reason == "tool_calls" and msg.content is None
+    assert msg.tool_calls is not None and len(msg.tool_calls) == 1
+    call = msg.tool_calls[0]
+    assert call.type == "function" and call.function.name == "add"
+    assert isinstance(call.function.parsed_arguments, Add)
+    # the token data is the engine's: its ids are the call's JSON, then the end token the grammar
+    # left as the only choice once the value was whole
+    raw = tool.model_dump()["choices"][0]["message"]
+    *value, end = raw["generation_token_ids"]
+    async with httpx.AsyncClient(base_url=gemma.url, timeout=60) as eng:
+        said = (await eng.post("/detokenize", json={"tokens": value})).json()["content"]
+        ended = (await eng.post("/detokenize", json={"tokens": [end]})).json()["content"]
+    assert json.loads(said) == {"name": "add", "arguments": json.loads(call.function.arguments)}
+    assert ended in ("<eos>", "<end_of_turn>")
+
+
+class Story(BaseModel):
+    """Long enough to be cut mid-generation, bounded so it ends."""
+
+    title: str = Field(max_length=24)
+    lines: list[Literal["rain", "sun", "wind", "snow"]] = Field(min_length=40, max_length=40)
+
+
+async def test_a_constrained_generation_cut_mid_flight_continues_under_the_rest_of_its_schema_after_sigkill(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], gemma: Engine
+) -> None:
+    """The grammar a continuation runs under is the rest of the schema after the durable prefix: the
+    continued call's text is one valid value whose start is the prefix, and the engine generated only
+    the rest."""
+    tokens_dir = tmp_path / "tokens"
+    srv = engine_model_server(nats_url, namespace, tokens_dir, gemma)
+    servers.append(srv)
+    await log.dispatch("k1", {"task": 1}, instance="collector")
+    schema = Story.model_json_schema()
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "Forty words of weather, as JSON."}],
+        "max_tokens": 400,
+        "temperature": 0,
+        "logit_bias": NO_BYTE_TOKENS,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "Story", "schema": schema}},
+    }
+    headers = {"x-rollout-id": "k1", "x-rollout-attempt": "1"}
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        coord = Coordinator(log, led, tokens)
+        seen: list[str] = []
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
+            call = asyncio.ensure_future(_stream(client, body, headers, seen))
+            await until(lambda: len(seen) >= 12, timeout=60, what="12 tokens of the value streamed")
+            res = await coord.checkpoint(deadline_s=10)
+            srv.kill()
+            with contextlib.suppress(httpx.HTTPError):
+                await call
+        cuts = [
+            s.event
+            async for s in log.read(rollout_id="k1", up_to=res.record.cut)
+            if isinstance(s.event, ModelCallPrefixCut)
+        ]
+        assert len(cuts) == 1
+        k = cuts[0].token_boundary
+        prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
+        await until(gemma.idle, timeout=30, what="the engine stopped the dead server's request")
+        restarted = engine_model_server(nats_url, namespace, tokens_dir, gemma)
+        servers.append(restarted)
+        await log.supersede(
+            "k1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        )
+        before = gemma.tokens_predicted()
+        async with httpx.AsyncClient(base_url=restarted.url, timeout=300) as client:
+            out = (
+                await client.post(
+                    "/v1/chat/completions", json=body, headers={**headers, "x-rollout-attempt": "2"}
+                )
+            ).json()
+        generated = gemma.tokens_predicted() - before
+    msg = out["choices"][0]["message"]
+    assert out["rollcut"]["continued_from"] == k > 0
+    assert msg["generation_token_ids"][:k] == prefix.output_ids
+    assert msg["generation_log_probs"][:k] == prefix.logprobs
+    assert generated == len(msg["generation_token_ids"]) - k  # the engine generated only the rest
+    story = Story.model_validate_json(msg["content"])  # one whole value under the schema
+    async with httpx.AsyncClient(base_url=gemma.url, timeout=60) as eng:
+        kept = (await eng.post("/detokenize", json={"tokens": prefix.output_ids})).json()["content"]
+    assert msg["content"].startswith(kept) and len(story.lines) == 40

@@ -123,6 +123,23 @@ def serve_model(
             "--return-token-ids", help="Put prompt/generation token ids and log-probs on every model output."
         ),
     ] = False,
+    policy_version: Annotated[
+        int, typer.Option("--policy-version", help="The policy version generating (an integer that grows).")
+    ] = 0,
+    policy_version_file: Annotated[
+        str,
+        typer.Option(
+            "--policy-version-file",
+            help='A file holding the version (N or {"version": N}), rewritten by the trainer.',
+        ),
+    ] = "",
+    max_policy_lag: Annotated[
+        int | None,
+        typer.Option(
+            "--max-policy-lag",
+            help="A continued attempt whose kept tokens are more versions old than this starts over.",
+        ),
+    ] = None,
 ) -> None:
     """The OpenAI-compatible policy model server with durable call custody."""
     _serve("model", locals())

@@ -4,7 +4,9 @@ Each model call of a rollout is one **turn**: the prompt the model saw and the
 tokens it generated, with a log-prob per generated token. A turn's sequence
 is ``prompt_token_ids + generation_token_ids``; its mask is 0 over the
 prompt (user, system and tool tokens: not the policy's) and 1 over the
-generation; its log-probs are 0.0 over the prompt.
+generation; its log-probs are 0.0 over the prompt; its versions are the policy
+version that generated each token, -1 over the prompt (AReaL's convention), so a
+call cut before a weight update and continued after it shows both versions.
 
 The arrays come from the row (NeMo Gym's training fields on the output
 items), and every turn is checked against the token store: the row names
@@ -56,6 +58,7 @@ class Turn:
     prompt_ids: list[int]
     generation_ids: list[int]
     generation_log_probs: list[float]
+    generation_versions: list[int]
 
     @property
     def input_ids(self) -> list[int]:
@@ -72,6 +75,11 @@ class Turn:
         """The policy's log-prob per token, 0.0 where it did not generate it."""
         return [0.0] * len(self.prompt_ids) + list(self.generation_log_probs)
 
+    @property
+    def versions(self) -> list[int]:
+        """The policy version that generated each token, -1 where the policy did not."""
+        return [-1] * len(self.prompt_ids) + list(self.generation_versions)
+
     def as_dict(self) -> dict[str, Any]:
         """One JSON line of ``rollcut export --format jsonl``."""
         return {
@@ -82,6 +90,7 @@ class Turn:
             "input_ids": self.input_ids,
             "mask": self.mask,
             "log_probs": self.log_probs,
+            "versions": self.versions,
         }
 
 
@@ -92,6 +101,8 @@ def _row_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, dict) or not all(f in item for f in _FIELDS):
             continue
         arrays = {f: item[f] for f in _FIELDS}
+        if "policy_segments" in item:
+            arrays["policy_segments"] = item["policy_segments"]
         if not turns or turns[-1] != arrays:
             turns.append(arrays)
     return turns
@@ -170,7 +181,10 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
         except TokenStoreError as exc:
             raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
         stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
-        if arrays["prompt_token_ids"] is not None and stored != tuple(arrays[f] for f in _FIELDS):
+        segments = [msgspec.structs.asdict(s) for s in record.spans()]
+        if arrays["prompt_token_ids"] is not None and (
+            stored != tuple(arrays[f] for f in _FIELDS) or arrays.get("policy_segments", segments) != segments
+        ):
             raise ExportError(
                 f"{rid} turn {i}: the row's token arrays differ from the token store's record "
                 f"{receipt.receipt_id}",
@@ -185,11 +199,13 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
             prompt_ids=stored[0],
             generation_ids=stored[1],
             generation_log_probs=stored[2],
+            generation_versions=record.versions(),
         )
 
 
 def padded(turns: list[Turn], *, pad_id: int = 0) -> dict[str, np.ndarray]:
-    """Turns as right-padded arrays: ``input_ids``, ``mask``, ``log_probs`` ``[n, longest]``, ``lengths``
+    """Turns as right-padded arrays: ``input_ids``, ``mask``, ``log_probs``, ``versions`` (-1 where
+    the policy did not generate, and in the padding) ``[n, longest]``, ``lengths``
     and ``rewards`` ``[n]`` (numpy, imported only here)."""
     import numpy as np
 
@@ -197,13 +213,16 @@ def padded(turns: list[Turn], *, pad_id: int = 0) -> dict[str, np.ndarray]:
     ids = np.full((len(turns), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(turns), width), dtype=np.int8)
     log_probs = np.zeros((len(turns), width), dtype=np.float32)
+    versions = np.full((len(turns), width), -1, dtype=np.int64)
     for i, t in enumerate(turns):
         n = len(t.input_ids)
         ids[i, :n], mask[i, :n], log_probs[i, :n] = t.input_ids, t.mask, t.log_probs
+        versions[i, :n] = t.versions
     return {
         "input_ids": ids,
         "mask": mask,
         "log_probs": log_probs,
+        "versions": versions,
         "lengths": np.array([len(t.input_ids) for t in turns], dtype=np.int64),
         "rewards": np.array([t.reward for t in turns], dtype=np.float32),
     }

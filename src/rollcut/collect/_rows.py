@@ -169,7 +169,13 @@ class Rows:
         """The output row of a finished rollout."""
         inp = self.inputs[rid]
         if inp.nemo:
-            return {**result, **inp.ng_fields(attempt), "rollout_id": rid, "attempt": attempt}
+            return {
+                **result,
+                **inp.ng_fields(attempt),
+                "rollout_id": rid,
+                "attempt": attempt,
+                **policy_span(result),
+            }
         return {
             "rollout_id": rid,
             "attempt": attempt,
@@ -245,6 +251,19 @@ class Rows:
                         if row.get("rollout_id") not in self.inputs:
                             raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
                         yield row
+
+
+def policy_span(result: dict[str, Any]) -> dict[str, int]:
+    """``version_start`` / ``version_end``: the oldest and newest policy version that generated any
+    token of the rollout (from its output items' ``policy_segments``); nothing when none says."""
+    versions = [
+        int(seg["version"])
+        for item in (result.get("response") or {}).get("output") or []
+        if isinstance(item, dict)
+        for seg in item.get("policy_segments") or []
+        if isinstance(seg, dict) and isinstance(seg.get("version"), int)
+    ]
+    return {"version_start": min(versions), "version_end": max(versions)} if versions else {}
 
 
 def row_kept(row: dict[str, Any]) -> tuple[str, float]:

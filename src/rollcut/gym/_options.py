@@ -69,6 +69,9 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     token_delay: float = 0.0
     tool_turns: int = 3
     return_token_ids: bool = False
+    policy_version: int = 0
+    policy_version_file: str = ""
+    max_policy_lag: int | None = None
 
 
 class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):

@@ -28,7 +28,7 @@ from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on
-from .model import BACKENDS, ModelService, create_app
+from .model import BACKENDS, ModelService, PolicyClock, create_app
 from .model.engine import DIALECTS
 from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
@@ -87,9 +87,12 @@ async def serve_participant(
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     backend = BACKENDS[opts.backend](opts)
     tokens = LocalTokenStore(opts.tokens)
+    policy = PolicyClock(opts.policy_version, opts.policy_version_file or None, opts.max_policy_lag)
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        service = ModelService(log, tokens, backend, instance=instance, participant=participant)
+        service = ModelService(
+            log, tokens, backend, instance=instance, participant=participant, policy=policy
+        )
         return create_app(
             service, return_token_ids=opts.return_token_ids, max_body_bytes=opts.max_body_bytes
         ), service

@@ -19,6 +19,16 @@ from ._loop import RunContext
 __all__ = ["run_chat"]
 
 
+_MODEL_PARAMS = ("tool_choice", "temperature", "top_p", "seed", "logit_bias", "response_format")
+
+
+def _model_params(task: dict[str, Any]) -> dict[str, Any]:
+    """The sampling and structured-output settings a task row asks of every model call (a base model
+    on an engine is held to tool calls with ``tool_choice``: docs/engines.md)."""
+    given = task.get("model_params") or {}
+    return {k: given[k] for k in _MODEL_PARAMS if k in given}
+
+
 async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
     """One attempt of a rollcut task row; returns the reward, the verdict and the episode's figures."""
     start = ctx.start
@@ -45,7 +55,12 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
         ctx.check_retired()
         out = await ctx.post(
             f"{model}/v1/chat/completions",
-            {"messages": messages, "tools": tools, "max_tokens": task.get("max_tokens", 256)},
+            {
+                "messages": messages,
+                "tools": tools,
+                "max_tokens": task.get("max_tokens", 256),
+                **_model_params(task),
+            },
         )
         msg = out["choices"][0]["message"]
         messages.append(msg)

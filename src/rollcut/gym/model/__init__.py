@@ -8,6 +8,7 @@ from .._options import ModelServe as _ModelServe
 from ._backend import Backend, OnToken, Plan
 from ._local import LocalBackend, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
+from ._policy import PolicyClock
 from ._routes import create_app
 from ._service import CallResult, ModelService
 
@@ -24,6 +25,7 @@ __all__ = [
     "OnToken",
     "OpenAIBackend",
     "Plan",
+    "PolicyClock",
     "UpstreamError",
     "create_app",
     "decode",

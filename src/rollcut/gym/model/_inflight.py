@@ -26,6 +26,7 @@ from ...tokens import TokenRecord, TokenWrites
 from .._http import envelope
 from ..wire import Identity
 from ._backend import Backend, Plan
+from ._policy import Segments
 
 __all__ = ["InFlightCall", "InFlightCalls"]
 
@@ -42,6 +43,7 @@ class InFlightCall:
     emitted: list[int] = field(default_factory=list)
     state: CallState = "admitting"
     cuts: int = 0
+    segments: Segments | None = None  # which policy version generated which of ``emitted``
 
 
 class _Base(TypedDict):
@@ -136,6 +138,7 @@ class InFlightCalls:
                         mask=[1] * len(tokens),
                         logprobs=plan.logprobs[: len(tokens)],
                         policy_version=backend.policy_version,
+                        segments=fl.segments.close(len(tokens)) if fl.segments is not None else [],
                     ),
                 )
                 for fl, _, tokens, plan in frozen

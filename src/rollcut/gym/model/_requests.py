@@ -8,7 +8,7 @@ backend halfway through a call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -54,6 +54,39 @@ class _Tool(msgspec.Struct):
     type: str = "function"
 
 
+class _NamedFunction(msgspec.Struct):
+    name: str
+
+
+class _ToolChoice(msgspec.Struct):
+    type: str
+    function: _NamedFunction | None = None
+    name: str | None = None
+
+
+class _JsonSchema(msgspec.Struct):
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class _ResponseFormat(msgspec.Struct):
+    type: str
+    json_schema: _JsonSchema | None = None
+
+
+class _TextFormat(msgspec.Struct):
+    type: str
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class _Text(msgspec.Struct):
+    format: _TextFormat | None = None
+
+
 class _StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
 
@@ -71,6 +104,8 @@ class _Chat(msgspec.Struct):
     logprobs: bool | None = None
     temperature: float | None = None
     top_p: float | None = None
+    tool_choice: Literal["none", "auto", "required"] | _ToolChoice | None = None
+    response_format: _ResponseFormat | None = None
 
 
 class _Responses(msgspec.Struct):
@@ -84,7 +119,8 @@ class _Responses(msgspec.Struct):
     temperature: float | None = None
     top_p: float | None = None
     parallel_tool_calls: bool | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | _ToolChoice | None = None
+    text: _Text | None = None
 
 
 def _check(body: dict[str, Any], shape: type[msgspec.Struct], route: str) -> None:
@@ -97,6 +133,15 @@ def _check(body: dict[str, Any], shape: type[msgspec.Struct], route: str) -> Non
 def check_chat(body: dict[str, Any]) -> None:
     """A ``/v1/chat/completions`` body the server can run, or a 400 naming what is wrong."""
     _check(body, _Chat, "/v1/chat/completions")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        declared = {(t.get("function") or {}).get("name") for t in body.get("tools") or []}
+        if name not in declared:
+            raise GymError(
+                ErrorKind.BAD_REQUEST,
+                f"/v1/chat/completions: tool_choice names {name!r}, which is not among the tools",
+            )
 
 
 def check_responses(body: dict[str, Any]) -> None:

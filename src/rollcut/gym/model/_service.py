@@ -50,6 +50,7 @@ from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
 from ._inflight import InFlightCalls
 from ._local import replayed_plan, response_message
+from ._policy import PolicyClock, Segments
 
 __all__ = ["CallResult", "ModelService"]
 
@@ -80,8 +81,10 @@ class ModelService:
         *,
         instance: str,
         participant: Participant | None = None,
+        policy: PolicyClock | None = None,
     ) -> None:
         self.log = log
+        self.policy = policy or PolicyClock()  # the version each token is recorded under
         self.tokens = tokens
         self.writes = TokenWrites(tokens)  # concurrent calls' records share a transaction
         self.backend = backend
@@ -92,6 +95,7 @@ class ModelService:
         self._running: dict[str, asyncio.Future[CallResult]] = {}  # call id -> the call, while it runs
         self._settled: OrderedDict[str, CallResult] = OrderedDict()  # call id -> what it produced; bounded
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
+        self._lag_checked: OrderedDict[str, bool] = OrderedDict()  # attempts whose lineage passed
         self.stats = {
             "calls_generated": 0,
             "calls_served_from_log": 0,
@@ -168,6 +172,8 @@ class ModelService:
         on_token: OnToken | None,
     ) -> CallResult:
         view = await view_of(self.views, ident)
+        if self.policy.max_lag is not None and ident.attempt > 1:
+            await self._check_carried(ident, view)
         # lineage is looked up while the call runs: only the completed event needs it
         parent = asyncio.ensure_future(self._parent(ident))
         gate = self.participant.gate.admit() if self.participant else None
@@ -189,6 +195,19 @@ class ModelService:
                 parent.cancel()
             if gate is not None:
                 await gate.__aexit__(None, None, None)
+
+    async def _check_carried(self, ident: Identity, view: AttemptView) -> None:
+        """A continued attempt carries its lineage's calls into its row (from its boundary, reused, or
+        continued from a prefix): if any is older than ``--max-policy-lag`` allows, the rollout starts
+        over. Checked once per attempt, at its first call."""
+        key = f"{ident.rollout_id}|{ident.attempt}"
+        if key in self._lag_checked:
+            return
+        for _, call in view.reusable_calls.values():
+            assert call.receipt is not None  # reusable calls have one
+            record = await call_store(self.tokens, self.tokens.get, call.receipt)
+            self.policy.check_lag(record, rollout_id=ident.rollout_id, what=f"call {call.call_id}")
+        remember(self._lag_checked, key, True, 4096)
 
     def _ev(self, ident: Identity) -> Envelope:
         return envelope("model", self.instance, ident)
@@ -260,8 +279,12 @@ class ModelService:
                 src = source[1]
                 assert src.receipt is not None
                 record = await call_store(self.tokens, self.tokens.get, src.receipt)
+                self.policy.check_lag(
+                    record, rollout_id=ident.rollout_id, what=f"the prefix of {src.call_id}"
+                )
                 prefix = list(record.output_ids)
                 if await self.backend.adopt_prefix(plan, record):
+                    fl.segments = Segments(self.policy, record, len(prefix))
                     await self._append(
                         ModelCallContinued(
                             **self._taken_over(ident, call_id, digest, source),
@@ -281,6 +304,9 @@ class ModelService:
                         request_digest=digest,
                     )
                 )
+            if fl.segments is None:
+                fl.segments = Segments(self.policy)
+            segments = fl.segments
             fl.state = "queued"
             if on_token is not None:
                 for i, tok in enumerate(fl.emitted):
@@ -297,6 +323,7 @@ class ModelService:
                             f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
                         )
                     fl.emitted.append(tok)
+                    segments.token(len(fl.emitted) - 1)
                     self.stats["tokens_generated"] += 1
                     if on_token is not None:
                         await on_token(tok, self.backend.piece(plan, len(fl.emitted) - 1))
@@ -314,6 +341,7 @@ class ModelService:
                     mask=[1] * len(out),
                     logprobs=plan.logprobs[: len(out)],
                     policy_version=self._policy_version(),
+                    segments=segments.close(len(out)),
                 ),
                 parent=parent,
                 link=True,

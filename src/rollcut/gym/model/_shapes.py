@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from openai.types import CompletionUsage, Model
 from openai.types.chat import (
     ChatCompletion,
@@ -72,18 +73,22 @@ class Training:
     prompt_token_ids: list[int]
     generation_token_ids: list[int]
     generation_log_probs: list[float]
+    policy_segments: list[dict[str, Any]]
 
     @classmethod
     def of(cls, record: TokenRecord) -> Training:
         """From the token store's record: a reused or continued call returns exactly what was stored."""
-        return cls(list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
+        segments = [msgspec.structs.asdict(s) for s in record.spans()]
+        return cls(list(record.prompt_ids), list(record.output_ids), list(record.logprobs), segments)
 
     def fields(self) -> dict[str, Any]:
-        """The three fields, for an assistant message or output item."""
+        """NeMo Gym's three fields, and rollcut's ``policy_segments`` (which policy version generated
+        which stretch of the generation: ``{version, start, end, reprefilled}``)."""
         return {
             "prompt_token_ids": self.prompt_token_ids,
             "generation_token_ids": self.generation_token_ids,
             "generation_log_probs": self.generation_log_probs,
+            "policy_segments": self.policy_segments,
         }
 
 
@@ -342,7 +347,24 @@ def responses_input_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for key in ("max_output_tokens", "temperature", "top_p", "seed"):
         if body.get(key) is not None:
             out["max_tokens" if key == "max_output_tokens" else key] = body[key]
+    choice = _chat_tool_choice(body.get("tool_choice"))
+    if choice is not None:
+        out["tool_choice"] = choice
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        out["response_format"] = {"type": "json_schema", "json_schema": spec}
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        out["response_format"] = {"type": "json_object"}
     return out
+
+
+def _chat_tool_choice(choice: Any) -> Any:
+    """A Responses ``tool_choice`` in the chat shape: the mode as it is, a named function as
+    ``{"type": "function", "function": {"name": …}}``."""
+    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
 
 
 def _text_of(content: Any) -> Any:

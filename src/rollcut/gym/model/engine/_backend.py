@@ -34,6 +34,7 @@ import httpx
 import msgspec
 
 from .._backend import Plan
+from ._constraint import Constraint, constraint_of, tool_call_of
 from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class _Run:
 
     body: dict[str, Any]
     limit: int
+    constraint: Constraint | None = None  # tool_choice / response_format, enforced by a grammar
     turn: int = 0  # bumped by a cut: whatever the current request still sends is not kept
     reader: asyncio.Task[None] | None = None
     texts: list[str] = field(default_factory=list)  # each kept token's text, as streamed
@@ -93,8 +95,9 @@ class EngineBackend:
         return self.default_max_tokens
 
     async def start(self, body: dict[str, Any]) -> Plan:
+        constraint = constraint_of(body)  # a 400 before anything is asked of the engine
         prompt = await self.dialect.tokenize(self.client, body)
-        return Plan(prompt, [], [], "stop", None, handle=_Run(body, self._limit(body)))
+        return Plan(prompt, [], [], "stop", None, handle=_Run(body, self._limit(body), constraint))
 
     def streams_text(self, body: dict[str, Any]) -> bool:
         return not body.get("tools")  # a reply that may be a tool call is sent whole, parsed
@@ -123,8 +126,12 @@ class EngineBackend:
             run.reader.cancel()
             self.stats["engine_aborts"] += 1
 
-    async def _read(self, prompt: list[int], n: int, body: dict[str, Any], out: asyncio.Queue[Any]) -> None:
-        path, req = self.dialect.request(prompt, n, body)
+    async def _read(self, prompt: list[int], n: int, run: _Run, out: asyncio.Queue[Any]) -> None:
+        try:
+            path, req = self.dialect.request(prompt, n, run.body, self._grammar(run))
+        except EngineError as exc:
+            out.put_nowait(exc)
+            return
         self.stats["engine_requests"] += 1
         try:
             async with self._opened(path, req) as resp:
@@ -193,7 +200,7 @@ class EngineBackend:
                 break
             turn, queue = run.turn, asyncio.Queue[Any]()
             run.reader = asyncio.ensure_future(
-                self._read(plan.prompt_ids + plan.output_ids, remaining, run.body, queue)
+                self._read(plan.prompt_ids + plan.output_ids, remaining, run, queue)
             )
             received, ended = 0, None
             try:
@@ -225,7 +232,28 @@ class EngineBackend:
         # the text as the engine streamed it (an end token has no text; a detokenized one would say
         # "</s>"), after the prefix's text when the call continued one
         plan.text = "".join(run.texts)
-        self._tool_calls(plan, run.body)
+        if run.constraint is None:
+            if run.body.get("tool_choice") != "none":
+                self._tool_calls(plan, run.body)
+        elif run.constraint.kind == "tool_call" and plan.finish_reason == "stop":
+            call = tool_call_of(plan.text, "0")
+            if call is not None:
+                plan.tool_calls, plan.text, plan.finish_reason = [call], None, "tool_calls"
+
+    def _grammar(self, run: _Run) -> str | None:
+        """The constraint's grammar for what may follow the text kept so far (all of it at first;
+        after a cut or a continued prefix, the rest)."""
+        if run.constraint is None:
+            return None
+        kept = "".join(run.texts)
+        try:
+            return run.constraint.grammar(after=kept)
+        except ValueError as exc:
+            raise EngineError(
+                f"the kept prefix {kept[:80]!r} is not the start of the output the call's "
+                "tool_choice / response_format allows: it cannot be continued under it",
+                engine=self.dialect.name,
+            ) from exc
 
     def _check(self, piece: Piece, received: int) -> None:
         """Every kept token has its id and log-prob, as many as the engine says it generated."""

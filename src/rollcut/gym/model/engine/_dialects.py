@@ -13,11 +13,12 @@ Facts per engine are from their public sources and, for llama.cpp, from running 
   ``n_probs``, ``return_tokens``, ``stream``; each chunk carries ``tokens``,
   ``completion_probabilities`` and ``tokens_predicted`` (the engine's own count, which shows when
   it merged tokens that end mid-character into one piece and dropped their ids);
-  ``/apply-template``, ``/tokenize``, ``/detokenize``.
+  ``/apply-template``, ``/tokenize``, ``/detokenize``; ``grammar`` (GBNF) constrains a generation.
 - vLLM: ``POST /v1/completions`` with a token-id ``prompt``, ``logprobs``,
   ``return_tokens_as_token_ids`` (tokens come back as ``"token_id:N"``), usage in the last chunk
   with ``stream_options.include_usage``; ``/tokenize`` takes chat ``messages`` with
-  ``add_generation_prompt``; ``/detokenize``.
+  ``add_generation_prompt``; ``/detokenize``; ``structured_outputs.grammar`` constrains a generation
+  (its structured-outputs page; ``guided_grammar`` until 0.12).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ class Dialect(Protocol):
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str: ...
 
     def request(
-        self, prompt: list[int], max_tokens: int, body: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]]: ...
+        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The generation request: ``grammar`` (GBNF) constrains what it may generate."""
+        ...
 
     def parse(self, chunk: dict[str, Any]) -> Piece: ...
 
@@ -153,7 +156,9 @@ class LlamaCpp:
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
         return str((await _post(client, self.name, "/detokenize", {"tokens": ids})).get("content") or "")
 
-    def request(self, prompt: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def request(
+        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": prompt,
             "n_predict": max_tokens,
@@ -165,6 +170,8 @@ class LlamaCpp:
         req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
         if isinstance(body.get("logit_bias"), dict):  # OpenAI's {"id": bias} as llama.cpp's pairs
             req["logit_bias"] = [[int(k), float(v)] for k, v in body["logit_bias"].items()]
+        if grammar is not None:
+            req["grammar"] = grammar
         return "/completion", req
 
     def parse(self, chunk: dict[str, Any]) -> Piece:
@@ -209,7 +216,9 @@ class VLLM:
         out = await _post(client, self.name, "/detokenize", self._with_model({"tokens": ids}))
         return str(out.get("prompt") or "")
 
-    def request(self, prompt: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def request(
+        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": prompt,
             "max_tokens": max_tokens,
@@ -221,6 +230,8 @@ class VLLM:
         req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
         if isinstance(body.get("logit_bias"), dict):
             req["logit_bias"] = body["logit_bias"]
+        if grammar is not None:  # vLLM >= 0.12 (``guided_grammar`` before): GBNF through xgrammar
+            req["structured_outputs"] = {"grammar": grammar}
         return "/v1/completions", self._with_model(req)
 
     def parse(self, chunk: dict[str, Any]) -> Piece:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused
+from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused, TokenReceipt
 from rollcut.gym import owner_of
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator
@@ -26,11 +26,11 @@ from ..helpers import until
 
 
 def engine_model_server(
-    url: str, namespace: str, tokens: Path, engine: Engine, *, workers: int = 1
+    url: str, namespace: str, tokens: Path, engine: Engine, *, workers: int = 1, extra: tuple[str, ...] = ()
 ) -> ServerProcess:
     """`rollcut serve model --backend engine` as its own process tree, training data on."""
     argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
-    argv += ["--workers", str(workers), "--return-token-ids", *engine.serve_args()]
+    argv += ["--workers", str(workers), "--return-token-ids", *engine.serve_args(), *extra]
     return ServerProcess(argv, workers=workers).start()
 
 
@@ -115,6 +115,62 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
         assert generated == 1500 - k  # the engine generated only the rest
         kinds = [type(s.event) async for s in log.read(rollout_id="r1", attempt=2)]
         assert ModelCallReused in kinds and ModelCallContinued in kinds
+
+
+async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_has_both_segments(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], engine: Engine
+) -> None:
+    """The weights changed between the cut and the continuation (the model server restarted under
+    version 2): the prefix keeps version 1 and its log-probs, the rest is version 2 and flagged as
+    re-prefilled, on the answer and in the token store."""
+    tokens_dir = tmp_path / "tokens"
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "the long one"}],
+        "max_tokens": 600,
+        "logit_bias": engine.no_eos,
+    }
+    srv = engine_model_server(nats_url, namespace, tokens_dir, engine, extra=("--policy-version", "1"))
+    servers.append(srv)
+    await log.dispatch("v1", {"task": 1}, instance="collector")
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        seen: list[str] = []
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
+            call = asyncio.ensure_future(_stream(client, body, _headers("v1", 1), seen))
+            await until(lambda: len(seen) >= 20, timeout=30, what="20 tokens streamed")
+            res = await Coordinator(log, led, tokens).checkpoint(deadline_s=10)
+            srv.kill()
+            with contextlib.suppress(httpx.HTTPError):
+                await call
+        (cut,) = [
+            s.event
+            async for s in log.read(rollout_id="v1", up_to=res.record.cut)
+            if isinstance(s.event, ModelCallPrefixCut)
+        ]
+        prefix = await call_store(tokens, tokens.get, cut.receipt)
+        assert [(s.version, s.start, s.end) for s in prefix.spans()] == [(1, 0, cut.token_boundary)]
+        await until(engine.idle, timeout=30, what="the engine stopped the dead server's request")
+        again = engine_model_server(nats_url, namespace, tokens_dir, engine, extra=("--policy-version", "2"))
+        servers.append(again)
+        await log.supersede(
+            "v1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        )
+        async with httpx.AsyncClient(base_url=again.url, timeout=120) as client:
+            out = (await client.post("/v1/chat/completions", json=body, headers=_headers("v1", 2))).json()
+        k = cut.token_boundary
+        msg = out["choices"][0]["message"]
+        assert out["rollcut"]["continued_from"] == k
+        assert msg["generation_log_probs"][:k] == prefix.logprobs
+        assert msg["policy_segments"] == [
+            {"version": 1, "start": 0, "end": k, "reprefilled": False},
+            {"version": 2, "start": k, "end": 600, "reprefilled": True},
+        ]
+        receipt = TokenReceipt(
+            receipt_id=out["rollcut"]["receipt_id"],
+            count=out["rollcut"]["receipt_count"],
+            digest=out["rollcut"]["receipt_digest"],
+        )
+        stored = await call_store(tokens, tokens.get, receipt)
+        assert stored.versions() == [1] * k + [2] * (600 - k)
 
 
 async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint_and_all_finish(

@@ -64,12 +64,24 @@ def test_a_named_tool_choice_allows_that_tool_only() -> None:
         {"tools": [], "tool_choice": "required"},
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
         {"response_format": {"type": "yaml"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": ["café"]}}}},
     ],
 )
 def test_a_constraint_that_cannot_be_enforced_is_a_400(body: dict[str, Any]) -> None:
     with pytest.raises(GymError) as err:
         constraint_of(body)
     assert err.value.status == 400
+
+
+def test_the_output_is_ascii_json_with_every_character_reachable_by_escape() -> None:
+    c = constraint_of({"response_format": {"type": "json_schema", "json_schema": {"schema": NOTE}}})
+    assert c is not None
+    text = json.dumps({"title": "café ☕", "stars": 2})  # json.dumps escapes: "caf\u00e9 \u2615"
+    assert text.isascii() and c.complete(text)
+    # no rule lets a character past U+007F through: every negated class excludes them
+    for body in _rules(c.grammar()).values():
+        for cls in re.findall(r"\[\^[^\]]*\]", body):
+            assert cls.endswith("\\x80-\\U0010FFFF]")
 
 
 def test_no_constraint_for_a_plain_or_auto_request() -> None:

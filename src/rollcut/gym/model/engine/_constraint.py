@@ -17,10 +17,16 @@ automaton, and the grammar for the rest is the automaton from the state it reach
 right-linear GBNF rules (one rule per state: ``sN ::= [chars] sM | …``). A prefix the automaton
 refuses cannot have come from the constraint, and the call fails rather than continue it.
 
+A constrained output is ASCII: a character past U+007F is written as JSON's ``\\uXXXX`` escape
+(the converter's strings gain that escape, the grammar excludes the rest), which JSON allows for any
+character, so nothing is lost, and no generated token ends mid-character (llama.cpp's server merges
+such tokens and drops their ids: docs/engines.md).
+
 What that costs: recursive schemas are unrolled to a fixed depth by the converter, and an
 unconstrained ``json_object`` compiles once per process in a few seconds (its automaton is about
-200 states). Whitespace is at most one space between tokens, so a small model cannot fill its
-budget with blanks.
+200 states); ``minimum``/``maximum`` are not enforced by the converter (``maxLength``, ``enum``,
+``const`` and array lengths are). Whitespace is at most one space between tokens, so a small model
+cannot fill its budget with blanks.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ __all__ = ["Constraint", "constraint_of", "tool_call_of"]
 
 _WHITESPACE = "[ ]?"
 _LAST_CHAR = 0x10FFFF
+_ESCAPES = r'\\["\\/bfnrt]'  # the converter's escapes inside a string ...
+_ESCAPES_AND_UNICODE = r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})'  # ... and JSON's \uXXXX
+_NON_ASCII = f"\\x80-\\U{_LAST_CHAR:08X}"
 
 Kind = Literal["tool_call", "json"]
 
@@ -112,9 +121,7 @@ def _char_class(chars: set[str], others: bool, excluded: set[str]) -> str:
     other character" takes it too, everything but ``excluded``."""
     if not others:
         return f"[{_ranges(sorted(ord(c) for c in chars))}]"
-    if not excluded:
-        return f"[\\x00-{_escape(_LAST_CHAR)}]"
-    return f"[^{_ranges(sorted(ord(c) for c in excluded))}]"
+    return f"[^{_ranges(sorted(ord(c) for c in excluded))}{_NON_ASCII}]"
 
 
 def _gbnf(fsm: Any, live: frozenset[Any], start: Any) -> str:
@@ -167,7 +174,9 @@ def _gbnf(fsm: Any, live: frozenset[Any], start: Any) -> str:
 @functools.lru_cache(maxsize=256)
 def _compiled(kind: Kind, schema: str) -> Constraint:
     try:
-        regex = build_regex_from_schema(schema, _WHITESPACE)
+        regex = build_regex_from_schema(schema, _WHITESPACE).replace(_ESCAPES, _ESCAPES_AND_UNICODE)
+        if not regex.isascii():
+            raise ValueError("a name or constant outside ASCII (the output is ASCII JSON)")
         fsm = interegular.parse_pattern(regex).to_fsm().reduce()  # type: ignore[no-untyped-call]
     except (ValueError, TypeError, KeyError, NotImplementedError, RecursionError) as exc:
         raise GymError(ErrorKind.BAD_REQUEST, f"the schema cannot be enforced on the engine: {exc}") from exc

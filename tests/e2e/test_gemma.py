@@ -131,6 +131,7 @@ async def test_a_call_on_gemma_keeps_the_engines_own_tokens_byte_fallback_includ
 
 # --- structured outputs and tool calls on a base model (constrained decoding) -------------------
 
+
 class Note(BaseModel):
     """What the structured-output tests ask the model for: every field bounded, so a small model
     cannot run past its budget inside a value."""

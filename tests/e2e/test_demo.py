@@ -150,3 +150,45 @@ def test_the_demo_tells_the_crash_shows_what_it_saved_and_leaves_a_home_to_repor
 def _continued(home: Path) -> str:
     rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
     return next(r["rollout_id"] for r in rows if r["attempt"] == 2)
+
+
+def test_the_same_crash_at_several_checkpoint_intervals_is_one_curve_per_way_on_the_page(
+    tmp_path: Path,
+) -> None:
+    """``bench e2e --intervals``: copies of one crash recovered the last-checkpoint way at each interval;
+    rollcut loses nothing at any interval, the last checkpoint loses at most what restarting loses,
+    and the page of the kept home draws one curve per way."""
+    home = tmp_path / "bench"
+    ways = ["--way", "rollcut", "--way", "last_checkpoint", "--way", "restart"]
+    done = _rollcut(
+        "bench",
+        "e2e",
+        "--rollouts",
+        str(ROLLOUTS),
+        "--intervals",
+        "0.5,8",
+        *ways,
+        "--home",
+        str(home),
+        "--json",
+        timeout=600,
+    )
+    curve = json.loads(done.stdout)["curve"]
+    assert curve["intervals_s"] == [0.5, 8.0]
+    assert curve["rollcut"]["model_calls_regenerated"] == 0
+    lost = [p["model_calls_regenerated"] for p in curve["last_checkpoint"]]
+    assert all(0 <= n <= curve["restart"]["model_calls_regenerated"] for n in lost)
+    # the 8 s checkpoint is never newer than the 0.5 s one (or there was none by the crash)
+    ages = [p["checkpoint_age_s"] for p in curve["last_checkpoint"]]
+    assert ages[1] is None or (ages[0] is not None and ages[1] >= ages[0])
+    shown = json.loads(_rollcut("report", "--home", str(home), "--json").stdout)
+    with page(Path(shown["report"])) as (pg, seen):
+        lines = pg.locator("svg.curve-chart polyline.curve")
+        assert sorted(lines.evaluate_all("ls => ls.map(l => l.dataset.way)")) == [
+            "last_checkpoint",
+            "restart",
+            "rollcut",
+        ]
+        box = pg.locator("svg.curve-chart").bounding_box()
+        assert box is not None and box["width"] > 300
+        assert seen == []

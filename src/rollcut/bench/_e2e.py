@@ -24,6 +24,7 @@ input.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..demo import ALTERNATIVES, run_demo
@@ -53,9 +54,13 @@ async def bench_e2e(
     concurrency: int = 16,
     engine: str | None = None,
     agent: str = "simple",
+    intervals: tuple[float, ...] = (),
+    home: Path | None = None,
 ) -> dict[str, Any]:
     """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (the
-    same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own)."""
+    same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own).
+    ``intervals``: the same crash recovered the last-checkpoint way at each checkpoint interval too
+    (``curve``: the work done again per way and interval). ``home``: where the main run is kept."""
     if engine is None and "excluded" in ways:
         raise ValueError("the excluded way compares generation cuts on an engine: give engine")
     envs = tuple(ENVIRONMENTS) if mixed else DEMO_ENVIRONMENTS
@@ -80,8 +85,14 @@ async def bench_e2e(
         "agent": agent,
     }
     if any(w in ways for w in ("rollcut", *ALTERNATIVES)):
-        run = await run_demo(**common, compare=tuple(w for w in ALTERNATIVES if w in ways))
+        run = await run_demo(
+            **common,
+            compare=tuple(w for w in ALTERNATIVES if w in ways),
+            baseline_intervals=intervals,
+            home=home,
+        )
         out["crash"] = run["crash"]
+        out["curve"] = _curve(run) if intervals else None
         for way in ("rollcut", *ALTERNATIVES):
             if way in ways:
                 out[way] = (run["compared"] or {}).get(way)  # None: the rollouts finished before the crash
@@ -89,3 +100,25 @@ async def bench_e2e(
         run = await run_demo(**common, engine_cuts=False)
         out["excluded"] = (run["compared"] or {}).get("rollcut")
     return out
+
+
+def _curve(run: dict[str, Any]) -> dict[str, Any] | None:
+    """Work done again per way against the interval: rollcut and restart do not depend on it."""
+    by_interval = run.get("by_interval") or {}
+    compared = run.get("compared") or {}
+    if not by_interval:
+        return None  # the rollouts finished before the crash
+
+    def lost(cost: dict[str, Any] | None) -> dict[str, Any] | None:
+        keys = ("model_calls_regenerated", "tokens_regenerated", "tool_calls_reexecuted", "after_crash_s")
+        return {k: cost[k] for k in keys} if cost else None
+
+    return {
+        "intervals_s": [float(k) for k in by_interval],
+        "last_checkpoint": [
+            {**(lost(v) or {}), "checkpoint_age_s": v["baseline"]["checkpoint_age_s"]}
+            for v in by_interval.values()
+        ],
+        "rollcut": lost(compared.get("rollcut")),
+        "restart": lost(compared.get("restart")),
+    }

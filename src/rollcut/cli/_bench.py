@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -180,6 +181,18 @@ def bench_e2e_cmd(
             "behind the journaling relay (rollcut's recovery then replays its journal).",
         ),
     ] = "simple",
+    intervals: Annotated[
+        str,
+        typer.Option(
+            "--intervals",
+            help="Comma-separated seconds: the same crash recovered the last-checkpoint way at each "
+            "checkpoint interval too (a curve per way; `rollcut report --home H` draws it).",
+        ),
+    ] = "",
+    home: Annotated[
+        Path | None,
+        typer.Option("--home", help="Keep the run (rows, logs, stream, demo.json) in this new directory."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
@@ -195,9 +208,24 @@ def bench_e2e_cmd(
     unknown = [w for w in ways if w not in WAYS]
     if unknown:
         raise fail(f"unknown recovery {', '.join(unknown)}; have: {', '.join(WAYS)}")
+    try:
+        every_of = tuple(float(s) for s in intervals.split(",") if s.strip())
+    except ValueError:
+        raise fail(f"--intervals {intervals!r}: comma-separated seconds, such as 0.5,2,8,32") from None
+    if any(not 0 < s < 1e6 for s in every_of):
+        raise fail("--intervals: each interval is a number of seconds above 0")
     passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent")
-    status = f"{len(ways)} recoveries of {rollouts} rollouts"
-    _measure("bench_e2e", status, as_json, ways=ways, checkpoint_every_s=every, **passed)
+    status = f"{len(ways) + len(every_of)} recoveries of {rollouts} rollouts"
+    _measure(
+        "bench_e2e",
+        status,
+        as_json,
+        ways=ways,
+        checkpoint_every_s=every,
+        intervals=every_of,
+        home=home.absolute() if home else None,
+        **passed,
+    )
 
 
 @bench_app.command("relay")

@@ -30,7 +30,10 @@ _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 
 @app.command("demo")
 def demo_cmd(
-    rollouts: Annotated[int, typer.Option(help="Rollouts to collect (bundled tasks).")] = 64,
+    rollouts: Annotated[
+        int | None,
+        typer.Option(help="Rollouts to collect (bundled tasks; default 64, 12 on a real model)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
     no_crash: Annotated[
         bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
@@ -61,6 +64,22 @@ def demo_cmd(
     engine_url: Annotated[
         str, typer.Option("--engine-url", help="An engine already running (its base URL).")
     ] = "",
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="The model llama.cpp's server runs: tiny (written per run) or a named one "
+            "(gemma-3-270m: `rollcut engine model gemma-3-270m` first; Gemma's terms apply).",
+        ),
+    ] = "tiny",
+    baseline_every: Annotated[
+        float | None,
+        typer.Option(
+            "--baseline-every",
+            help="Seconds between the checkpoints of the last-checkpoint way (default: the longer of "
+            "NeMo Gym's 5% floor, 4 s, and one episode; docs/demo-and-report.md).",
+        ),
+    ] = None,
     agent: Annotated[
         str,
         typer.Option(
@@ -74,7 +93,7 @@ def demo_cmd(
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
     that saved against recovering the same crash from the last checkpoint only and from input."""
     from ..demo import ALTERNATIVES, run_demo
-    from ..gym.model.engine import DIALECTS
+    from ..gym.model.engine import DIALECTS, ENGINE_MODELS
 
     if engine is not None and engine not in DIALECTS:
         raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
@@ -82,6 +101,13 @@ def demo_cmd(
         raise fail(f"--agent {agent!r}: simple or opaque")
     if engine == "vllm" and not engine_url:
         raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
+    if model not in ENGINE_MODELS:
+        raise fail(f"unknown --model {model!r}; have: {', '.join(ENGINE_MODELS)}")
+    if model != "tiny" and engine != "llama.cpp":
+        raise fail("--model names what llama.cpp's server runs: give --engine llama.cpp too")
+    if baseline_every is not None and baseline_every <= 0:
+        raise fail("--baseline-every takes a number of seconds above 0")
+    rollouts = rollouts or (64 if model == "tiny" else 12)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)
@@ -97,6 +123,8 @@ def demo_cmd(
                 story=teller,
                 engine=engine,
                 engine_url=engine_url,
+                engine_model=model,
+                baseline_every_s=baseline_every,
                 agent=agent,
             )
         )
@@ -241,10 +269,21 @@ def _summarize(out: dict[str, Any], example: str) -> None:
         _legend(con, [(name, meaning) for _, name, meaning in _COST_ROWS])
         con.print(
             "Each column is the same crash: rollcut recovered this home; the others recovered copies made "
-            "at the crash (HOME/compare/), one after the other on this machine. The demo checkpoints every "
-            "0.5 s; at a real interval of minutes, what 'last checkpoint only' loses grows with it.",
+            "at the crash (HOME/compare/), one after the other on this machine.",
             soft_wrap=False,
         )
+        base = (out["compared"].get("last_checkpoint") or {}).get("baseline")
+        if base:
+            had = (
+                f"its newest was {base['checkpoint_age_s']} s old at the crash"
+                if base["checkpoint_id"]
+                else "it had none yet at the crash, so everything unfinished started over"
+            )
+            con.print(
+                f"'last checkpoint only' checkpoints every {base['every_s']} s ({base['why']}): {had}. "
+                "rollcut checkpoints every 0.5 s and continues from the stream's sealed tail.",
+                soft_wrap=False,
+            )
     if out["home"]:
         home = out["home"]
         con.print(f"\n[bold]everything is kept in[/bold] {home}", soft_wrap=True)

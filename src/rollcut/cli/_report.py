@@ -5,11 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from ._target import JsonOpt, Target, app, console, fail, print_json, run, targeted
 
 __all__ = ["report_cmd"]
+
+
+_MAX_DEMO_JSON = 16 << 20
+
+
+def _demo_json(path: Path) -> dict[str, Any] | None:
+    """The demo's (or ``bench e2e --home``'s) own summary beside the collection, if there is one: it
+    holds the interval comparison the page draws. One that cannot be read is named and left out."""
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            raw = f.read(_MAX_DEMO_JSON + 1)
+        if len(raw) > _MAX_DEMO_JSON:
+            raise ValueError(f"over {_MAX_DEMO_JSON} bytes")
+        out = msgspec.json.decode(raw)
+    except (OSError, ValueError, msgspec.DecodeError) as exc:
+        console.print(f"[yellow]{path} left out of the page: {exc}[/yellow]")
+        return None
+    return out if isinstance(out, dict) else None
 
 
 @app.command("report")
@@ -34,10 +55,12 @@ def report_cmd(
     if not page.parent.is_dir():
         raise fail(f"--out {page}: {page.parent} is not a directory")
 
+    demo = _demo_json(target.home / "demo.json")
+
     async def go() -> dict[str, Any]:
         async with target.log() as log:
             with target.ledger(readonly=True) as ledger:
-                return await write_report(log, ledger, page, str(target.home.absolute()))
+                return await write_report(log, ledger, page, str(target.home.absolute()), demo)
 
     shown = run(go())
     if as_json:

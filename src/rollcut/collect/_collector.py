@@ -74,6 +74,7 @@ class Collector:
         instance: str = "collector-0",
         hooks: CollectorHooks | None = None,
         recovery: RecoveryMode = RecoveryMode.TAIL,
+        recovery_checkpoint: str | None = None,
         heal_timeout_s: float = 120.0,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
@@ -102,6 +103,9 @@ class Collector:
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
         self.recovery = RecoveryMode(recovery)
+        # the checkpoint a resume with RecoveryMode.CHECKPOINT plans from (a baseline's); heals after
+        # it plan from the latest, as always
+        self._recovery_checkpoint = recovery_checkpoint
         self.hooks = hooks or CollectorHooks()
         self.summary = Summary()
         self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
@@ -217,7 +221,8 @@ class Collector:
             await self._recover_now(rollouts)
 
     async def _recover_now(self, rollouts: list[str]) -> None:
-        res = await self.restorer.recover(rollouts, self.recovery)
+        chosen, self._recovery_checkpoint = self._recovery_checkpoint, None
+        res = await self.restorer.recover(rollouts, self.recovery, chosen)
         if res.sealed is not None:
             self.summary.checkpoints_published += 1
             self.summary.last_checkpoint = res.sealed.record.checkpoint_id

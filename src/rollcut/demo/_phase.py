@@ -26,6 +26,7 @@ from ..participants import CheckpointResult, RecoveryMode, RecoveryResult
 from ..replay import count_work
 from ..testing import ServerProcess, start_stack
 from ..tokens import LocalTokenStore
+from ._baseline import episode_seconds
 from ._story import (
     Checkpointed,
     Continuation,
@@ -93,6 +94,8 @@ class Phase:
     peak: dict[str, float] = field(default_factory=dict)
     served_tools: int = 0
     problems: list[str] | None = None
+    started_at: float = 0.0  # wall clock at the phase's start
+    episodes: list[float] = field(default_factory=list)  # seconds of each rollout finished by its end
 
     @property
     def rows(self) -> Path:
@@ -179,13 +182,14 @@ async def run_phase(
     crash: bool = False,
     resume: bool = False,
     recovery: RecoveryMode = RecoveryMode.TAIL,
+    recovery_checkpoint: str | None = None,
     after: Phase | None = None,
 ) -> Phase:
     """Collect on ``home`` until every row is written, or until the crash: with ``crash``, every Gym
     process is SIGKILLed when a rollout finishes after a checkpoint was published while half of
     what runs at once was running.
     ``after``: the phase this one follows (its ports, its checkpoint count); ``resume``: recover first."""
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
     creds = credentials_for(home / "nats", DEMO_NAMESPACE)
     peak: dict[str, float] = {}
     with EmbeddedServer(home / "nats", credentials=creds) as nats:
@@ -218,6 +222,7 @@ async def run_phase(
                     checkpoint_every_s=spec.every_s,
                     checkpoint_deadline_s=5,
                     recovery=recovery,
+                    recovery_checkpoint=recovery_checkpoint,
                     hooks=watch.hooks(),
                 )
                 watch.running = lambda: col.running
@@ -227,6 +232,7 @@ async def run_phase(
                 spec.tell(Progressed(summary.results_written, 0, len(spec.tasks), watch.published))
                 served = 0 if crashed else await _served_tools(stack, len(spec.envs))
                 counts = await count_work(log)
+                episodes = await episode_seconds(log)
                 problems = await _verify_all(log, ledger, tokens) if spec.verify and not crashed else None
         finally:
             _note_peaks(stack, peak)
@@ -246,6 +252,8 @@ async def run_phase(
         peak=peak,
         served_tools=served,
         problems=problems,
+        started_at=started_at,
+        episodes=episodes,
     )
 
 

@@ -38,11 +38,12 @@ from .._home import credentials_for
 from .._telemetry import percentile
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
+from ._baseline import BaselineCut, baseline_cut, default_interval
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
 from ._tasks import demo_rows, demo_tasks
 
-__all__ = ["ALTERNATIVES", "DEMO_NAMESPACE", "run_demo"]
+__all__ = ["ALTERNATIVES", "DEMO_NAMESPACE", "ENGINE_TASK_PARAMS", "run_demo"]
 
 ALTERNATIVES = {"last_checkpoint": RecoveryMode.CHECKPOINT, "restart": RecoveryMode.RESTART}
 """What the demo compares rollcut's recovery with, each on its own copy of the crashed collection:
@@ -69,6 +70,9 @@ async def run_demo(
     engine: str | None = None,
     engine_url: str = "",
     engine_cuts: bool = True,
+    engine_model: str = "tiny",
+    baseline_every_s: float | None = None,
+    baseline_intervals: tuple[float, ...] = (),
     agent: str = "simple",
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
@@ -80,6 +84,15 @@ async def run_demo(
     With ``engine`` (a dialect: ``llama.cpp``, ``vllm``) the policy model is a real inference engine:
     the one at ``engine_url``, or else llama.cpp's server on a tiny model started here for the run.
     The engine is not a Gym process: the crash spares it, as a node's failure spares a remote one.
+    ``engine_model`` names the model llama.cpp's server runs (``tiny``, or ``gemma-3-270m``: a real
+    base model, whose rows ask for a tool call on every turn by constrained decoding, each call
+    bounded, as :data:`ENGINE_TASK_PARAMS` says).
+
+    ``baseline_every_s``: the interval of the ``last_checkpoint`` way (a checkpoint-interval design
+    recovers from the newest checkpoint it would have taken, :mod:`._baseline`); default the longer
+    of NeMo Gym's 5% floor and one episode. ``baseline_intervals``: more copies of the crash, each
+    recovered the last-checkpoint way at one of these intervals (``by_interval`` in the result: the
+    curve ``bench e2e --intervals`` reports and ``rollcut report`` draws).
 
     ``envs`` are the resources servers (and the task mix); ``workers`` every server's worker count
     before and after the crash (None: the demo's); with ``verify`` every published checkpoint is
@@ -95,10 +108,13 @@ async def run_demo(
         model: dict[str, Any] = {}
         local_engine = None
         if engine is not None:
-            from ..gym.model.engine import tiny_engine
+            from ..gym.model.engine import served_engine
 
             if not engine_url:
-                local_engine = engines.enter_context(tiny_engine(root / "engine"))
+                threads = 1 if engine_model == "tiny" else 2  # a real model: both cores when it decodes
+                local_engine = engines.enter_context(
+                    served_engine(engine_model, root / "engine", threads=threads)
+                )
             model = {
                 "backend": "engine",
                 "upstream": local_engine.url if local_engine else engine_url,
@@ -107,9 +123,16 @@ async def run_demo(
             }
         credentials_for(root / "nats", DEMO_NAMESPACE)
         run_at_once = min(rollouts, concurrency or 64)
+        tasks = (
+            demo_rows(rollouts, seed, envs, params=ENGINE_TASK_PARAMS if engine else None)
+            if agent == "simple"
+            else demo_tasks(rollouts, seed, envs)
+        )
+        if engine_model != "tiny":  # a real model decodes at tens of tokens a second on a CPU
+            tasks = [{**t, "max_steps": REAL_MODEL_MAX_STEPS} for t in tasks]
         spec = PhaseSpec(
             # an opaque agent speaks chat completions, not NeMo Gym's Responses rows: rollcut's task rows
-            tasks=demo_rows(rollouts, seed, envs) if agent == "simple" else demo_tasks(rollouts, seed, envs),
+            tasks=tasks,
             seed=seed,
             envs=envs,
             model=model,
@@ -124,29 +147,49 @@ async def run_demo(
         counter = _Counter(local_engine, engine, engine_cuts)
         pre = counter.read()  # what the engine generated before the crash, shared by every way
         total = pre
+        by_interval: dict[str, Any] = {}
         if first.crash is not None:
             copies = {way: _copy_at_crash(root, root / "compare" / way) for way in compare}
+            every = {
+                f"{s:g}": _copy_at_crash(root, root / "compare" / f"every-{s:g}s") for s in baseline_intervals
+            }
             main = await run_phase(
                 root, spec, workers=workers[1], resume=True, recovery=recovery, after=first
             )
             total = counter.read()
             compared["rollcut"] = _cost(main, first, counter.work(main, total))
-            for way, where in copies.items():
-                tell(Comparing(way, str(where)))
+
+            async def recovered(where: Path, mode: RecoveryMode, cut: BaselineCut | None) -> dict[str, Any]:
+                """One copy of the crash recovered one way (the last-checkpoint way from ``cut``)."""
                 start = counter.read()
+                if cut is not None and cut.checkpoint_id is None:
+                    mode = RecoveryMode.RESTART  # no checkpoint yet at that interval: all from input
                 alt = await run_phase(
                     where,
                     spec.quiet(),
                     workers=workers[1],
                     resume=True,
-                    recovery=ALTERNATIVES[way],
+                    recovery=mode,
+                    recovery_checkpoint=cut.checkpoint_id if cut else None,
                     after=first,
                 )
-                compared[way] = _cost(alt, first, counter.work(alt, counter.plus(pre, start)))
+                cost = _cost(alt, first, counter.work(alt, counter.plus(pre, start)))
+                return {**cost, "baseline": cut.as_dict()} if cut is not None else cost
+
+            for way, where in copies.items():
+                tell(Comparing(way, str(where)))
+                mode = ALTERNATIVES[way]
+                cut = _baseline(first, where, baseline_every_s) if mode is RecoveryMode.CHECKPOINT else None
+                compared[way] = await recovered(where, mode, cut)
                 tell(Compared(way, compared[way]))
+            for interval, where in every.items():
+                tell(Comparing("last_checkpoint", str(where)))
+                cut = _baseline(first, where, float(interval))
+                by_interval[interval] = await recovered(where, RecoveryMode.CHECKPOINT, cut)
         out = _report(
             rollouts, first, main, compared, time.perf_counter() - t0, home, counter.work(main, total)
         )
+        out["by_interval"] = by_interval or None
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -199,10 +242,33 @@ def _report(
         "home": str(main.home) if home is not None else None,
         "rows": str(main.rows) if home is not None else None,  # NeMo Gym's row format, one per rollout
         "engine": engine,
+        # the interval of the last-checkpoint way, and the checkpoint it recovered from
+        "baseline": (compared.get("last_checkpoint") or {}).get("baseline"),
     }
 
 
 _TIMINGS = ("checkpoint_ms_p50", "checkpoint_ms_p99", "checkpoint_pause_ms_p50", "checkpoint_pause_ms_p99")
+
+
+ENGINE_TASK_PARAMS: dict[str, Any] = {"tool_choice": "required", "max_output_tokens": 48}
+"""What the demo's rows ask of every model call on an engine: a tool call (a base model is held to
+one by constrained decoding: docs/engines.md), in a bounded budget, so an episode is its
+``max_steps`` tool calls and a crash always finds calls in flight."""
+
+
+REAL_MODEL_MAX_STEPS = 4
+"""Tool calls per episode on a real model (``--model gemma-3-270m``): the demo stays minutes long."""
+
+
+def _baseline(first: Phase, copy: Path, every_s: float | None) -> BaselineCut:
+    """Where the last-checkpoint way recovers from on its copy of the crash."""
+    assert first.crash is not None
+    if every_s is None:
+        every_s, why = default_interval(first.episodes)
+    else:
+        why = "--baseline-every"
+    crashed_at = first.started_at + first.crash.at_s
+    return baseline_cut(copy / "ledger", first.started_at, crashed_at, every_s, why)
 
 
 def _fresh(home: Path) -> Path:

@@ -23,12 +23,19 @@ def demo_tasks(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> 
     return out
 
 
-def demo_rows(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
-    """The demo's task set as NeMo Gym input rows: ``responses_create_params``, ``agent_ref``, and the
-    environment's own fields (``env``, ``seed``, ``verify``, ``max_steps``)."""
+def demo_rows(
+    n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The demo's task set as NeMo Gym input rows: ``responses_create_params`` (with ``params``: more
+    request settings, such as ``tool_choice``), ``agent_ref``, and the environment's own fields
+    (``env``, ``seed``, ``verify``, ``max_steps``)."""
     return [
         {
-            "responses_create_params": {"input": [{"role": "user", "content": t["prompt"]}], "tools": []},
+            "responses_create_params": {
+                "input": [{"role": "user", "content": t["prompt"]}],
+                "tools": [],
+                **(params or {}),
+            },
             "agent_ref": {"type": "responses_api_agents", "name": "simple_agent"},
             **{k: t[k] for k in ("env", "seed", "verify", "max_steps")},
         }

@@ -29,7 +29,7 @@ from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, 
 from ._peers import Peers
 from ._serving import run_servers, serve_on
 from .model import BACKENDS, ModelService, PolicyClock, create_app
-from .model.engine import DIALECTS
+from .model.engine import DIALECTS, EngineBackend
 from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
@@ -86,6 +86,8 @@ async def serve_participant(
 
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     backend = BACKENDS[opts.backend](opts)
+    if isinstance(backend, EngineBackend):  # one worker alone pins its calls to the engine's slots
+        backend.pin_slots = opts.workers <= 1
     tokens = LocalTokenStore(opts.tokens)
     policy = PolicyClock(opts.policy_version, opts.policy_version_file or None, opts.max_policy_lag)
 

@@ -229,16 +229,21 @@ class Restorer:
                 await asyncio.sleep(0.2)
 
     async def recover(
-        self, rollouts: list[str] | None, mode: RecoveryMode = RecoveryMode.TAIL
+        self,
+        rollouts: list[str] | None,
+        mode: RecoveryMode = RecoveryMode.TAIL,
+        checkpoint_id: str | None = None,
     ) -> RecoveryResult:
-        """The whole recovery: (tail seal,) plan, open the next attempts, restore, resume."""
+        """The whole recovery: (tail seal,) plan, open the next attempts, restore, resume.
+        ``checkpoint_id``: with :attr:`RecoveryMode.CHECKPOINT`, the checkpoint to plan from (default:
+        the latest published)."""
         sealed, seal_error = None, None
         if mode is RecoveryMode.TAIL:
             try:
                 sealed = await self.seal_tail()
             except CheckpointError as exc:
                 seal_error = str(exc)[:300]  # plan from the latest checkpoint that did publish
-        plan = await self.plan(rollouts)
+        plan = await self.plan(rollouts, checkpoint_id if mode is RecoveryMode.CHECKPOINT else None)
         if mode is RecoveryMode.RESTART:
             plan.fresh_dispatch, plan.continue_ = plan.fresh_dispatch + plan.continue_, []
         await self.open_attempts(plan)

@@ -15,6 +15,7 @@ from .._files import write_private
 from .._telemetry import percentile
 from ..bus import EventLog
 from ..ledger import Ledger
+from ._curve import curve_section
 from ._svg import MAX_ROWS, timeline_svg
 from ._timeline import Timeline, read_timeline
 
@@ -160,8 +161,9 @@ def _journal(w: dict[str, int]) -> str:
     )
 
 
-def render_page(tl: Timeline, home: str) -> str:
-    """The whole page for ``tl``."""
+def render_page(tl: Timeline, home: str, demo: dict[str, Any] | None = None) -> str:
+    """The whole page for ``tl``; ``demo``: the home's ``demo.json``, whose comparison of checkpoint
+    intervals (``bench e2e --intervals``) is drawn as curves."""
     drawn = sorted(tl.rollouts, key=lambda r: -len(tl.of(r)))[:MAX_ROWS]
     order = {r: i for i, r in enumerate(tl.rollouts)}
     drawn.sort(key=order.__getitem__)
@@ -201,6 +203,7 @@ def render_page(tl: Timeline, home: str) -> str:
         "<h2>Work kept and done again</h2>",
         _work(tl.work),
         _journal(tl.work),
+        curve_section(demo),
         '<p class="sub">Counted from the stream: a model call is done again when a later attempt generated '
         "the same request; kept when an attempt continued from a cut after it. Times are the writers' "
         "clocks.</p></body></html>\n",
@@ -208,10 +211,12 @@ def render_page(tl: Timeline, home: str) -> str:
     return "".join(parts)
 
 
-async def write_report(log: EventLog, ledger: Ledger, out: Path, home: str) -> dict[str, Any]:
+async def write_report(
+    log: EventLog, ledger: Ledger, out: Path, home: str, demo: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Read the collection, write its page to ``out`` (0600), and return what it shows in numbers."""
     tl = await read_timeline(log, ledger)
-    write_private(out, render_page(tl, home).encode())
+    write_private(out, render_page(tl, home, demo).encode())
     return {
         "report": str(out),
         "rollouts": len(tl.rollouts),

@@ -72,10 +72,18 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
             break
         for tc in msg["tool_calls"]:
             fn = tc["function"]
-            args = json.loads(fn.get("arguments") or "{}")
-            r = await ctx.post(f"{res_url}/{fn['name']}", args)
-            revisions[env] = r["revision"]
-            messages.append({"role": "tool", "tool_call_id": tc["id"], "content": json.dumps(r["result"])})
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except json.JSONDecodeError as exc:
+                args, answer = None, json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
+            if args is not None:
+                sent = await ctx.tool(f"{res_url}/{fn['name']}", args)
+                if isinstance(sent, str):
+                    answer = sent
+                else:
+                    r = sent.json()
+                    revisions[env], answer = r["revision"], json.dumps(r["result"])
+            messages.append({"role": "tool", "tool_call_id": tc["id"], "content": answer})
         turn += 1
         await ctx.boundary(
             AgentBoundaryRecord(

@@ -10,6 +10,7 @@ the agent's private state, so the agent and its loops import one way only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 
 from ...bus import AgentBoundaryRecord
-from ..wire import Identity
+from ..wire import ErrorKind, GymError, Identity
 
 __all__ = ["AgentLoop", "RunContext", "Upstreams"]
 
@@ -71,6 +72,18 @@ class RunContext:
         """:attr:`send`, its JSON answer."""
         answer: dict[str, Any] = (await self.send(url, body, None)).json()
         return answer
+
+    async def tool(
+        self, url: str, args: dict[str, Any], cookies: dict[str, str] | None = None
+    ) -> httpx.Response | str:
+        """A tool call: the resources server's answer, or, when it refused the call's arguments or
+        name (a model's mistake, not the episode's end), the refusal as the model will read it."""
+        try:
+            return await self.send(url, args, cookies)
+        except GymError as exc:
+            if exc.kind not in (ErrorKind.BAD_REQUEST, ErrorKind.UNKNOWN_TOOL):
+                raise
+            return json.dumps({"error": str(exc)})
 
 
 AgentLoop = Callable[[RunContext, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -115,8 +115,8 @@ async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]
             except json.JSONDecodeError as exc:
                 output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
             else:
-                answer = await ctx.send(f"{res_url}/{call['name']}", args, cookies)
-                output, revision = _tool_output(answer)
+                answer = await ctx.tool(f"{res_url}/{call['name']}", args, cookies)
+                output, revision = (answer, None) if isinstance(answer, str) else _tool_output(answer)
                 if revision is not None:
                     revisions[env] = revision
             outputs.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})

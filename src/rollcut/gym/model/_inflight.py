@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut
+from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, ExportReport
 from ...tokens import TokenRecord, TokenWrites
 from .._http import envelope
@@ -44,6 +44,7 @@ class InFlightCall:
     state: CallState = "admitting"
     cuts: int = 0
     segments: Segments | None = None  # which policy version generated which of ``emitted``
+    durable: tuple[int, TokenReceipt] | None = None  # the prefix already durable: (tokens, receipt)
 
 
 class _Base(TypedDict):
@@ -107,6 +108,14 @@ class InFlightCalls:
                 calls.append(CallDisposition(**base, disposition="never_started"))
             elif fl.state == "generating" and not backend.can_cut:
                 excluded.append((fl, base))
+            elif fl.state == "generating" and fl.durable is not None and fl.durable[0] == len(fl.emitted):
+                # nothing generated since its last cut: that prefix still stands, and the request asked
+                # anew then goes on untouched. A call whose re-prefill outlasts the checkpoint interval
+                # (a real model on a CPU) is not aborted again and again, never to make progress
+                n, receipt = fl.durable
+                calls.append(
+                    CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=n)
+                )
             elif fl.state == "generating":
                 assert fl.plan is not None
                 frozen.append((fl, base, list(fl.emitted), fl.plan))  # the swap
@@ -159,6 +168,8 @@ class InFlightCalls:
             )
         )
         self.prefix_cuts += len(frozen)
+        for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True):
+            fl.durable = (len(tokens), receipt)
         calls += [
             CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
             for (_, base, tokens, _), receipt in zip(frozen, receipts, strict=True)

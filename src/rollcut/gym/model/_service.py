@@ -294,6 +294,7 @@ class ModelService:
                         )
                     )
                     fl.emitted, start = prefix, len(prefix)
+                    fl.durable = (len(prefix), src.receipt)  # durable already: a cut need not redo it
                     self.stats["calls_continued"] += 1
                     self.stats["tokens_reused"] += len(prefix)
             if start == 0:

@@ -44,7 +44,9 @@ class Environment:
         return {}
 
     def parameters(self) -> dict[str, dict[str, Any]]:
-        """Tool name -> JSON-schema properties of its arguments (for the model's tool list)."""
+        """Tool name -> JSON-schema properties of its arguments (for the model's tool list). Every one
+        is required, as OpenAI's strict function schemas have them: a model held to the schema by
+        constrained decoding then always gives them (docs/engines.md)."""
         return {}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
@@ -55,7 +57,11 @@ class Environment:
                 "function": {
                     "name": name,
                     "description": f"{self.name}: {name}",
-                    "parameters": {"type": "object", "properties": props.get(name, {})},
+                    "parameters": {
+                        "type": "object",
+                        "properties": props.get(name, {}),
+                        "required": list(props.get(name, {})),
+                    },
                 },
             }
             for name in self.tools()

@@ -178,7 +178,12 @@ class ResourcesService:
                 self.stats["tool_calls_served_from_log"] += 1
                 return {"result": head.result, "revision": head.revision, "served_from_log": True}
             draft = self.env.copy(s.state)
-            result, delta = fn(draft, args)
+            try:
+                result, delta = fn(draft, args)
+            except (KeyError, TypeError, ValueError) as exc:  # on the draft: nothing changed, nothing logged
+                raise GymError(
+                    ErrorKind.BAD_REQUEST, f"{self.env.name}.{name}: arguments {args!r} refused: {exc!r}"
+                ) from exc
             rev = s.revision + 1
             await self._append(
                 ResourcesMutated(

@@ -55,6 +55,7 @@ class _Run:
     body: dict[str, Any]
     limit: int
     constraint: Constraint | None = None  # tool_choice / response_format, enforced by a grammar
+    slot: int | None = None  # the engine slot every request of this call goes to (llama.cpp)
     turn: int = 0  # bumped by a cut: whatever the current request still sends is not kept
     reader: asyncio.Task[None] | None = None
     texts: list[str] = field(default_factory=list)  # each kept token's text, as streamed
@@ -87,6 +88,33 @@ class EngineBackend:
         self.last_policy_version: str | None = None
         self.default_max_tokens = default_max_tokens
         self.stats = {"engine_requests": 0, "engine_aborts": 0, "engine_tokens_discarded": 0}
+        # whether this backend is the engine's only client (one model-server worker): only then does it
+        # pin calls to slots; K workers would each count every slot as theirs and queue behind each
+        # other, so with several the engine places requests itself (its prompt-cache match)
+        self.pin_slots = True
+        self._free_slots: asyncio.Queue[int] | None = None
+        self._slots_lock = asyncio.Lock()
+
+    async def _take_slot(self) -> int | None:
+        """A slot of the engine for one call, held until it ends: every request of the call (the
+        first, and each asked anew after a cut) goes there, so the engine's prompt cache of that slot
+        holds the prompt and the prefix and a continuation prefills only what is new. Without it an
+        aborted request still holds its slot when the next arrives, the next lands in another slot,
+        and a real model on a CPU prefills the whole prompt again at every checkpoint."""
+        if not (self.pin_slots and self.dialect.capabilities.slots):
+            return None
+        if self._free_slots is None:
+            async with self._slots_lock:
+                if self._free_slots is None:
+                    free = asyncio.Queue[int]()
+                    for slot in range(await self.dialect.slot_count(self.client)):
+                        free.put_nowait(slot)
+                    self._free_slots = free
+        return await self._free_slots.get()
+
+    def _give_slot(self, slot: int | None) -> None:
+        if slot is not None and self._free_slots is not None:
+            self._free_slots.put_nowait(slot)
 
     def _limit(self, body: dict[str, Any]) -> int:
         for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
@@ -128,7 +156,7 @@ class EngineBackend:
 
     async def _read(self, prompt: list[int], n: int, run: _Run, out: asyncio.Queue[Any]) -> None:
         try:
-            path, req = self.dialect.request(prompt, n, run.body, self._grammar(run))
+            path, req = self.dialect.request(prompt, n, run.body, self._grammar(run), run.slot)
         except EngineError as exc:
             out.put_nowait(exc)
             return
@@ -191,6 +219,16 @@ class EngineBackend:
     async def generate(self, plan: Plan, *, start: int = 0) -> AsyncGenerator[int, None]:
         """Stream the rest of the call from the engine, from ``plan.output_ids[:start]`` on."""
         run: _Run = plan.handle
+        run.slot = await self._take_slot()
+        try:
+            async with contextlib.aclosing(self._generate(plan, run, start)) as tokens:
+                async for tok in tokens:
+                    yield tok
+        finally:
+            self._give_slot(run.slot)
+            run.slot = None
+
+    async def _generate(self, plan: Plan, run: _Run, start: int) -> AsyncGenerator[int, None]:
         del plan.output_ids[start:], plan.logprobs[start:], run.texts[start:]
         finished: str | None = None
         while finished is None:

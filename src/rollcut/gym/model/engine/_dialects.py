@@ -50,6 +50,7 @@ class Capabilities:
     streamed_ids: bool  # streams each generated token's id and log-prob
     counts_tokens: bool  # says per chunk how many tokens it generated (a dropped id is seen at once)
     tokenize_route: bool  # tokenizes and templates chat messages itself
+    slots: bool = False  # a request can be pinned to one of a fixed set of slots (and its prompt cache)
 
     @property
     def can_cut(self) -> bool:
@@ -78,9 +79,20 @@ class Dialect(Protocol):
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str: ...
 
     def request(
-        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        body: dict[str, Any],
+        grammar: str | None = None,
+        slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The generation request: ``grammar`` (GBNF) constrains what it may generate."""
+        """The generation request: ``grammar`` (GBNF) constrains what it may generate; ``slot`` pins it
+        to one of the engine's slots (with ``capabilities.slots``)."""
+        ...
+
+    async def slot_count(self, client: httpx.AsyncClient) -> int:
+        """How many requests the engine runs at once, each in a slot of its own (with
+        ``capabilities.slots``)."""
         ...
 
     def parse(self, chunk: dict[str, Any]) -> Piece: ...
@@ -90,6 +102,19 @@ STALE_RETRIES = 2
 """How often a request that met a kept-alive connection the engine had just closed is sent again.
 llama.cpp's server closes a kept-alive connection after a few requests or seconds; the request was
 never read, so sending it again on a new connection is safe (these routes only read)."""
+
+
+async def _get(client: httpx.AsyncClient, engine: str, path: str) -> Any:
+    try:
+        resp = await client.get(path)
+    except httpx.HTTPError as exc:
+        raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
+    if resp.status_code != 200:
+        raise EngineError(f"{path} answered {resp.status_code}", engine=engine, status=resp.status_code)
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise EngineError(f"{path} answered with no JSON", engine=engine) from exc
 
 
 async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict[str, Any]) -> Any:
@@ -136,7 +161,9 @@ class LlamaCpp:
     """llama.cpp's own server (``llama-server``): its native ``/completion`` route."""
 
     name = "llama.cpp"
-    capabilities = Capabilities(token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True)
+    capabilities = Capabilities(
+        token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True, slots=True
+    )
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model  # llama-server serves the one model it loaded: the name is not sent
@@ -156,8 +183,19 @@ class LlamaCpp:
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
         return str((await _post(client, self.name, "/detokenize", {"tokens": ids})).get("content") or "")
 
+    async def slot_count(self, client: httpx.AsyncClient) -> int:
+        total = (await _get(client, self.name, "/props")).get("total_slots")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise EngineError("/props gave no total_slots", engine=self.name)
+        return total
+
     def request(
-        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        body: dict[str, Any],
+        grammar: str | None = None,
+        slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": prompt,
@@ -172,6 +210,8 @@ class LlamaCpp:
             req["logit_bias"] = [[int(k), float(v)] for k, v in body["logit_bias"].items()]
         if grammar is not None:
             req["grammar"] = grammar
+        if slot is not None:  # the call's own slot: a continuation finds its prompt + prefix cached there
+            req["id_slot"] = slot
         return "/completion", req
 
     def parse(self, chunk: dict[str, Any]) -> Piece:
@@ -216,8 +256,16 @@ class VLLM:
         out = await _post(client, self.name, "/detokenize", self._with_model({"tokens": ids}))
         return str(out.get("prompt") or "")
 
+    async def slot_count(self, client: httpx.AsyncClient) -> int:
+        raise EngineError("vLLM has no slots: its prefix cache serves any request", engine=self.name)
+
     def request(
-        self, prompt: list[int], max_tokens: int, body: dict[str, Any], grammar: str | None = None
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        body: dict[str, Any],
+        grammar: str | None = None,
+        slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": prompt,

@@ -62,6 +62,15 @@ class Engine:
             eos = str(tiny.eos_id)
         self.no_eos: dict[str, int] = {eos: -100} if eos else {}
 
+    @classmethod
+    def running(cls, tmp: Path, url: str, *, dialect: str, model: str, eos: int) -> Engine:
+        """An engine started elsewhere (vLLM, shared by a module's tests): this wraps its URL."""
+        eng = cls.__new__(cls)
+        eng.dialect, eng.model, eng.cmd, eng.external_url = dialect, model, "", url
+        eng.server, eng.proc = None, None
+        eng.no_eos = {str(eos): -100}
+        return eng
+
     @property
     def url(self) -> str:
         return self.server.url if self.server is not None else self.external_url

@@ -281,3 +281,38 @@ async def test_a_constrained_generation_cut_mid_flight_continues_under_the_rest_
     async with httpx.AsyncClient(base_url=gemma.url, timeout=60) as eng:
         kept = (await eng.post("/detokenize", json={"tokens": prefix.output_ids})).json()["content"]
     assert msg["content"].startswith(kept) and len(story.lines) == 40
+
+
+_DEMO = [sys.executable, "-m", "rollcut", "demo", "--engine", "llama.cpp", "--model", "gemma-3-270m"]
+
+
+def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_baseline(
+    tmp_path: Path,
+) -> None:
+    """``rollcut demo --engine llama.cpp --model gemma-3-270m``: counter, blackjack and workplace
+    episodes of tool calls on the real model, every Gym process SIGKILLed mid-run, every row once,
+    nothing completed generated again by rollcut while restarting from input regenerates, and the
+    last-checkpoint way's interval named."""
+    home = tmp_path / "demo"
+    done = subprocess.run(
+        [*_DEMO, "--rollouts", "6", "--home", str(home), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["results_written"] == 6 and out["duplicate_results"] == 0 and out["crashes"] == 1
+    rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
+    assert len({r["rollout_id"] for r in rows}) == 6 == len(rows)
+    assert {r["env"] for r in rows} == {"counter", "blackjack", "workplace"}
+    # the tool calls were the model's, generated under the constraint and executed
+    calls = [i for r in rows for i in r["response"]["output"] if i.get("type") == "function_call"]
+    assert calls and all(json.loads(c["arguments"]) is not None for c in calls)
+    assert out["tool_calls"]["executed"] > 0
+    rollcut, restart = out["compared"]["rollcut"], out["compared"]["restart"]
+    assert rollcut["model_calls_regenerated"] == 0 and rollcut["tokens_regenerated"] == 0
+    assert restart["tokens_regenerated"] > 0
+    assert out["engine"]["dialect"] == "llama.cpp" and out["engine"]["cuts"] is True
+    base = out["baseline"]
+    assert base == out["compared"]["last_checkpoint"]["baseline"] and base["every_s"] >= 4.0 and base["why"]

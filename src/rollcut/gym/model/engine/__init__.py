@@ -18,6 +18,7 @@ from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
 from ._models import ENGINE_MODELS, EngineModel, engine_model_file, served_engine
 from ._tiny import TinyModel, write_tiny_gguf
+from ._vllm import VLLM_CPU, VllmServer, tiny_hf_model, vllm_python
 
 DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
 """The engines a backend speaks to, by the name ``--engine-dialect`` takes (entry point group
@@ -28,6 +29,7 @@ __all__ = [
     "ENGINE_MODELS",
     "LLAMA_CPP_SDIST",
     "VLLM",
+    "VLLM_CPU",
     "Capabilities",
     "Dialect",
     "EngineBackend",
@@ -38,11 +40,14 @@ __all__ = [
     "LlamaServer",
     "Piece",
     "TinyModel",
+    "VllmServer",
     "engine_backend",
     "engine_model_file",
     "llama_server_binary",
     "served_engine",
     "tiny_engine",
+    "tiny_hf_model",
+    "vllm_python",
     "write_tiny_gguf",
 ]
 

@@ -22,7 +22,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -132,6 +132,30 @@ def llama_server_binary(*, build: bool = True) -> Path:
     return dest
 
 
+def wait_healthy(
+    what: str,
+    proc: subprocess.Popen[bytes],
+    url: str,
+    log: Path,
+    timeout_s: float,
+    kill: Callable[[], None],
+    poll_s: float = 0.05,
+) -> None:
+    """Wait until an engine started as ``proc`` answers ``/health``; it exiting first, or not
+    answering in time (then ``kill``), is an :class:`EngineUnavailableError` with its log's tail."""
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-1500:]
+            raise EngineUnavailableError(f"{what} exited with {proc.returncode}:\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(poll_s)  # polling a child's readiness: it has no other way to say so
+    kill()
+    raise EngineUnavailableError(f"{what} not healthy within {timeout_s} s (log {log})")
+
+
 class LlamaServer:
     """``llama-server`` as a child process on a free loopback port, with a model file."""
 
@@ -160,17 +184,8 @@ class LlamaServer:
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        give_up = time.monotonic() + timeout_s
-        while time.monotonic() < give_up:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-1500:]
-                raise EngineUnavailableError(f"llama-server exited with {self.proc.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return self
-            time.sleep(0.05)  # polling a child's readiness: it has no other way to say so
-        self.kill()
-        raise EngineUnavailableError(f"llama-server not healthy within {timeout_s} s (log {self.log_path})")
+        wait_healthy("llama-server", self.proc, self.url, self.log_path, timeout_s, self.kill)
+        return self
 
     def _metric(self, name: str) -> float:
         for line in httpx.get(f"{self.url}/metrics", timeout=5.0).text.splitlines():

@@ -116,6 +116,11 @@ class Engine:
         """How many requests have decoded ``at_least`` tokens now (None when the engine does not say)."""
         return self.server.decoding(at_least) if self.server is not None else None
 
+    async def detokenize(self, ids: list[int]) -> str:
+        """The engine's own text of ``ids`` (its detokenize route, in its dialect)."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as client:
+            return await self.backend().dialect.detokenize(client, ids)
+
     def backend(self, **kw: Any) -> EngineBackend:
         return engine_backend(self.url, self.dialect, model=self.model, **kw)
 

@@ -86,9 +86,9 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
         k = cuts[0].token_boundary
         prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
         # the durable prefix is what the client was streamed before the cut, token for token
-        async with httpx.AsyncClient(base_url=engine.url) as eng:
-            said = (await eng.post("/detokenize", json={"tokens": prefix.output_ids})).json()["content"]
-        assert len(seen) >= k and "".join(seen[:k]) == said
+        said = await engine.detokenize(prefix.output_ids)
+        # (a chunk may carry several tokens' text: vLLM streams ahead in steps)
+        assert "".join(seen).startswith(said) and len(said) > 0
         assert len(prefix.logprobs) == k
 
         await until(engine.idle, timeout=30, what="the engine stopped the dead server's request")

@@ -32,7 +32,7 @@ _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 def demo_cmd(
     rollouts: Annotated[
         int | None,
-        typer.Option(help="Rollouts to collect (bundled tasks; default 64, 12 on a real model)."),
+        typer.Option(help="Rollouts to collect (bundled tasks; default 64, 8 on a real model)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
     no_crash: Annotated[
@@ -107,7 +107,7 @@ def demo_cmd(
         raise fail("--model names what llama.cpp's server runs: give --engine llama.cpp too")
     if baseline_every is not None and baseline_every <= 0:
         raise fail("--baseline-every takes a number of seconds above 0")
-    rollouts = rollouts or (64 if model == "tiny" else 12)
+    rollouts = rollouts or (64 if model == "tiny" else 8)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)

@@ -86,7 +86,21 @@ def write(out: Path) -> None:
     )
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
-    (out / "rollcut.json").write_text(json.dumps({"eos_id": 1, "vocab": len(vocab)}))
+    # the tokens of bytes 0x80-0xFF: a random model samples them alone, mid-character; a test that
+    # needs every streamed token to be a whole character bans them (as the tiny GGUF leaves them out)
+    non_ascii = sorted(vocab[_byte_char(b)] for b in range(0x80, 0x100))
+    (out / "rollcut.json").write_text(
+        json.dumps({"eos_id": 1, "vocab": len(vocab), "non_ascii_ids": non_ascii})
+    )
+
+
+def _byte_char(b: int) -> str:
+    """The character byte-level BPE writes byte ``b`` as: printable Latin-1 bytes stand for
+    themselves, the others are moved past U+0100 in order (GPT-2's convention)."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    if b in printable:
+        return chr(b)
+    return chr(0x100 + [x for x in range(256) if x not in printable].index(b))
 
 
 if __name__ == "__main__":

@@ -152,6 +152,7 @@ def _continued(home: Path) -> str:
     return next(r["rollout_id"] for r in rows if r["attempt"] == 2)
 
 
+@pytest.mark.timeout(900)  # four recoveries of one crash, one after the other
 def test_the_same_crash_at_several_checkpoint_intervals_is_one_curve_per_way_on_the_page(
     tmp_path: Path,
 ) -> None:

@@ -286,6 +286,7 @@ async def test_a_constrained_generation_cut_mid_flight_continues_under_the_rest_
 _DEMO = [sys.executable, "-m", "rollcut", "demo", "--engine", "llama.cpp", "--model", "gemma-3-270m"]
 
 
+@pytest.mark.timeout(1500)  # a real model on two shared cores: minutes, three recoveries after the crash
 def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_baseline(
     tmp_path: Path,
 ) -> None:
@@ -298,11 +299,12 @@ def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_ba
         [*_DEMO, "--rollouts", "6", "--home", str(home), "--json"],
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1400,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert out["results_written"] == 6 and out["duplicate_results"] == 0 and out["crashes"] == 1
+    assert out["recovery"]["continue"] >= 1  # mid-episode at the crash, continued from its cut
     rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
     assert len({r["rollout_id"] for r in rows}) == 6 == len(rows)
     assert {r["env"] for r in rows} == {"counter", "blackjack", "workplace"}

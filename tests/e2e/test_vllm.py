@@ -21,7 +21,8 @@ from rollcut.testing import ServerProcess
 from ..engine import Engine
 from . import test_engine as suite
 
-pytestmark = pytest.mark.slow
+# vLLM starts once per module and compiles for a minute or two on a cold start, inside the first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

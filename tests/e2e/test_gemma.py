@@ -296,17 +296,17 @@ def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_ba
     last-checkpoint way's interval named."""
     home = tmp_path / "demo"
     done = subprocess.run(
-        [*_DEMO, "--rollouts", "6", "--home", str(home), "--json"],
+        [*_DEMO, "--rollouts", "3", "--home", str(home), "--json"],
         capture_output=True,
         text=True,
         timeout=1400,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
-    assert out["results_written"] == 6 and out["duplicate_results"] == 0 and out["crashes"] == 1
+    assert out["results_written"] == 3 and out["duplicate_results"] == 0 and out["crashes"] == 1
     assert out["recovery"]["continue"] >= 1  # mid-episode at the crash, continued from its cut
     rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
-    assert len({r["rollout_id"] for r in rows}) == 6 == len(rows)
+    assert len({r["rollout_id"] for r in rows}) == 3 == len(rows)
     assert {r["env"] for r in rows} == {"counter", "blackjack", "workplace"}
     # the tool calls were the model's, generated under the constraint and executed
     calls = [i for r in rows for i in r["response"]["output"] if i.get("type") == "function_call"]

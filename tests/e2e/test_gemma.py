@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -283,6 +284,21 @@ async def test_a_constrained_generation_cut_mid_flight_continues_under_the_rest_
     assert msg["content"].startswith(kept) and len(story.lines) == 40
 
 
+def _run_whole(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a command in a session of its own; past ``timeout`` every process it started (the demo's
+    servers, its engine) is SIGKILLed with it, so a test that times out leaves nothing behind."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 _DEMO = [sys.executable, "-m", "rollcut", "demo", "--engine", "llama.cpp", "--model", "gemma-3-270m"]
 
 
@@ -295,12 +311,7 @@ def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_ba
     nothing completed generated again by rollcut while restarting from input regenerates, and the
     last-checkpoint way's interval named."""
     home = tmp_path / "demo"
-    done = subprocess.run(
-        [*_DEMO, "--rollouts", "3", "--home", str(home), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=1400,
-    )
+    done = _run_whole([*_DEMO, "--rollouts", "3", "--home", str(home), "--json"], timeout=1400)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     assert out["results_written"] == 3 and out["duplicate_results"] == 0 and out["crashes"] == 1

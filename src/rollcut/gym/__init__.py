@@ -2,24 +2,71 @@
 
 The wire protocol they speak (identity, error kinds, domain errors) is
 :mod:`rollcut.gym.wire`.
+
+Names load on first use (PEP 562): a process imports only what it serves, so a resources server
+or a collector does not pay for the model server's OpenAI types (about a second of CPU per
+process, and a test deployment starts ten processes).
 """
 
-from ._agents import AGENTS, SANDBOXES
-from ._environment import create_environment_app
-from ._options import (
-    AgentServe,
-    EnvironmentServe,
-    ModelServe,
-    ResourcesServe,
-    ServeOptions,
-    ServeSpec,
-    cli_argv,
-    decode_spec,
-    encode_spec,
-)
-from ._peers import FORWARDED_HEADER, Peers, owner_of
-from ._runners import Make, serve, serve_participant, serve_worker
-from ._serving import bind, run_servers, run_worker, say, serve_on
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._agents import AGENTS, SANDBOXES
+    from ._environment import create_environment_app
+    from ._options import (
+        AgentServe,
+        EnvironmentServe,
+        ModelServe,
+        ResourcesServe,
+        ServeOptions,
+        ServeSpec,
+        cli_argv,
+        decode_spec,
+        encode_spec,
+    )
+    from ._peers import FORWARDED_HEADER, Peers, owner_of
+    from ._runners import Make, serve, serve_participant, serve_worker
+    from ._serving import bind, run_servers, run_worker, say, serve_on
+
+_HOME = {
+    "AGENTS": "_agents",
+    "SANDBOXES": "_agents",
+    "Make": "_runners",
+    "create_environment_app": "_environment",
+    "AgentServe": "_options",
+    "EnvironmentServe": "_options",
+    "ModelServe": "_options",
+    "ResourcesServe": "_options",
+    "ServeOptions": "_options",
+    "ServeSpec": "_options",
+    "cli_argv": "_options",
+    "decode_spec": "_options",
+    "encode_spec": "_options",
+    "FORWARDED_HEADER": "_peers",
+    "Peers": "_peers",
+    "owner_of": "_peers",
+    "serve": "_runners",
+    "serve_participant": "_runners",
+    "serve_worker": "_runners",
+    "bind": "_serving",
+    "run_servers": "_serving",
+    "run_worker": "_serving",
+    "say": "_serving",
+    "serve_on": "_serving",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
 
 __all__ = [
     "AGENTS",

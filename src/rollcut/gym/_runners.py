@@ -28,8 +28,6 @@ from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on
-from .model import BACKENDS, ModelService, PolicyClock, create_app
-from .model.engine import DIALECTS, EngineBackend
 from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
@@ -85,6 +83,10 @@ async def serve_participant(
 
 
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
+    # imported here: only a model server pays for OpenAI's types (see the package's docstring)
+    from .model import BACKENDS, ModelService, PolicyClock, create_app
+    from .model.engine import EngineBackend
+
     backend = BACKENDS[opts.backend](opts)
     if isinstance(backend, EngineBackend):  # one worker alone pins its calls to the engine's slots
         backend.pin_slots = opts.workers <= 1
@@ -164,6 +166,9 @@ def check(opts: ServeSpec) -> None:
     if not opts.url:
         raise ConfigError(f"serve {opts.kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)")
     if isinstance(opts, ModelServe):
+        from .model import BACKENDS
+        from .model.engine import DIALECTS
+
         BACKENDS.check(opts.backend)
         if opts.backend == "engine":
             DIALECTS.check(opts.engine_dialect)

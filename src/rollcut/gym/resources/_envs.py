@@ -9,11 +9,19 @@ import re
 import sqlite3
 from typing import Any, ClassVar
 
-import gymnasium
 import msgspec
 
 from ...participants import CheckpointMode
 from ._env import Environment, ToolResult
+
+
+def _blackjack() -> Any:
+    """A fresh Blackjack-v1. gymnasium (and numpy under it) is imported here, by the one
+    environment that uses it, not by every server that lists the environments."""
+    import gymnasium
+
+    return gymnasium.make("Blackjack-v1").unwrapped
+
 
 __all__ = [
     "Blackjack",
@@ -92,7 +100,7 @@ class Blackjack(Environment):
         return {"hit": self._hit, "stand": self._stand, "look": self._look}
 
     def seed(self, args: dict[str, Any]) -> Any:
-        env = gymnasium.make("Blackjack-v1").unwrapped
+        env = _blackjack()
         env.reset(seed=int(args.get("seed", 0)))
         return {"env": env, "done": False, "reward": 0.0}
 
@@ -146,7 +154,7 @@ class Blackjack(Environment):
 
     def import_state(self, blob: bytes, codec_version: int) -> Any:
         d = json.loads(blob)
-        env: Any = gymnasium.make("Blackjack-v1").unwrapped
+        env: Any = _blackjack()
         env.reset(seed=0)
         env.player, env.dealer = list(d["player"]), list(d["dealer"])
         env.np_random.bit_generator.state = d["rng"]

@@ -1,0 +1,38 @@
+"""A process imports what it serves: a deployment starts about ten Python processes per test and
+per collection, and OpenAI's types (the model server's) or gymnasium and numpy (one environment's)
+cost each of them most of a second of CPU at start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("code", "absent"),
+    [
+        ("import rollcut.collect, rollcut.gym.wire", {"openai", "fastapi", "gymnasium"}),
+        (
+            "from rollcut.gym import serve, ResourcesServe; import rollcut.gym.resources",
+            {"openai", "gymnasium", "numpy"},
+        ),
+        ("import rollcut.gym.agent, rollcut.gym.opaque, rollcut.gym", {"openai"}),
+    ],
+)
+def test_a_server_that_does_not_need_them_does_not_import_them(code: str, absent: set[str]) -> None:
+    loaded = "set(m.split('.')[0] for m in sys.modules)"
+    probe = f"{code}; import sys; print(sorted(set({sorted(absent)!r}) & {loaded}))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_model_server_still_builds_its_bodies_with_openais_types() -> None:
+    probe = "import rollcut.gym.model, sys; print('openai.types.chat' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True"]

@@ -176,13 +176,13 @@ def test_bench_model_compares_custody_with_the_same_server_without_it() -> None:
 
 @pytest.mark.slow
 def test_bench_e2e_recovers_one_crash_three_ways() -> None:
-    out = json.loads(_run("bench", "e2e", "--rollouts", "12", "--json").stdout)
-    assert out["rollouts"] == 12
+    out = json.loads(_run("bench", "e2e", "--rollouts", "8", "--json").stdout)
+    assert out["rollouts"] == 8
     for way in ("rollcut", "last_checkpoint", "restart"):
         r = out[way]
         for key in ("model_calls_regenerated", "tokens_regenerated", "model_calls_generated", "wall_s"):
             assert key in r, (way, key)
-        assert r["results_written"] == 12 and r["duplicate_results"] == 0, (way, r)
+        assert r["results_written"] == 8 and r["duplicate_results"] == 0, (way, r)
     assert out["rollcut"]["model_calls_regenerated"] == 0 and out["rollcut"]["tokens_regenerated"] == 0
     # the same crash each way: every call rollcut kept, restarting from input generated again
     assert out["restart"]["model_calls_regenerated"] == out["rollcut"]["model_calls_kept"] > 0
@@ -203,11 +203,11 @@ def test_bench_relay_times_live_and_replayed_calls_against_direct_ones() -> None
 
 @pytest.mark.slow
 def test_bench_e2e_with_an_opaque_agent_replays_its_journal_and_restart_generates_it_again() -> None:
-    out = json.loads(_run("bench", "e2e", "--agent", "opaque", "--rollouts", "9", "--json").stdout)
+    out = json.loads(_run("bench", "e2e", "--agent", "opaque", "--rollouts", "6", "--json").stdout)
     assert out["agent"] == "opaque"
     replay, restart = out["rollcut"], out["restart"]
     for r in (replay, restart, out["last_checkpoint"]):
-        assert r["results_written"] == 9 and r["duplicate_results"] == 0, r
+        assert r["results_written"] == 6 and r["duplicate_results"] == 0, r
     # journal replay: every request the lineage completed answered from the journal, nothing again
     assert replay["recovery"]["continue"] > 0 and replay["exchanges_replayed"] > 0
     assert (replay["model_calls_regenerated"], replay["tool_calls_reexecuted"], replay["divergences"]) == (

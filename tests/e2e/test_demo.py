@@ -18,7 +18,7 @@ from ..browser import page
 pytestmark = pytest.mark.slow
 
 ROLLCUT = [sys.executable, "-m", "rollcut"]
-ROLLOUTS = 16
+ROLLOUTS = 10
 WIDE = {**os.environ, "COLUMNS": "220"}  # a table row on one line, as in a wide terminal
 
 

@@ -61,6 +61,7 @@ class Engine:
             self.server = LlamaServer(tiny.path, binary=binary, ctx=8 * 2048, slots=8, threads=1)
             eos = str(tiny.eos_id)
         self.no_eos: dict[str, int] = {eos: -100} if eos else {}
+        self.long = 600  # tokens a generation needs to outlast a checkpoint taken while it runs
 
     @classmethod
     def running(cls, tmp: Path, url: str, *, dialect: str, model: str, eos: int) -> Engine:
@@ -69,6 +70,7 @@ class Engine:
         eng.dialect, eng.model, eng.cmd, eng.external_url = dialect, model, "", url
         eng.server, eng.proc = None, None
         eng.no_eos = {str(eos): -100}
+        eng.long = 600
         return eng
 
     @property

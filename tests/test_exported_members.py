@@ -40,6 +40,8 @@ PACKAGES = [
     "rollcut.demo",
     "rollcut.testing",
     "rollcut.report",
+    "rollcut.integrations",
+    "rollcut.integrations.trl",
     "rollcut.bench",
     "rollcut.cli",
 ]

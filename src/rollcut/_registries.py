@@ -29,6 +29,7 @@ ENVIRONMENTS: Registry[Any] = Registry(
         "workplace_exported": f"{_ENVS}:WorkplaceExported",
         "math": f"{_ENVS}:MathVerifier",
         "judge": f"{_ENVS}:Judge",
+        "letters": f"{_ENVS}:Letters",
         "scratchpad": f"{_ENVS}:Scratchpad",
         "stateful_counter": "rollcut.gym.resources._stateful_counter:StatefulCounter",
     },

@@ -126,7 +126,7 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
     tokens_dir = tmp_path / "tokens"
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "the long one"}],
-        "max_tokens": 600,
+        "max_tokens": engine.long,
         "logit_bias": engine.no_eos,
     }
     srv = engine_model_server(nats_url, namespace, tokens_dir, engine, extra=("--policy-version", "1"))
@@ -162,7 +162,7 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
         assert msg["generation_log_probs"][:k] == prefix.logprobs
         assert msg["policy_segments"] == [
             {"version": 1, "start": 0, "end": k, "reprefilled": False},
-            {"version": 2, "start": k, "end": 600, "reprefilled": True},
+            {"version": 2, "start": k, "end": engine.long, "reprefilled": True},
         ]
         receipt = TokenReceipt(
             receipt_id=out["rollcut"]["receipt_id"],
@@ -170,7 +170,7 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
             digest=out["rollcut"]["receipt_digest"],
         )
         stored = await call_store(tokens, tokens.get, receipt)
-        assert stored.versions() == [1] * k + [2] * (600 - k)
+        assert stored.versions() == [1] * k + [2] * (engine.long - k)
 
 
 async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint_and_all_finish(

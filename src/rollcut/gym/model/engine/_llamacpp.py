@@ -160,9 +160,17 @@ class LlamaServer:
     """``llama-server`` as a child process on a free loopback port, with a model file."""
 
     def __init__(
-        self, model: Path, *, binary: Path | None = None, ctx: int = 8192, slots: int = 4, threads: int = 1
+        self,
+        model: Path,
+        *,
+        binary: Path | None = None,
+        ctx: int = 8192,
+        slots: int = 4,
+        threads: int = 1,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.binary = binary or llama_server_binary()
+        self.extra = extra  # more of llama-server's options (a trainer's policy: a float32 KV cache)
         self.model, self.ctx, self.slots, self.threads = model, ctx, slots, threads
         self.port = 0
         self.eos_id: int | None = None  # the model's end token, when the caller knows it
@@ -180,7 +188,7 @@ class LlamaServer:
             str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "-c", str(self.ctx), "-np", str(self.slots), "-t", str(self.threads), "-tb", str(self.threads),
             "--poll", "0",  # sleep between batches, not spin: the CPU is shared with the servers it serves
-            "--metrics", "--no-webui",
+            "--metrics", "--no-webui", *self.extra,
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -86,6 +86,8 @@ def main() -> int:
                 "versions": sorted({v for span in s.versions for v in span}),
                 "logprob_max_abs_delta": s.logprobs["max_abs_delta"] if s.logprobs else None,
                 "logprob_mean_abs_delta": s.logprobs["mean_abs_delta"] if s.logprobs else None,
+                "recovered": {k: v for k, v in s.recovery.items() if v},
+                "checkpoints": s.checkpoints_published,
             }
             for s in rollout.steps
         ]

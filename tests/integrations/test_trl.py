@@ -32,6 +32,17 @@ def test_the_rotary_reordering_of_a_projection_round_trips() -> None:
     assert np.array_equal(from_gguf_layout(there, n_head=2), w)
 
 
+def test_a_policy_manifest_of_schema_1_still_reads() -> None:
+    import msgspec
+
+    from rollcut.integrations.trl import PolicyManifest
+
+    old = b'{"version":3,"gguf_sha256":"ab","schema":1}'  # as the first release writes it
+    assert msgspec.json.decode(old, type=PolicyManifest) == PolicyManifest(3, "ab")
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"version":3,"gguf_sha256":"ab","schema":1,"x":0}', type=PolicyManifest)
+
+
 def _turn(n: int, prompt: list[int], gen: list[int]) -> Turn:
     return Turn("r", 1, n, 1.0, prompt, gen, [-0.5] * len(gen), [n] * len(gen))
 

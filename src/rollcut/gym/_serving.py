@@ -40,9 +40,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+KEEP_ALIVE_S = 75
+"""How long a server keeps an idle connection. uvicorn's default, 5 s, is httpx's default idle
+expiry too: a client that reused a connection just as the server closed it got a reset (an
+agent's model call failed this way between two training steps, and a rollout had to be
+recovered). Longer on the server than any client keeps an idle connection, the client always
+lets go first, as behind a load balancer."""
+
+
 async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> None:
     """Serve on ``sockets`` until stopped; print ``READY <instance> pid=<pid>`` once accepting."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)
+    server = uvicorn.Server(config)
     serving = asyncio.ensure_future(server.serve(sockets=sockets))
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.01)

@@ -8,6 +8,7 @@ from ._local import LocalLoop, local_loop
 from ._policy import (
     POLICY_SHAPE,
     PolicyFiles,
+    PolicyManifest,
     from_gguf_layout,
     load_policy,
     new_policy,
@@ -33,6 +34,7 @@ __all__ = [
     "LogprobCheck",
     "LogprobMismatchError",
     "PolicyFiles",
+    "PolicyManifest",
     "RolloutFunction",
     "SequenceError",
     "StepRecord",

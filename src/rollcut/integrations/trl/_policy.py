@@ -22,10 +22,11 @@ Everything is float32: a quantized GGUF would make the agreement a matter of tol
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ...gym.model.engine import LlamaShape, Vocabulary, tiny_vocabulary, tiny_weights, write_llama_gguf
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "POLICY_SHAPE",
     "PolicyFiles",
+    "PolicyManifest",
     "from_gguf_layout",
     "load_policy",
     "new_policy",
@@ -58,6 +60,14 @@ _HF = {  # GGUF tensor name (per block) -> Hugging Face's
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+
+
+class PolicyManifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``rollcut-policy.json`` in a version's Hugging Face directory: which engine file it is."""
+
+    version: int
+    gguf_sha256: str
+    schema: int = 1
 
 
 @dataclass(frozen=True)
@@ -190,7 +200,7 @@ def write_policy(
     )
     tmp.replace(gguf)
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    (hf_dir / "rollcut-policy.json").write_text(json.dumps({"version": version, "gguf_sha256": digest}))
+    (hf_dir / "rollcut-policy.json").write_bytes(msgspec.json.encode(PolicyManifest(version, digest)))
     return PolicyFiles(version, hf_dir, gguf, digest)
 
 

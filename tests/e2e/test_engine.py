@@ -57,9 +57,10 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
 ) -> None:
     tokens_dir = tmp_path / "tokens"
     short = {"messages": [{"role": "user", "content": "the tool"}], "max_tokens": 30}
+    n = max(1500, engine.long)  # long enough to be running when the checkpoint cuts it
     long: dict[str, Any] = {
         "messages": [{"role": "user", "content": "the agent, at length"}],
-        "max_tokens": 1500,
+        "max_tokens": n,
         "logit_bias": engine.no_eos,
     }
     srv = engine_model_server(nats_url, namespace, tokens_dir, engine)
@@ -82,7 +83,7 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             async for s in log.read(rollout_id="r1", up_to=res.record.cut)
             if isinstance(s.event, ModelCallPrefixCut)
         ]
-        assert len(cuts) == 1 and 30 <= cuts[0].token_boundary < 1500
+        assert len(cuts) == 1 and 30 <= cuts[0].token_boundary < n
         k = cuts[0].token_boundary
         prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
         # the durable prefix is what the client was streamed before the cut, token for token
@@ -109,10 +110,10 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             generated = engine.tokens_predicted() - before
         ids = out["choices"][0]["message"]["generation_token_ids"]
         assert out["rollcut"]["continued_from"] == k
-        assert ids[:k] == prefix.output_ids and len(ids) == 1500
+        assert ids[:k] == prefix.output_ids and len(ids) == n
         assert out["choices"][0]["message"]["generation_log_probs"][:k] == prefix.logprobs
-        assert len(out["choices"][0]["message"]["generation_log_probs"]) == 1500
-        assert generated == 1500 - k  # the engine generated only the rest
+        assert len(out["choices"][0]["message"]["generation_log_probs"]) == n
+        assert generated == n - k  # the engine generated only the rest
         kinds = [type(s.event) async for s in log.read(rollout_id="r1", attempt=2)]
         assert ModelCallReused in kinds and ModelCallContinued in kinds
 
@@ -138,14 +139,17 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
             call = asyncio.ensure_future(_stream(client, body, _headers("v1", 1), seen))
             await until(lambda: len(seen) >= 20, timeout=30, what="20 tokens streamed")
             res = await Coordinator(log, led, tokens).checkpoint(deadline_s=10)
+            ended = call.done()  # a generation that ended before the checkpoint has nothing to cut
             srv.kill()
             with contextlib.suppress(httpx.HTTPError):
                 await call
-        (cut,) = [
+        cuts = [
             s.event
             async for s in log.read(rollout_id="v1", up_to=res.record.cut)
             if isinstance(s.event, ModelCallPrefixCut)
         ]
+        assert len(cuts) == 1, f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}"
+        cut = cuts[0]
         prefix = await call_store(tokens, tokens.get, cut.receipt)
         assert [(s.version, s.start, s.end) for s in prefix.spans()] == [(1, 0, cut.token_boundary)]
         await until(engine.idle, timeout=30, what="the engine stopped the dead server's request")

@@ -120,3 +120,26 @@ def test_grpo_trains_on_rollcuts_rows_with_each_step_generated_by_the_version_be
     )  # the trainer's v0 is not the engine's
     with pytest.raises(LogprobMismatchError, match="step 0, rollout "):
         LogprobCheck(home / "policy").check(0, rids, seqs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_same_run() -> None:
+    argv = ["bench", "train", "--steps", "2", "--repeat", "1", "--generations", "4", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "rollcut", *argv],
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert (out["steps"], out["repeat"], out["rollouts_consumed"], out["rollouts_consumed_twice"]) == (
+        2,
+        1,
+        8,
+        0,
+    )
+    for way in ("trl_tokens_per_s", "rollcut_tokens_per_s", "vs_trl"):
+        assert 0 < out[way]["min"] <= out[way]["median"] <= out[way]["max"], way
+    assert out["logprob_max_abs_delta"] < 1e-3

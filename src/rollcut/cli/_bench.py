@@ -255,6 +255,21 @@ def bench_workers_cmd(
     _measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)
 
 
+@bench_app.command("train")
+def bench_train_cmd(
+    steps: Annotated[int, typer.Option(help="Optimizer steps per run.")] = 8,
+    repeat: Annotated[
+        int, typer.Option(help="Paired runs (TRL's path, rollcut's); the spread is over them.")
+    ] = 3,
+    generations: Annotated[int, typer.Option(help="Completions per prompt (a GRPO group) and per step.")] = 8,
+    as_json: JsonOpt = False,
+) -> None:
+    """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
+    (needs the ``trl`` extra and the engine)."""
+    status = f"training {steps} steps each way, {repeat} times"
+    _measure("bench_train", status, as_json, steps=steps, repeat=repeat, generations=generations)
+
+
 @bench_app.command("soak")
 def bench_soak_cmd(
     rollouts: Annotated[int, typer.Option(help="Rollouts to collect.")] = 10_000,

@@ -23,10 +23,12 @@ from ._rollout import (
     reward_from_rollcut,
     sequence_of,
 )
+from ._run import LETTERS_PROMPT, train_letters
 from ._sync import ENGINE_FLAGS, EngineSync, LogprobCheck, LogprobMismatchError, policy_engine
 
 __all__ = [
     "ENGINE_FLAGS",
+    "LETTERS_PROMPT",
     "POLICY_SHAPE",
     "Deployment",
     "EngineSync",
@@ -46,5 +48,6 @@ __all__ = [
     "reward_from_rollcut",
     "sequence_of",
     "to_gguf_layout",
+    "train_letters",
     "write_policy",
 ]

@@ -1,0 +1,131 @@
+"""A whole GRPO run on the ``letters`` task: through rollcut, or through TRL's own generation path.
+
+One function for the example (``examples/trl_grpo.py``) and the benchmark (``rollcut bench
+train``), so the two paths the benchmark compares differ only in where completions come from:
+rollcut's rollouts (a checkpointed collection through the bus, the agent, the model server and
+llama.cpp, the weights served as the next version after each step, every token's log-prob
+checked), or TRL generating in the trainer with ``transformers``. Same policy, same config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LETTERS_PROMPT", "train_letters"]
+
+LETTERS_PROMPT = "Write the letter e, many times."
+"""The prompt of every ``letters`` task here; the reward is the share of the answer's ``e``."""
+
+
+def _config(root: Path, steps: int, generations: int, lr: float) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(root / "trainer"),
+        use_cpu=True,
+        per_device_train_batch_size=generations,
+        num_generations=generations,
+        max_completion_length=16,
+        max_steps=steps,
+        learning_rate=lr,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        temperature=1.0,
+        disable_tqdm=True,
+    )
+
+
+def _letters_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """TRL's path: the same reward as the ``letters`` environment's, computed in the trainer."""
+    from ...gym.resources import Letters
+
+    env = Letters()
+    return [env.verify(None, {"chars": "e", "answer": str(c)})["reward"] for c in completions]
+
+
+def train_letters(
+    root: Path, *, steps: int, generations: int = 8, lr: float = 5e-4, through_rollcut: bool = True
+) -> dict[str, Any]:
+    """Train for ``steps`` optimizer steps under ``root``; the run's figures as a dict."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from ._local import local_loop
+    from ._policy import new_policy
+    from ._rollout import RolloutFunction, reward_from_rollcut
+    from ._sync import EngineSync, LogprobCheck
+
+    data = Dataset.from_dict({"prompt": [LETTERS_PROMPT] * max(64, steps * generations)})
+    config = _config(root, steps, generations, lr)
+    if not through_rollcut:
+        model, tokenizer = new_policy(seed=0)
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=[_letters_reward],
+            args=config,
+            train_dataset=data,
+        )
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs: stdout is the caller's
+            trainer.train()
+        return _figures(trainer, time.perf_counter() - t0)
+    with local_loop(root) as loop:
+        rollout = RolloutFunction(
+            loop.deployment,
+            task_of=lambda prompt: {"env": "letters", "seed": {}, "verify": {"chars": "e"}},
+            params={"max_output_tokens": 16, "temperature": 1.0},
+            check=LogprobCheck(loop.policy_dir),
+        )
+        trainer = GRPOTrainer(
+            model=loop.model,
+            processing_class=loop.tokenizer,
+            reward_funcs=[reward_from_rollcut],
+            args=config,
+            train_dataset=data,
+            rollout_func=rollout,
+            callbacks=[EngineSync(loop.engine, loop.tokenizer, loop.policy_dir, loop.version_file)],
+        )
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):
+            trainer.train()
+        out = _figures(trainer, time.perf_counter() - t0)
+    consumed = [rid for s in rollout.steps for rid in s.rollout_ids]
+    per_step: list[dict[str, Any]] = [
+        {
+            "step": s.step,
+            "rollouts": len(s.rollout_ids),
+            "reward_mean": round(sum(s.rewards) / len(s.rewards), 4),
+            "versions": sorted({v for span in s.versions for v in span}),
+            "logprob_max_abs_delta": s.logprobs["max_abs_delta"] if s.logprobs else None,
+            "logprob_mean_abs_delta": s.logprobs["mean_abs_delta"] if s.logprobs else None,
+            "recovered": {k: v for k, v in s.recovery.items() if v},
+            "checkpoints": s.checkpoints_published,
+        }
+        for s in rollout.steps
+    ]
+    return {
+        **out,
+        "rollouts_consumed": len(consumed),
+        "rollouts_consumed_twice": len(consumed) - len(set(consumed)),
+        "logprob_max_abs_delta": max((s["logprob_max_abs_delta"] or 0.0) for s in per_step),
+        "per_step": per_step,
+    }
+
+
+def _figures(trainer: Any, seconds: float) -> dict[str, Any]:
+    tokens = int(trainer.state.num_input_tokens_seen)
+    return {
+        "steps": int(trainer.state.global_step),
+        "train_seconds": round(seconds, 3),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+    }

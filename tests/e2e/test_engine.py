@@ -84,7 +84,10 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             async for s in log.read(rollout_id="r1", up_to=res.record.cut)
             if isinstance(s.event, ModelCallPrefixCut)
         ]
-        assert len(cuts) == 1, f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}"
+        assert len(cuts) == 1, (
+            f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}; "
+            f"participants {sorted(res.record.participants)}"
+        )
         assert 30 <= cuts[0].token_boundary < n
         k = cuts[0].token_boundary
         prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
@@ -150,7 +153,10 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
             async for s in log.read(rollout_id="v1", up_to=res.record.cut)
             if isinstance(s.event, ModelCallPrefixCut)
         ]
-        assert len(cuts) == 1, f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}"
+        assert len(cuts) == 1, (
+            f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}; "
+            f"participants {sorted(res.record.participants)}"
+        )
         cut = cuts[0]
         prefix = await call_store(tokens, tokens.get, cut.receipt)
         assert [(s.version, s.start, s.end) for s in prefix.spans()] == [(1, 0, cut.token_boundary)]

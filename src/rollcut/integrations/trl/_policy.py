@@ -134,21 +134,26 @@ def _tokenizer(vocab: Vocabulary) -> PreTrainedTokenizerFast:
     return fast
 
 
+def _pairs(shape: LlamaShape) -> list[tuple[str, str, bool]]:
+    """Every tensor as (GGUF name, Hugging Face name, whether its rows are in rotary layout)."""
+    pairs = [
+        ("token_embd.weight", "model.embed_tokens.weight", False),
+        ("output_norm.weight", "model.norm.weight", False),
+        ("output.weight", "lm_head.weight", False),
+    ]
+    for i in range(shape.n_layer):
+        for g, h in _HF.items():
+            pairs.append((f"blk.{i}.{g}.weight", f"model.layers.{i}.{h}.weight", g in ("attn_q", "attn_k")))
+    return pairs
+
+
 def _hf_state(tensors: dict[str, Any], shape: LlamaShape) -> dict[str, torch.Tensor]:
     import torch
 
-    state = {
-        "model.embed_tokens.weight": tensors["token_embd.weight"],
-        "model.norm.weight": tensors["output_norm.weight"],
-        "lm_head.weight": tensors["output.weight"],
+    return {
+        h: torch.from_numpy((from_gguf_layout(tensors[g], shape.n_head) if rotary else tensors[g]).copy())
+        for g, h, rotary in _pairs(shape)
     }
-    for i in range(shape.n_layer):
-        for g, h in _HF.items():
-            w = tensors[f"blk.{i}.{g}.weight"]
-            if g in ("attn_q", "attn_k"):
-                w = from_gguf_layout(w, shape.n_head)
-            state[f"model.layers.{i}.{h}.weight"] = w
-    return {k: torch.from_numpy(v.copy()) for k, v in state.items()}
 
 
 def _gguf_tensors(model: LlamaForCausalLM, shape: LlamaShape) -> dict[str, Any]:
@@ -156,18 +161,12 @@ def _gguf_tensors(model: LlamaForCausalLM, shape: LlamaShape) -> dict[str, Any]:
     import torch
 
     state = {k: v.detach().to("cpu").to(torch.float32).numpy() for k, v in model.state_dict().items()}
-    out: dict[str, Any] = {
-        "token_embd.weight": state["model.embed_tokens.weight"],
-        "output_norm.weight": state["model.norm.weight"],
-        "output.weight": state["lm_head.weight"],
+    return {
+        g: np.ascontiguousarray(
+            to_gguf_layout(state[h], shape.n_head) if rotary else state[h], dtype=np.float32
+        )
+        for g, h, rotary in _pairs(shape)
     }
-    for i in range(shape.n_layer):
-        for g, h in _HF.items():
-            w = state[f"model.layers.{i}.{h}.weight"]
-            if g in ("attn_q", "attn_k"):
-                w = to_gguf_layout(w, shape.n_head)
-            out[f"blk.{i}.{g}.weight"] = np.ascontiguousarray(w, dtype=np.float32)
-    return out
 
 
 def new_policy(
@@ -199,7 +198,8 @@ def write_policy(
         tmp, tiny_vocabulary(), shape, _gguf_tensors(model, shape), name=f"rollcut-policy-v{version}"
     )
     tmp.replace(gguf)
-    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    with gguf.open("rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
     (hf_dir / "rollcut-policy.json").write_bytes(msgspec.json.encode(PolicyManifest(version, digest)))
     return PolicyFiles(version, hf_dir, gguf, digest)
 

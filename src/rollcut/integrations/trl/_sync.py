@@ -110,26 +110,32 @@ class LogprobCheck:
     def check(self, step: int, rollout_ids: list[str], sequences: list[Sequence]) -> dict[str, float]:
         import torch
 
+        versions = sorted({v for seq in sequences for v in seq.versions if v >= 0})
+        for old in set(self._models) - set(versions):  # one model per version in use, not per version ever
+            del self._models[old]
         deltas: list[float] = []
         for rid, seq in zip(rollout_ids, sequences, strict=True):
             ids = torch.tensor([seq.prompt_ids + seq.completion_ids])
+            start = len(seq.prompt_ids)
+            tokens = torch.tensor(seq.completion_ids)
+            engine = torch.tensor(seq.logprobs, dtype=torch.float64)
+            made_by = torch.tensor(seq.versions)
             for version in sorted({v for v in seq.versions if v >= 0}):
                 with torch.no_grad():
                     logp = torch.log_softmax(self._model(version)(ids).logits[0].float(), dim=-1)
-                start = len(seq.prompt_ids)
-                for i, (tok, lp, v) in enumerate(
-                    zip(seq.completion_ids, seq.logprobs, seq.versions, strict=True)
-                ):
-                    if v == version:
-                        d = abs(float(logp[start + i - 1, tok]) - lp)
-                        deltas.append(d)
-                        if d > self.bound:
-                            raise LogprobMismatchError(
-                                f"step {step}, rollout {rid}: token {i} (version {version}) log-prob "
-                                f"{lp:.6f} from the engine, {float(logp[start + i - 1, tok]):.6f} from the "
-                                f"policy's weights (|Δ| {d:.2e} > {self.bound:.0e})",
-                                rollout_id=rid,
-                            )
+                # position p predicts token p + 1: the completion's tokens, gathered in one step
+                mine = logp[start - 1 : start - 1 + len(tokens)].gather(1, tokens[:, None])[:, 0].double()
+                diff = (mine - engine).abs()[made_by == version]
+                deltas += diff.tolist()
+                if diff.numel() and float(diff.max()) > self.bound:
+                    i = int(torch.nonzero(made_by == version)[int(diff.argmax())])
+                    d = float(diff.max())
+                    raise LogprobMismatchError(
+                        f"step {step}, rollout {rid}: token {i} (version {version}) log-prob "
+                        f"{seq.logprobs[i]:.6f} from the engine, {float(mine[i]):.6f} from the "
+                        f"policy's weights (|Δ| {d:.2e} > {self.bound:.0e})",
+                        rollout_id=rid,
+                    )
         out = {
             "step": float(step),
             "tokens": float(len(deltas)),

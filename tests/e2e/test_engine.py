@@ -74,7 +74,7 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             call = asyncio.ensure_future(_stream(client, long, _headers("r1", 1), seen))
 
             await until(lambda: len(seen) >= 30, timeout=30, what="30 tokens streamed to the client")
-            res = await coord.checkpoint(deadline_s=10)
+            res = await coord.checkpoint(deadline_s=10, expect=set(srv.instances))
             ended = call.done()  # a generation that ended before the checkpoint has nothing to cut
             srv.kill()  # SIGKILL the model server; the engine lives on
             with contextlib.suppress(httpx.HTTPError):  # the stream broke with its server
@@ -143,7 +143,7 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
         async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
             call = asyncio.ensure_future(_stream(client, body, _headers("v1", 1), seen))
             await until(lambda: len(seen) >= 20, timeout=30, what="20 tokens streamed")
-            res = await Coordinator(log, led, tokens).checkpoint(deadline_s=10)
+            res = await Coordinator(log, led, tokens).checkpoint(deadline_s=10, expect=set(srv.instances))
             ended = call.done()  # a generation that ended before the checkpoint has nothing to cut
             srv.kill()
             with contextlib.suppress(httpx.HTTPError):
@@ -216,7 +216,7 @@ async def test_eight_engine_calls_on_two_model_workers_are_cut_in_one_checkpoint
                 return decoding == 8 if decoding is not None else engine.tokens_predicted() - before >= 160
 
             await until(under_way, timeout=30, what="the eight generations under way")
-            res = await coord.checkpoint(deadline_s=10)
+            res = await coord.checkpoint(deadline_s=10, expect=set(srv.instances))
             outs = {r: (await c).json() for r, c in zip(rollouts, calls, strict=True)}
         assert {"model-w0", "model-w1"} <= set(res.record.participants)
         cut_calls = 0

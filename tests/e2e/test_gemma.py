@@ -247,7 +247,7 @@ async def test_a_constrained_generation_cut_mid_flight_continues_under_the_rest_
         async with httpx.AsyncClient(base_url=srv.url, timeout=120) as client:
             call = asyncio.ensure_future(_stream(client, body, headers, seen))
             await until(lambda: len(seen) >= 12, timeout=60, what="12 tokens of the value streamed")
-            res = await coord.checkpoint(deadline_s=10)
+            res = await coord.checkpoint(deadline_s=10, expect=set(srv.instances))
             srv.kill()
             with contextlib.suppress(httpx.HTTPError):
                 await call

@@ -5,6 +5,7 @@ And membership without waiting: a discovery round ends once every known member a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -154,3 +155,22 @@ async def test_the_validator_keeps_up_in_the_background_and_never_passes_a_cut(
         assert ledger.latest_checkpoint() == ck.record
     finally:
         await v.stop()
+
+
+async def test_an_expected_participant_that_answers_late_is_waited_for_and_one_never_heard_fails(
+    participants: Any, coordinator: Coordinator
+) -> None:
+    """A fresh coordinator knows nobody: a participant slower than the discovery timeout (a model
+    server under load) would be left out of the checkpoint, and its in-flight calls not cut. One the
+    caller expects is waited for, as a short group's workers are."""
+    m = coordinator.membership
+    assert await coordinator.discover() == []  # nobody there: the round ends at its timeout
+    round_ = asyncio.ensure_future(m.discover(expect=frozenset({"model-0"})))
+    await until(lambda: bool(m._round), timeout=5, what="the ping sent")
+    # slower than the discovery timeout: the scenario under test, not a synchronisation
+    await asyncio.sleep(m.timeout_s * 2)
+    await participants("model-0", "event_sourced", component="model")
+    assert [i.instance for i in await round_] == ["model-0"]
+    with pytest.raises(CheckpointFailedError, match="missing participant instances: ghost-0"):
+        await coordinator.checkpoint(deadline_s=10, expect={"ghost-0"})
+    assert [i.instance for i in await coordinator.discover()] == ["model-0"]

@@ -235,7 +235,7 @@ class Coordinator:
         resumed: list[str] | None = None  # set once the participants are released
         try:
             with timer.phase("discover"):
-                found = await self.discover()
+                found = await self.membership.discover(expect=frozenset(expect or ()))
                 self.check_membership(found, expect or set())
             paused_at = time.perf_counter()
             replies = await self._prepare(timer, found, cid, deadline)

@@ -113,18 +113,24 @@ class Membership:
         if got is None:
             return
         round_id, info = got
-        if round_id and round_id == self._round and self._on_answer is not None:
+        if self._on_answer is not None and round_id in (self._round, ""):
+            # an announcement during a round is an answer too: the participant started after the
+            # ping went out, and it is live and listening for control now
             self._on_answer(info)
         elif not round_id and len(self.known) < _MAX_KNOWN:
             self.known.add(info.instance)
 
-    async def discover(self, *, timeout: float | None = None) -> list[InstanceInfo]:
-        """Every live participant instance: the answers to one ping."""
+    async def discover(
+        self, *, timeout: float | None = None, expect: frozenset[str] = frozenset()
+    ) -> list[InstanceInfo]:
+        """Every live participant instance: the answers to one ping. The ``expect``ed instances are
+        waited for as a short group's workers are (a fresh coordinator knows nobody yet, and a busy
+        participant answers late); one still missing after that is for the caller to refuse."""
         await self.listen()
         nc = self.log.nc
         got: list[InstanceInfo] = []
         answered: set[str] = set()
-        want = set(self.known)
+        want = set(self.known) | expect
         news = asyncio.Event()
         last_at = [0.0]
 
@@ -141,7 +147,7 @@ class Membership:
             await asyncio.shield(nc.flush())  # nats-py: a cancelled flush kills its read loop
             start, base = time.monotonic(), (timeout if timeout is not None else self.timeout_s)
             while True:
-                complete = _groups_complete(got)
+                complete = _groups_complete(got) and expect <= answered
                 # a group short of a worker is listened to longer: under load (dozens of processes
                 # on two cores, measured in the scale test) a live worker's answer can take > 0.5 s
                 left = start + (base if complete else max(base, self.short_s)) - time.monotonic()

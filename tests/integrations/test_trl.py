@@ -8,9 +8,11 @@ are not the engine's caught by the same check.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +43,23 @@ def test_a_policy_manifest_of_schema_1_still_reads() -> None:
     assert msgspec.json.decode(old, type=PolicyManifest) == PolicyManifest(3, "ab")
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(b'{"version":3,"gguf_sha256":"ab","schema":1,"x":0}', type=PolicyManifest)
+
+
+def test_a_global_checkpoint_record_of_schema_1_still_reads(tmp_path: Path) -> None:
+    import msgspec
+
+    from rollcut.integrations.trl import GlobalCheckpoint, publish_global
+
+    old = (  # as the first release writes it
+        b'{"step":2,"trainer_checkpoint":"trainer/checkpoint-2","trainer_digest":"aa",'
+        b'"rollcut_checkpoint_id":"ck-1","token_snapshot_id":"snap-ck-1","token_snapshot_digest":"bb",'
+        b'"policy_version":2,"policy_gguf_sha256":"cc","consumed":["10000-0"],"epoch":0,"ts":1.5,"schema":1}'
+    )
+    rec = msgspec.json.decode(old, type=GlobalCheckpoint)
+    assert (rec.step, rec.consumed, rec.schema) == (2, ["10000-0"], 1)
+    path = publish_global(tmp_path, rec)
+    assert msgspec.json.decode(path.read_bytes(), type=GlobalCheckpoint) == rec
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
 
 
 def _turn(n: int, prompt: list[int], gen: list[int]) -> Turn:
@@ -88,6 +107,9 @@ def test_grpo_trains_on_rollcuts_rows_with_each_step_generated_by_the_version_be
     )
     assert [s["versions"] for s in out["per_step"]] == [[k] for k in range(steps)]
     assert 0 < out["logprob_max_abs_delta"] < 1e-3
+    # the hand-off as the global records tell it: optimizer step k+1 trained on step k's rollouts
+    assert out["consumed"] == _derived(steps, 4)
+    assert out["resumed_from"] is None and out["model_calls_regenerated"] == 0
 
     # each step's rows: its own rollouts, once each, every token of the version the engine then served
     seen: set[str] = set()
@@ -120,6 +142,87 @@ def test_grpo_trains_on_rollcuts_rows_with_each_step_generated_by_the_version_be
     )  # the trainer's v0 is not the engine's
     with pytest.raises(LogprobMismatchError, match="step 0, rollout "):
         LogprobCheck(home / "policy").check(0, rids, seqs)
+
+
+def _derived(steps: int, generations: int, epoch: int = 0, first: int = 0) -> list[list[object]]:
+    """What a crash-free run consumes: each step's rollout ids follow from the step and position."""
+    return [
+        [k + 1, [f"{epoch * 10**9 + k * 10_000 + p}-0" for p in range(generations)]]
+        for k in range(first, steps)
+    ]
+
+
+def _example(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(EXAMPLE), "--steps", "3", "--generations", "4", "--concurrency", "2"]
+    return subprocess.run(
+        [*argv, "--home", str(home), "--json", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def _alive_under(home: Path) -> list[str]:
+    """Processes whose command line names the run's home (the trainer, servers, engine, NATS)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and str(home).encode() in (proc / "cmdline").read_bytes():
+                out.append(proc.name)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_sigkilled_mid_step_resumes_from_its_global_checkpoint_and_consumes_each_rollout_once(
+    tmp_path: Path,
+) -> None:
+    """The trainer and every process of the loop SIGKILLed in the middle of step 1's collection (a
+    row written, others generating); run again, it resumes from the global checkpoint of step 1:
+    the rows written are kept, nothing completed is generated again, and the hand-off equals a
+    crash-free run's. Then a newest record whose trainer half is corrupt is passed over for the
+    one before it, and the run resumed from there collects in a new epoch."""
+    home = tmp_path / "run"
+    crashed = _example(home, "--crash-at-step", "1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    crash = json.loads((home / "crash.json").read_text())
+    assert crash["step"] == 1 and 0 < crash["rows_written"] < crash["of"] == 4 and crash["running"] > 0
+    assert _alive_under(home) == []  # every process of the loop went with it
+
+    done = _example(home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["resumed_from"]["record"]["step"] == 1 and out["resumed_from"]["passed_over"] == []
+    assert out["consumed"] == _derived(3, 4) and out["rollouts_consumed_twice"] == 0
+    assert out["model_calls_regenerated"] == 0  # completed before the crash: served, not generated
+    first = out["per_step"][0]
+    assert first["step"] == 1 and first["recovered"]["completed"] == crash["rows_written"]
+    assert sum(first["recovered"].values()) == 4
+    assert out["logprob_max_abs_delta"] < 1e-3
+
+    # the newest record's trainer half corrupted, and a record that is not one at all: both passed over
+    from rollcut.integrations.trl import restorable
+    from rollcut.ledger import Ledger
+    from rollcut.tokens import LocalTokenStore
+
+    weights = home / "trainer" / "checkpoint-3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    (home / "global" / "step-000004.json").write_text("{not json")
+    with Ledger(home / "ledger") as led, LocalTokenStore(home / "tokens") as tok:
+        point = restorable(home, led, tok)
+    assert point.record is not None and point.record.step == 2 and point.epoch == 1
+    assert [p.split(":")[0] for p in point.passed_over] == ["step-000004.json", "step-000003.json"]
+    assert "does not match its digest" in point.passed_over[1]
+
+    again = _example(home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    out = json.loads(again.stdout.splitlines()[-1])
+    assert out["resumed_from"]["record"]["step"] == 2 and out["resumed_from"]["epoch"] == 1
+    # steps 1-2 as before; step 3 again, in epoch 1, from rollouts of its own
+    assert out["consumed"] == _derived(2, 4) + _derived(3, 4, epoch=1, first=2)
+    assert out["rollouts_consumed_twice"] == 0 and out["model_calls_regenerated"] == 0
+    assert sorted(p.name for p in (home / "passed-over-e1").iterdir()) == [
+        "step-000002.jsonl",
+        "step-000003.json",
+        "step-000004.json",
+    ]
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ rollcut collections, and a policy the trainer and the engine load from the same 
 The contract this implements is ``docs/trainer-integration.md``.
 """
 
+from ._global import GlobalCheckpoint, RestorePoint, consumed_history, dir_digest, publish_global, restorable
 from ._local import LocalLoop, local_loop
 from ._policy import (
     POLICY_SHAPE,
@@ -12,6 +13,7 @@ from ._policy import (
     from_gguf_layout,
     load_policy,
     new_policy,
+    policy_files,
     to_gguf_layout,
     write_policy,
 )
@@ -24,7 +26,14 @@ from ._rollout import (
     sequence_of,
 )
 from ._run import LETTERS_PROMPT, train_letters
-from ._sync import ENGINE_FLAGS, EngineSync, LogprobCheck, LogprobMismatchError, policy_engine
+from ._sync import (
+    ENGINE_FLAGS,
+    EngineSync,
+    GlobalPublisher,
+    LogprobCheck,
+    LogprobMismatchError,
+    policy_engine,
+)
 
 __all__ = [
     "ENGINE_FLAGS",
@@ -32,19 +41,27 @@ __all__ = [
     "POLICY_SHAPE",
     "Deployment",
     "EngineSync",
+    "GlobalCheckpoint",
+    "GlobalPublisher",
     "LocalLoop",
     "LogprobCheck",
     "LogprobMismatchError",
     "PolicyFiles",
     "PolicyManifest",
+    "RestorePoint",
     "RolloutFunction",
     "SequenceError",
     "StepRecord",
+    "consumed_history",
+    "dir_digest",
     "from_gguf_layout",
     "load_policy",
     "local_loop",
     "new_policy",
     "policy_engine",
+    "policy_files",
+    "publish_global",
+    "restorable",
     "reward_from_rollcut",
     "sequence_of",
     "to_gguf_layout",

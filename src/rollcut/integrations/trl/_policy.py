@@ -42,6 +42,7 @@ __all__ = [
     "from_gguf_layout",
     "load_policy",
     "new_policy",
+    "policy_files",
     "to_gguf_layout",
     "write_policy",
 ]
@@ -202,6 +203,13 @@ def write_policy(
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
     (hf_dir / "rollcut-policy.json").write_bytes(msgspec.json.encode(PolicyManifest(version, digest)))
     return PolicyFiles(version, hf_dir, gguf, digest)
+
+
+def policy_files(where: Path, version: int) -> PolicyFiles:
+    """Policy ``version`` as :func:`write_policy` left it under ``where`` (its manifest's digest)."""
+    hf_dir = where / f"v{version}"
+    manifest = msgspec.json.decode((hf_dir / "rollcut-policy.json").read_bytes(), type=PolicyManifest)
+    return PolicyFiles(version, hf_dir, where / f"v{version}.gguf", manifest.gguf_sha256)
 
 
 def load_policy(files: PolicyFiles) -> tuple[Any, Any]:

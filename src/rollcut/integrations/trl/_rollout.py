@@ -6,9 +6,10 @@ trains on what it returns: ``prompt_ids``, ``completion_ids`` and ``logprobs`` p
 ``num_generations`` times), plus any other key, which reaches the reward functions.
 
 Here each completion is one rollout of a rollcut collection: its id is derived from the
-trainer's step and the prompt's position in the batch (``<step * 10000 + position>-0``), so a
-step restarted after a crash asks for the same rollouts, finds the rows already written and
-continues the ones that were running from their last checkpoint. The arrays come from the rows
+trainer's step and the prompt's position in the batch (``<step * 10000 + position>-0``, plus
+``epoch * 10**9`` once a restore went back past newer global checkpoints), so a step restarted
+after a crash asks for the same rollouts, finds the rows already written and continues the ones
+that were running from their last checkpoint. The arrays come from the rows
 through :func:`rollcut.collect.read_turns`, which checks each turn against the token store's
 record behind its receipt: what the trainer gets is what the engine generated, or an error.
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import RollcutError
 from ...bus import BusConfig, EventLog, load_credentials
-from ...collect import Collector, Turn, read_turns
+from ...collect import Collector, CollectorHooks, Summary, Turn, read_turns
 from ...ledger import Ledger
 from ...tokens import LocalTokenStore
 
@@ -46,6 +47,8 @@ __all__ = [
 
 STEP_STRIDE = 10_000
 """Task indexes per trainer step: a generation batch holds fewer completions than this."""
+EPOCH_STRIDE = 10**9
+"""Task indexes per epoch (see :func:`rollcut.integrations.trl.restorable`)."""
 
 
 class SequenceError(RollcutError):
@@ -80,6 +83,7 @@ class StepRecord:
     versions: list[tuple[int, int]]  # each rollout's (first, last) policy version
     recovery: dict[str, int]
     checkpoints_published: int
+    checkpoint_id: str  # the rollcut checkpoint taken once every row of the step was written
     logprobs: dict[str, float] | None = None  # the engine against the policy's weights (LogprobCheck)
 
 
@@ -135,6 +139,9 @@ class RolloutFunction:
     concurrency: int = 16
     on_step: Callable[[StepRecord], None] | None = None
     check: LogprobCheck | None = None  # every generated token's log-prob against the policy's weights
+    epoch: int = 0
+    crash_at: int | None = None  # the fault ``--crash-at-step`` injects: in that step's collection,
+    crash: Callable[[dict[str, Any]], None] | None = None  # once some rows are written, not all
     steps: list[StepRecord] = field(default_factory=list)
 
     def rows_of(self, prompts: list[Any], step: int) -> list[dict[str, Any]]:
@@ -146,7 +153,7 @@ class RolloutFunction:
                 {
                     "responses_create_params": {"input": messages, "tools": [], **self.params},
                     "agent_ref": {"type": "responses_api_agents", "name": "simple_agent"},
-                    "_ng_task_index": step * STEP_STRIDE + position,
+                    "_ng_task_index": self.epoch * EPOCH_STRIDE + step * STEP_STRIDE + position,
                     "max_steps": 8,
                     **self.task_of(prompt),
                 }
@@ -172,6 +179,20 @@ class RolloutFunction:
             "rollcut_rollout_id": record.rollout_ids,
         }
 
+    def _hooks(self, step: int) -> CollectorHooks | None:
+        """At ``crash_at``, the fault, mid-step: the moment a row is written while other rollouts
+        are still running (their generations in flight)."""
+        crash = self.crash
+        if step != self.crash_at or crash is None:
+            return None
+
+        def progress(summary: Summary, total: int, running: int) -> None:
+            if 0 < summary.results_written < total and running > 0:
+                written = summary.results_written
+                crash({"step": step, "rows_written": written, "of": total, "running": running})
+
+        return CollectorHooks(progress=progress)
+
     async def _collect(self, prompts: list[Any], step: int) -> tuple[StepRecord, list[Sequence]]:
         dep = self.deployment
         rows_file = dep.rows / f"step-{step:06d}.jsonl"
@@ -193,14 +214,20 @@ class RolloutFunction:
                     concurrency=self.concurrency,
                     checkpoint_every_s=self.checkpoint_every_s,
                     instance=f"trl-{step}",
+                    hooks=self._hooks(step),
                 )
                 summary = await collector.run(resume=rows_file.exists())
+                if step == self.crash_at and self.crash is not None:  # it finished before the hook saw it
+                    self.crash({"step": step, "rows_written": summary.results_written, "of": len(prompts)})
                 unwritten = sorted(set(summary.pending) | set(summary.gave_up))
                 if summary.results_written != len(prompts) or unwritten or summary.failed:
                     raise RollcutError(
                         f"step {step}: {summary.results_written} of {len(prompts)} rollouts written "
                         f"(unwritten: {unwritten[:5]}, failures: {summary.failed})"
                     )
+                checkpoint_id = await collector.checkpoint()  # the step's rollcut half (global checkpoint)
+                if checkpoint_id is None:
+                    raise RollcutError(f"step {step}: no checkpoint published after its collection")
                 order = collector.rollout_ids()
                 by_rollout: dict[str, list[Turn]] = {}
                 for turn in read_turns(rows_file, tokens):
@@ -215,6 +242,7 @@ class RolloutFunction:
             versions=[_span(s.versions) for s in sequences],
             recovery=dict(summary.recovery),
             checkpoints_published=summary.checkpoints_published,
+            checkpoint_id=checkpoint_id,
         )
         return record, sequences
 

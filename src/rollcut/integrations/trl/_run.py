@@ -9,12 +9,18 @@ checked), or TRL generating in the trainer with ``transformers``. Same policy, s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ._rollout import Deployment
 
 __all__ = ["LETTERS_PROMPT", "train_letters"]
 
@@ -22,7 +28,7 @@ LETTERS_PROMPT = "Write the letter e, many times."
 """The prompt of every ``letters`` task here; the reward is the share of the answer's ``e``."""
 
 
-def _config(root: Path, steps: int, generations: int, lr: float) -> Any:
+def _config(root: Path, steps: int, generations: int, lr: float, *, save: bool) -> Any:
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -35,7 +41,9 @@ def _config(root: Path, steps: int, generations: int, lr: float) -> Any:
         learning_rate=lr,
         logging_steps=1,
         report_to="none",
-        save_strategy="no",
+        # rollcut's way saves every step: each optimizer step is bound into a global checkpoint
+        save_strategy="steps" if save else "no",
+        save_steps=1,
         seed=0,
         temperature=1.0,
         disable_tqdm=True,
@@ -51,20 +59,33 @@ def _letters_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -
 
 
 def train_letters(
-    root: Path, *, steps: int, generations: int = 8, lr: float = 5e-4, through_rollcut: bool = True
+    root: Path,
+    *,
+    steps: int,
+    generations: int = 8,
+    lr: float = 5e-4,
+    through_rollcut: bool = True,
+    crash_at_step: int | None = None,
+    concurrency: int = 16,
+    checkpoint_every_s: float = 2.0,
 ) -> dict[str, Any]:
-    """Train for ``steps`` optimizer steps under ``root``; the run's figures as a dict."""
+    """Train for ``steps`` optimizer steps under ``root``; the run's figures as a dict.
+
+    Through rollcut, a ``root`` a killed run left is resumed from its newest global checkpoint
+    whose halves verify; ``crash_at_step`` SIGKILLs the run (this process and every one it
+    started) in the middle of that step's collection."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from ._global import consumed_history
     from ._local import local_loop
     from ._policy import new_policy
     from ._rollout import RolloutFunction, reward_from_rollcut
-    from ._sync import EngineSync, LogprobCheck
+    from ._sync import EngineSync, GlobalPublisher, LogprobCheck
 
     data = Dataset.from_dict({"prompt": [LETTERS_PROMPT] * max(64, steps * generations)})
-    config = _config(root, steps, generations, lr)
+    config = _config(root, steps, generations, lr, save=through_rollcut)
     if not through_rollcut:
         model, tokenizer = new_policy(seed=0)
         trainer = GRPOTrainer(
@@ -84,6 +105,11 @@ def train_letters(
             task_of=lambda prompt: {"env": "letters", "seed": {}, "verify": {"chars": "e"}},
             params={"max_output_tokens": 16, "temperature": 1.0},
             check=LogprobCheck(loop.policy_dir),
+            concurrency=concurrency,
+            checkpoint_every_s=checkpoint_every_s,
+            epoch=loop.epoch,
+            crash_at=crash_at_step,
+            crash=loop.crash,
         )
         trainer = GRPOTrainer(
             model=loop.model,
@@ -92,13 +118,18 @@ def train_letters(
             args=config,
             train_dataset=data,
             rollout_func=rollout,
-            callbacks=[EngineSync(loop.engine, loop.tokenizer, loop.policy_dir, loop.version_file)],
+            callbacks=[
+                EngineSync(loop.engine, loop.tokenizer, loop.policy_dir, loop.version_file),
+                GlobalPublisher(root, rollout),  # after EngineSync: the record names the new version
+            ],
         )
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
-            trainer.train()
+            trainer.train(resume_from_checkpoint=loop.resume_from)
         out = _figures(trainer, time.perf_counter() - t0)
-    consumed = [rid for s in rollout.steps for rid in s.rollout_ids]
+        work = asyncio.run(_work(loop.deployment))
+    history = consumed_history(root)
+    ever = [rid for _, ids in history for rid in ids]
     per_step: list[dict[str, Any]] = [
         {
             "step": s.step,
@@ -112,13 +143,35 @@ def train_letters(
         }
         for s in rollout.steps
     ]
+    restored = loop.restored
     return {
         **out,
-        "rollouts_consumed": len(consumed),
-        "rollouts_consumed_twice": len(consumed) - len(set(consumed)),
-        "logprob_max_abs_delta": max((s["logprob_max_abs_delta"] or 0.0) for s in per_step),
+        # the committed hand-off, from the global records: every step of the run, resumed or not
+        "rollouts_consumed": len(ever),
+        "rollouts_consumed_twice": len(ever) - len(set(ever)),
+        "consumed": [[step, ids] for step, ids in history],
+        "logprob_max_abs_delta": max((s["logprob_max_abs_delta"] or 0.0 for s in per_step), default=0.0),
         "per_step": per_step,
+        # what a resumed run took back: the global record (both halves verified), what it passed over
+        "resumed_from": None if restored is None else msgspec.to_builtins(restored),
+        # from the stream itself: a completed model call generated again in a later attempt
+        "model_calls_regenerated": work["regenerated"],
+        "model_calls_kept_across_crashes": work["model_calls_kept"],
     }
+
+
+async def _work(dep: Deployment) -> dict[str, int]:
+    from ...bus import BusConfig, EventLog, load_credentials
+    from ...replay import count_work
+
+    config = BusConfig(url=dep.url, namespace=dep.namespace).as_role(
+        load_credentials(dep.credentials), "admin"
+    )
+    log = await EventLog.connect(config, name="trl-work")
+    try:
+        return await count_work(log)
+    finally:
+        await log.close()
 
 
 def _figures(trainer: Any, seconds: float) -> dict[str, Any]:

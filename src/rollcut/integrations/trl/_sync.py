@@ -12,25 +12,39 @@ whose weights the engine did not hold.
 log-prob under the weights of the version the row records for that token (the Hugging Face
 copy written beside the GGUF) and compares it with the engine's. Above ``bound`` the step
 fails: rollcut's data would not be the policy's.
+
+:class:`GlobalPublisher` runs after the trainer saved a step's checkpoint: it binds that
+checkpoint, the step's rollcut checkpoint and the policy version in one global record, written
+last (:mod:`._global`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import RollcutError
 from ...gym.model.engine import LlamaServer
-from ._policy import PolicyFiles, load_policy, write_policy
+from ...ledger import Ledger
+from ._global import GlobalCheckpoint, dir_digest, publish_global
+from ._policy import PolicyFiles, load_policy, policy_files, write_policy
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from ._rollout import Sequence
+    from ._rollout import RolloutFunction, Sequence
 
-__all__ = ["ENGINE_FLAGS", "EngineSync", "LogprobCheck", "LogprobMismatchError", "policy_engine"]
+__all__ = [
+    "ENGINE_FLAGS",
+    "EngineSync",
+    "GlobalPublisher",
+    "LogprobCheck",
+    "LogprobMismatchError",
+    "policy_engine",
+]
 
 ENGINE_FLAGS = ("-fa", "off", "-ctk", "f32", "-ctv", "f32")
 """llama-server options for a policy whose log-probs are checked: its CPU flash attention
@@ -56,10 +70,19 @@ def write_version(path: Path, version: int) -> None:
     os.replace(tmp, path)
 
 
-class EngineSync:
+class _Callback:
+    """Duck-typed as a ``transformers`` ``TrainerCallback`` (importing rollcut needs no
+    ``transformers``): every event a subclass does not define does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda *a, **k: k.get("control", a[2] if len(a) > 2 else None)
+        raise AttributeError(name)
+
+
+class EngineSync(_Callback):
     """After each optimizer step: new weights to the engine, then the new version to the model
-    server (see the module's docstring). Duck-typed as a ``TrainerCallback`` so that importing
-    rollcut needs no ``transformers``."""
+    server (see the module's docstring)."""
 
     def __init__(
         self,
@@ -85,10 +108,43 @@ class EngineSync:
         self.publish(model, int(state.global_step))
         return control
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("on_"):  # every other callback event: nothing to do
-            return lambda *a, **k: k.get("control", a[2] if len(a) > 2 else None)
-        raise AttributeError(name)
+
+class GlobalPublisher(_Callback):
+    """After the trainer saved its checkpoint of a step: the global record binding it to the step's
+    rollcut checkpoint and policy version (:mod:`._global`), published last."""
+
+    def __init__(self, root: Path, rollout: RolloutFunction) -> None:
+        self.root, self.rollout = root, rollout
+        self.published: list[GlobalCheckpoint] = []
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        step = int(state.global_step)
+        made = [s for s in self.rollout.steps if s.step == step - 1]
+        if not made:
+            raise RollcutError(f"the trainer saved step {step} without a collection for it")
+        trainer = Path(args.output_dir) / f"checkpoint-{step}"
+        dep = self.rollout.deployment
+        with Ledger(dep.ledger) as ledger:
+            ck = ledger.checkpoint(made[-1].checkpoint_id)
+        if ck is None:
+            raise RollcutError(f"step {step}: the ledger has no checkpoint {made[-1].checkpoint_id}")
+        files = policy_files(self.root / "policy", step)
+        record = GlobalCheckpoint(
+            step=step,
+            trainer_checkpoint=str(trainer.resolve().relative_to(self.root.resolve())),
+            trainer_digest=dir_digest(trainer),
+            rollcut_checkpoint_id=ck.checkpoint_id,
+            token_snapshot_id=ck.token_snapshot_id,
+            token_snapshot_digest=ck.token_snapshot_digest,
+            policy_version=step,
+            policy_gguf_sha256=files.digest,
+            consumed=made[-1].rollout_ids,
+            epoch=self.rollout.epoch,
+            ts=time.time(),
+        )
+        publish_global(self.root, record)
+        self.published.append(record)
+        return control
 
 
 @dataclass
@@ -102,9 +158,7 @@ class LogprobCheck:
 
     def _model(self, version: int) -> Any:
         if version not in self._models:
-            gguf = self.policy_dir / f"v{version}.gguf"
-            files = PolicyFiles(version, self.policy_dir / f"v{version}", gguf, "")
-            self._models[version] = load_policy(files)[0]
+            self._models[version] = load_policy(policy_files(self.policy_dir, version))[0]
         return self._models[version]
 
     def check(self, step: int, rollout_ids: list[str], sequences: list[Sequence]) -> dict[str, float]:

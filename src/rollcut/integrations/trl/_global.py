@@ -1,0 +1,204 @@
+"""One global checkpoint: the trainer's and rollcut's halves bound under one record, published last.
+
+After each optimizer step the trainer saves its checkpoint (model, optimizer, scheduler, RNG,
+step); then a :class:`GlobalCheckpoint` names that directory's digest, the rollcut checkpoint
+the ledger published last (and the token-store snapshot it binds), the policy version the engine
+serves (its GGUF's digest) and the rollout ids the step consumed. The record is written last, in
+one rename: until it exists, neither half counts.
+
+Restore (:func:`restorable`) takes the newest record whose halves all verify: the trainer
+directory hashes to the digest, the ledger holds the rollcut checkpoint with the same snapshot,
+the token store still has that snapshot and it recomputes, and the policy file is the one
+recorded. A record with a missing or corrupt half is passed over for the one before it: never a
+trainer from one record with rollcut's state from another.
+
+The chain of records is also the hand-off's proof: each rollout id appears in exactly one
+record's ``consumed`` (:func:`consumed_history`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from ...ledger import Ledger
+from ...tokens import LocalTokenStore
+
+__all__ = [
+    "GlobalCheckpoint",
+    "RestorePoint",
+    "consumed_history",
+    "dir_digest",
+    "global_records",
+    "publish_global",
+    "restorable",
+    "set_aside",
+]
+
+_MAX_RECORD = 1 << 20  # a record names ids, digests and a path: a larger file is not one of ours
+
+
+class GlobalCheckpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The binding of one optimizer step's trainer checkpoint to rollcut's state (schema 1)."""
+
+    step: int  # the trainer's global step once this checkpoint's optimizer step ran
+    trainer_checkpoint: str  # the trainer's directory, relative to the run's root
+    trainer_digest: str  # :func:`dir_digest` of that directory
+    rollcut_checkpoint_id: str
+    token_snapshot_id: str
+    token_snapshot_digest: str
+    policy_version: int  # the version the engine serves from this point: equal to ``step``
+    policy_gguf_sha256: str
+    consumed: list[str]  # the rollout ids the optimizer step trained on
+    epoch: int = 0  # bumped when a restore passes over newer records (see :func:`restorable`)
+    ts: float = 0.0
+    schema: int = 1
+
+
+class RestorePoint(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`restorable` chose, and what it passed over (newest first) and why."""
+
+    record: GlobalCheckpoint | None
+    passed_over: list[str]  # "<file>: <reason>"
+    epoch: int  # the epoch the resumed run collects in
+
+
+def dir_digest(path: Path) -> str:
+    """SHA-256 over a directory's files: each relative path and the digest of its bytes, in order."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{path}: no files")
+    for p in files:
+        with p.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        h.update(f"{p.relative_to(path).as_posix()}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _records_dir(root: Path) -> Path:
+    return root / "global"
+
+
+def publish_global(root: Path, record: GlobalCheckpoint) -> Path:
+    """Write ``record`` durably and atomically (0600 in a 0700 directory); its path."""
+    where = _records_dir(root)
+    where.mkdir(mode=0o700, exist_ok=True)
+    path = where / f"step-{record.step:06d}.json"
+    tmp = path.with_suffix(".part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, msgspec.json.encode(record))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(where, os.O_RDONLY)
+    try:
+        os.fsync(dfd)  # the rename itself is durable before anything relies on the record
+    finally:
+        os.close(dfd)
+    return path
+
+
+def global_records(root: Path) -> Iterator[tuple[Path, GlobalCheckpoint | str]]:
+    """Every record file, newest step first: the record, or why it cannot be read."""
+    where = _records_dir(root)
+    for path in sorted(where.glob("step-*.json"), reverse=True) if where.is_dir() else []:
+        try:
+            raw = path.read_bytes()
+            if len(raw) > _MAX_RECORD:
+                yield path, f"larger than {_MAX_RECORD} bytes"
+                continue
+            yield path, msgspec.json.decode(raw, type=GlobalCheckpoint)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            yield path, f"unreadable: {exc}"
+
+
+def _problem(root: Path, rec: GlobalCheckpoint, ledger: Ledger, tokens: LocalTokenStore) -> str | None:
+    """Why ``rec`` cannot be restored from, or None if every half verifies."""
+    trainer = (root / rec.trainer_checkpoint).resolve()
+    if not trainer.is_relative_to(root.resolve()):
+        return f"its trainer checkpoint {rec.trainer_checkpoint!r} is outside the run"
+    try:
+        if dir_digest(trainer) != rec.trainer_digest:
+            return f"the trainer checkpoint {rec.trainer_checkpoint} does not match its digest"
+    except OSError as exc:
+        return f"the trainer checkpoint {rec.trainer_checkpoint} cannot be read: {exc}"
+    ck = ledger.checkpoint(rec.rollcut_checkpoint_id)
+    if ck is None:
+        return f"the ledger has no rollcut checkpoint {rec.rollcut_checkpoint_id}"
+    if (ck.token_snapshot_id, ck.token_snapshot_digest) != (rec.token_snapshot_id, rec.token_snapshot_digest):
+        return f"rollcut checkpoint {rec.rollcut_checkpoint_id} binds another token snapshot"
+    snap = tokens.find_snapshot(rec.token_snapshot_id) if rec.token_snapshot_id else None
+    if rec.token_snapshot_id and (snap is None or snap.digest != rec.token_snapshot_digest):
+        return f"the token store has no snapshot {rec.token_snapshot_id} as recorded"
+    if snap is not None and tokens.verify_snapshot(snap):
+        return f"the token snapshot {rec.token_snapshot_id} does not recompute"
+    gguf = root / "policy" / f"v{rec.policy_version}.gguf"
+    try:
+        if _file_sha256(gguf) != rec.policy_gguf_sha256:
+            return f"the policy file of version {rec.policy_version} is not the recorded one"
+    except OSError as exc:
+        return f"the policy file of version {rec.policy_version} cannot be read: {exc}"
+    return None
+
+
+def restorable(root: Path, ledger: Ledger, tokens: LocalTokenStore) -> RestorePoint:
+    """The newest record whose halves all verify (None if there is none: start from step 0).
+
+    Passing over a newer record means the run goes back past work done after the chosen one
+    (rows collected by policy versions this restore will not reproduce): the resumed run then
+    collects in a new epoch, whose rollout ids are new, so none of that work is mistaken for
+    its own."""
+    passed: list[str] = []
+    epochs = [0]
+    for path, rec in global_records(root):
+        if isinstance(rec, str):
+            passed.append(f"{path.name}: {rec}")
+            continue
+        epochs.append(rec.epoch)
+        why = _problem(root, rec, ledger, tokens)
+        if why is None:
+            epoch = max(epochs) + 1 if passed else rec.epoch
+            return RestorePoint(record=rec, passed_over=passed, epoch=epoch)
+        passed.append(f"{path.name}: {why}")
+    return RestorePoint(record=None, passed_over=passed, epoch=max(epochs) + 1 if passed else 0)
+
+
+def set_aside(root: Path, point: RestorePoint) -> None:
+    """After a restore that passed over newer records: those records, and the rows of every step
+    from the chosen one on, move under ``passed-over-e<epoch>/`` (kept for a post-mortem, no
+    longer history), so the new epoch starts those steps from nothing."""
+    if not point.passed_over:
+        return
+    first = 0 if point.record is None else point.record.step
+    aside = root / f"passed-over-e{point.epoch}"
+    aside.mkdir(mode=0o700, exist_ok=True)
+    for line in point.passed_over:
+        name = line.split(":", 1)[0]
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(_records_dir(root) / name, aside / name)
+    for rows in sorted((root / "rows").glob("step-*.jsonl")):
+        if int(rows.stem.removeprefix("step-")) >= first:
+            os.replace(rows, aside / rows.name)
+
+
+def consumed_history(root: Path) -> list[tuple[int, list[str]]]:
+    """The committed hand-off: (optimizer step, rollout ids it trained on) from each readable
+    record, oldest first (records a restore passed over were set aside: not history)."""
+    out: dict[int, list[str]] = {}
+    for _, rec in global_records(root):
+        if isinstance(rec, GlobalCheckpoint) and rec.step not in out:
+            out[rec.step] = rec.consumed
+    return sorted(out.items())

@@ -211,7 +211,7 @@ async def _sequence(dep: Deployment, steps: list[Op]) -> None:
 
 
 @settings(
-    max_examples=3,  # each example restarts processes for half a minute, beside the three kept below
+    max_examples=2,  # each example restarts processes for half a minute, beside the three kept below
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # shrinking would restart processes for minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

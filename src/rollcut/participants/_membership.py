@@ -17,7 +17,8 @@ known member answered and every coordinated group is complete. Only when a known
 member is missing (it left, or it is slow) does the round fall back to waiting
 for quiet, bounded by the discovery timeout; the view then forgets it. A group
 that declares more workers than answered is waited for longer (``short_s``,
-3 s): its workers exist, and under load one answers late.
+3 s): its workers exist, and under load one answers late; so are the instances the
+caller expects by name. An announcement during a round counts as an answer.
 """
 
 from __future__ import annotations

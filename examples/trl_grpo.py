@@ -23,48 +23,9 @@ Needs the ``trl`` extra (TRL, and torch 2.13.0 for CPU) and llama.cpp's server (
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
 import sys
-import tempfile
-from pathlib import Path
 
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=8, help="optimizer steps")
-    ap.add_argument("--generations", type=int, default=8, help="completions per prompt (a GRPO group)")
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--home", type=Path, default=None, help="keep everything here (default: a temporary dir)")
-    ap.add_argument("--json", action="store_true", help="print the run as one JSON object")
-    ap.add_argument(
-        "--crash-at-step",
-        type=int,
-        default=None,
-        help="SIGKILL the trainer and every process it started in the middle of this step's collection",
-    )
-    ap.add_argument("--concurrency", type=int, default=16, help="rollouts running at once")
-    ap.add_argument("--checkpoint-every", type=float, default=2.0, help="seconds between rollcut checkpoints")
-    args = ap.parse_args()
-
-    from rollcut.integrations.trl import train_letters
-
-    with contextlib.ExitStack() as cleanup:  # a temporary home only when none is given (a kill leaves it)
-        home = args.home or Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="rollcut-trl-")))
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        out = train_letters(
-            home,
-            steps=args.steps,
-            generations=args.generations,
-            lr=args.lr,
-            crash_at_step=args.crash_at_step,
-            concurrency=args.concurrency,
-            checkpoint_every_s=args.checkpoint_every,
-        )
-    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
-    return 0
-
+from rollcut.integrations.trl import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(description=(__doc__ or "").split("\n\n")[0]))

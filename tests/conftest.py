@@ -88,3 +88,23 @@ def _agent_programs_run_sandboxed() -> None:
     """bubblewrap for every opaque agent the suite starts (sandboxed by default): installed from
     Debian's packages where it is absent, as the tests run as root here and in CI."""
     bubblewrap()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_stay_in_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every process the suite starts makes its temporary directories under this run's own base
+    directory (``TMPDIR``), not in /tmp: a server SIGKILLed by a fault test cannot remove its
+    own (a multi-worker server's holds its workers' bus identities), and pytest removes the run's
+    base directory in turn."""
+    import tempfile
+
+    mine = tmp_path_factory.mktemp("tmp")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(mine)
+    tempfile.tempdir = None  # computed again from TMPDIR on next use
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None

@@ -228,7 +228,9 @@ def test_a_run_sigkilled_mid_step_resumes_from_its_global_checkpoint_and_consume
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_same_run() -> None:
-    argv = ["bench", "train", "--steps", "2", "--repeat", "1", "--generations", "4", "--json"]
+    """Throughput both ways, and with ``--crash`` what a crash mid-step costs the trainer: rollcut
+    keeping the step's finished rollouts, against collecting the step again."""
+    argv = ["bench", "train", "--steps", "2", "--repeat", "1", "--generations", "4", "--crash", "--json"]
     done = subprocess.run(
         [sys.executable, "-m", "rollcut", *argv],
         capture_output=True,
@@ -246,3 +248,7 @@ def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_s
     for way in ("trl_tokens_per_s", "rollcut_tokens_per_s", "vs_trl"):
         assert 0 < out[way]["min"] <= out[way]["median"] <= out[way]["max"], way
     assert out["logprob_max_abs_delta"] < 1e-3
+    assert out["crash_at_step"] == 1 and set(out["crash_cost_s"]) == {"rollcut", "restart"}
+    for cost in out["crash_cost_s"].values():  # a crash costs at least the processes' restart
+        assert 0 < cost["min"] <= cost["median"] <= cost["max"]
+    assert [n >= 1 for n in out["rollouts_kept_across_the_crash"]] == [True]

@@ -6,12 +6,25 @@ Each repeat trains both ways from the same seeded policy: TRL generating in the 
 (:func:`rollcut.integrations.trl.train_letters`). The figure is training tokens per second, the
 trainer's own count (``num_input_tokens_seen``: prompt and completion tokens) over the time
 ``train()`` took; ``vs_trl`` is the ratio, with its spread over the repeats.
+
+With ``crash``, also what a crash costs the trainer, in wall seconds, two ways on copies of the
+same fault (``python -m rollcut.integrations.trl``, the loop SIGKILLed in the middle of the
+middle step, then the same command again): **rollcut** resumes from the global checkpoint and
+the interrupted step keeps its finished rollouts; **restart** resumes from the same checkpoint
+but collects the interrupted step again from nothing, as a loop that keeps no rollout across a
+crash does. The cost is (the killed run + the resumed run) minus a crash-free run of the same
+steps, each a whole process (imports, the deployment's start, the engine).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +33,45 @@ from ._model import _spread
 __all__ = ["bench_train"]
 
 
-def _run(steps: int, repeat: int, generations: int) -> dict[str, Any]:
+def _timed(home: Path, steps: int, generations: int, *extra: str) -> tuple[float, dict[str, Any] | None]:
+    """One run of the GRPO command as its own process: its wall time and its JSON (None if killed)."""
+    argv = [sys.executable, "-m", "rollcut.integrations.trl", "--steps", str(steps), "--json"]
+    argv += ["--generations", str(generations), "--concurrency", "2", "--home", str(home), *extra]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+    wall = time.perf_counter() - t0
+    if done.returncode == -signal.SIGKILL and "--crash-at-step" in extra:
+        return wall, None
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:4])} exited {done.returncode}: {done.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return wall, out
+
+
+def _crash_cost(steps: int, generations: int, repeat: int) -> dict[str, Any]:
+    at = steps // 2
+    cost: dict[str, list[float]] = {"rollcut": [], "restart": []}
+    kept: list[int] = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="rollcut-bench-crash-") as tmp:
+            base, _ = _timed(Path(tmp) / "base", steps, generations)
+            for way, extra in (("rollcut", ()), ("restart", ("--restart-step",))):
+                home = Path(tmp) / way
+                killed, _ = _timed(home, steps, generations, "--crash-at-step", str(at))
+                resumed, out = _timed(home, steps, generations, *extra)
+                if out is None:
+                    raise RuntimeError(f"{way}: the resumed run was killed")
+                cost[way].append(killed + resumed - base)
+                if way == "rollcut":
+                    kept.append(out["per_step"][0]["recovered"].get("completed", 0))
+    return {
+        "crash_at_step": at,
+        "crash_cost_s": {way: _spread(v, 2) for way, v in cost.items()},
+        "rollouts_kept_across_the_crash": kept,  # rollcut's: rows of the interrupted step not collected again
+    }
+
+
+def _run(steps: int, repeat: int, generations: int, crash: bool) -> dict[str, Any]:
     from ..integrations.trl import train_letters
 
     runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -41,9 +92,12 @@ def _run(steps: int, repeat: int, generations: int) -> dict[str, Any]:
         "rollouts_consumed": sum(o["rollouts_consumed"] for _, o in runs),
         "rollouts_consumed_twice": sum(o["rollouts_consumed_twice"] for _, o in runs),
         "logprob_max_abs_delta": max(o["logprob_max_abs_delta"] for _, o in runs),
+        **(_crash_cost(steps, generations, repeat) if crash else {}),
     }
 
 
-async def bench_train(*, steps: int = 8, repeat: int = 3, generations: int = 8) -> dict[str, Any]:
+async def bench_train(
+    *, steps: int = 8, repeat: int = 3, generations: int = 8, crash: bool = False
+) -> dict[str, Any]:
     """See the module's docstring. The trainer runs in a thread: it drives its own event loops."""
-    return await asyncio.to_thread(_run, steps, repeat, generations)
+    return await asyncio.to_thread(_run, steps, repeat, generations, crash)

@@ -262,12 +262,18 @@ def bench_train_cmd(
         int, typer.Option(help="Paired runs (TRL's path, rollcut's); the spread is over them.")
     ] = 3,
     generations: Annotated[int, typer.Option(help="Completions per prompt (a GRPO group) and per step.")] = 8,
+    crash: Annotated[
+        bool,
+        typer.Option(
+            help="Also what a crash mid-step costs the trainer: rollcut against restarting the step."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
     (needs the ``trl`` extra and the engine)."""
     status = f"training {steps} steps each way, {repeat} times"
-    _measure("bench_train", status, as_json, steps=steps, repeat=repeat, generations=generations)
+    _measure("bench_train", status, as_json, steps=steps, repeat=repeat, generations=generations, crash=crash)
 
 
 @bench_app.command("soak")

@@ -6,6 +6,7 @@ The contract this implements is ``docs/trainer-integration.md``.
 
 from ._global import GlobalCheckpoint, RestorePoint, consumed_history, dir_digest, publish_global, restorable
 from ._local import LocalLoop, local_loop
+from ._main import main
 from ._policy import (
     POLICY_SHAPE,
     PolicyFiles,
@@ -57,6 +58,7 @@ __all__ = [
     "from_gguf_layout",
     "load_policy",
     "local_loop",
+    "main",
     "new_policy",
     "policy_engine",
     "policy_files",

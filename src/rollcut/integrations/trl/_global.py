@@ -36,6 +36,7 @@ __all__ = [
     "dir_digest",
     "global_records",
     "publish_global",
+    "restart_step",
     "restorable",
     "set_aside",
 ]
@@ -177,10 +178,11 @@ def restorable(root: Path, ledger: Ledger, tokens: LocalTokenStore) -> RestorePo
 
 
 def set_aside(root: Path, point: RestorePoint) -> None:
-    """After a restore that passed over newer records: those records, and the rows of every step
-    from the chosen one on, move under ``passed-over-e<epoch>/`` (kept for a post-mortem, no
-    longer history), so the new epoch starts those steps from nothing."""
-    if not point.passed_over:
+    """After a restore that passed over newer records (or one told to start the interrupted step
+    over, :func:`restart_step`): those records, and the rows of every step from the chosen one on,
+    move under ``passed-over-e<epoch>/`` (kept for a post-mortem, no longer history), so the new
+    epoch starts those steps from nothing."""
+    if point.epoch == 0 or (point.record is not None and point.epoch == point.record.epoch):
         return
     first = 0 if point.record is None else point.record.step
     aside = root / f"passed-over-e{point.epoch}"
@@ -192,6 +194,13 @@ def set_aside(root: Path, point: RestorePoint) -> None:
     for rows in sorted((root / "rows").glob("step-*.jsonl")):
         if int(rows.stem.removeprefix("step-")) >= first:
             os.replace(rows, aside / rows.name)
+
+
+def restart_step(point: RestorePoint) -> RestorePoint:
+    """``point``, made to collect the step it resumes from nothing, in a new epoch: what a crash
+    costs a loop that keeps no rollout across it (``rollcut bench train --crash`` measures both)."""
+    epoch = max(point.epoch, 0 if point.record is None else point.record.epoch) + 1
+    return RestorePoint(record=point.record, passed_over=point.passed_over, epoch=epoch)
 
 
 def consumed_history(root: Path) -> list[tuple[int, list[str]]]:

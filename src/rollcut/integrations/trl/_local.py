@@ -31,7 +31,7 @@ from ...gym.model.engine import LlamaServer
 from ...ledger import Ledger
 from ...testing import ServerProcess, start_stack
 from ...tokens import LocalTokenStore
-from ._global import RestorePoint, restorable, set_aside
+from ._global import RestorePoint, restart_step, restorable, set_aside
 from ._policy import PolicyFiles, new_policy, policy_files, write_policy
 from ._rollout import Deployment
 from ._sync import policy_engine, write_version
@@ -85,12 +85,19 @@ async def _create_stream(url: str, credentials: Path, namespace: str) -> None:
 
 @contextlib.contextmanager
 def local_loop(
-    root: Path, *, env: str = "letters", namespace: str = "trl", seed: int = 0, threads: int = 1
+    root: Path,
+    *,
+    env: str = "letters",
+    namespace: str = "trl",
+    seed: int = 0,
+    threads: int = 1,
+    restart: bool = False,
 ) -> Iterator[LocalLoop]:
-    """Start the deployment under ``root`` (see the module's docstring); stop it all on exit."""
+    """Start the deployment under ``root`` (see the module's docstring); stop it all on exit.
+    Resuming with ``restart``, the interrupted step is collected again from nothing."""
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     policy_dir = root / "policy"
-    restored = _restore_point(root) if (policy_dir / "v0.gguf").exists() else None
+    restored = _restore_point(root, restart) if (policy_dir / "v0.gguf").exists() else None
     policy_dir.mkdir(exist_ok=True, mode=0o700)
     model, tokenizer = new_policy(seed=seed)  # version 0: a resumed trainer loads its checkpoint over it
     rec = None if restored is None else restored.record
@@ -138,9 +145,12 @@ def local_loop(
         )
 
 
-def _restore_point(root: Path) -> RestorePoint:
-    """Where a run killed under ``root`` resumes (records it passed over are set aside)."""
+def _restore_point(root: Path, restart: bool) -> RestorePoint:
+    """Where a run killed under ``root`` resumes (records it passed over are set aside; with
+    ``restart``, the interrupted step's rows too)."""
     with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:
         point = restorable(root, ledger, tokens)
+    if restart:
+        point = restart_step(point)
     set_aside(root, point)
     return point

@@ -68,12 +68,14 @@ def train_letters(
     crash_at_step: int | None = None,
     concurrency: int = 16,
     checkpoint_every_s: float = 2.0,
+    restart_step: bool = False,
 ) -> dict[str, Any]:
     """Train for ``steps`` optimizer steps under ``root``; the run's figures as a dict.
 
     Through rollcut, a ``root`` a killed run left is resumed from its newest global checkpoint
     whose halves verify; ``crash_at_step`` SIGKILLs the run (this process and every one it
-    started) in the middle of that step's collection."""
+    started) in the middle of that step's collection; ``restart_step`` resumes without the
+    interrupted step's rollouts (the baseline of ``rollcut bench train --crash``)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -99,7 +101,7 @@ def train_letters(
         with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs: stdout is the caller's
             trainer.train()
         return _figures(trainer, time.perf_counter() - t0)
-    with local_loop(root) as loop:
+    with local_loop(root, restart=restart_step) as loop:
         rollout = RolloutFunction(
             loop.deployment,
             task_of=lambda prompt: {"env": "letters", "seed": {}, "verify": {"chars": "e"}},

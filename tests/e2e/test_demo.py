@@ -19,11 +19,13 @@ pytestmark = pytest.mark.slow
 
 ROLLCUT = [sys.executable, "-m", "rollcut"]
 ROLLOUTS = 10
-WIDE = {**os.environ, "COLUMNS": "220"}  # a table row on one line, as in a wide terminal
+WIDE = {"COLUMNS": "220"}  # a table row on one line, as in a wide terminal
 
 
 def _rollcut(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([*ROLLCUT, *args], capture_output=True, text=True, timeout=timeout, env=WIDE)
+    done = subprocess.run(
+        [*ROLLCUT, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **WIDE}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 

@@ -7,6 +7,7 @@ umask must never leak them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TypeVar
@@ -15,7 +16,15 @@ import msgspec
 
 from ._errors import ConfigError
 
-__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "append_private", "private_dir", "read_record", "write_private"]
+__all__ = [
+    "PRIVATE_DIR",
+    "PRIVATE_FILE",
+    "append_private",
+    "file_sha256",
+    "private_dir",
+    "read_record",
+    "write_private",
+]
 
 T = TypeVar("T")
 
@@ -31,7 +40,9 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, readable by its owner only. A symlink at ``path``
+    """Replace ``path`` with ``data`` atomically and durably, readable by its owner only: the
+    file is fsynced before the rename and its directory after it (without the second, a power
+    loss can keep the old file, or none, even though the call returned). A symlink at ``path``
     is replaced itself, never followed (its target is left as it was); one planted at the
     temporary name is refused (``O_NOFOLLOW``)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -41,6 +52,17 @@ def write_private(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (model files are hundreds of MB)."""
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def append_private(path: Path, data: bytes) -> None:

@@ -105,10 +105,12 @@ class Coordinator:
 
     # --- discovery ----------------------------------------------------------------
 
-    async def discover(self, *, timeout: float | None = None) -> list[InstanceInfo]:
+    async def discover(
+        self, *, timeout: float | None = None, expect: frozenset[str] = frozenset()
+    ) -> list[InstanceInfo]:
         """Every live participant instance (see :class:`Membership`: a round ends when every known
-        member answered)."""
-        return await self.membership.discover(timeout=timeout)
+        member answered; the ``expect``ed ones are waited for)."""
+        return await self.membership.discover(timeout=timeout, expect=expect)
 
     @staticmethod
     def check_membership(found: list[InstanceInfo], expect: set[str]) -> None:
@@ -235,7 +237,7 @@ class Coordinator:
         resumed: list[str] | None = None  # set once the participants are released
         try:
             with timer.phase("discover"):
-                found = await self.membership.discover(expect=frozenset(expect or ()))
+                found = await self.discover(expect=frozenset(expect or ()))
                 self.check_membership(found, expect or set())
             paused_at = time.perf_counter()
             replies = await self._prepare(timer, found, cid, deadline)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..._files import file_sha256, private_dir, write_private
 from ...ledger import Ledger
 from ...tokens import LocalTokenStore
 
@@ -76,15 +77,8 @@ def dir_digest(path: Path) -> str:
     if not files:
         raise FileNotFoundError(f"{path}: no files")
     for p in files:
-        with p.open("rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-        h.update(f"{p.relative_to(path).as_posix()}\0{digest}\n".encode())
+        h.update(f"{p.relative_to(path).as_posix()}\0{file_sha256(p)}\n".encode())
     return h.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _records_dir(root: Path) -> Path:
@@ -93,22 +87,8 @@ def _records_dir(root: Path) -> Path:
 
 def publish_global(root: Path, record: GlobalCheckpoint) -> Path:
     """Write ``record`` durably and atomically (0600 in a 0700 directory); its path."""
-    where = _records_dir(root)
-    where.mkdir(mode=0o700, exist_ok=True)
-    path = where / f"step-{record.step:06d}.json"
-    tmp = path.with_suffix(".part")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, msgspec.json.encode(record))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(where, os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # the rename itself is durable before anything relies on the record
-    finally:
-        os.close(dfd)
+    path = private_dir(_records_dir(root)) / f"step-{record.step:06d}.json"
+    write_private(path, msgspec.json.encode(record))
     return path
 
 
@@ -148,7 +128,7 @@ def _problem(root: Path, rec: GlobalCheckpoint, ledger: Ledger, tokens: LocalTok
         return f"the token snapshot {rec.token_snapshot_id} does not recompute"
     gguf = root / "policy" / f"v{rec.policy_version}.gguf"
     try:
-        if _file_sha256(gguf) != rec.policy_gguf_sha256:
+        if file_sha256(gguf) != rec.policy_gguf_sha256:
             return f"the policy file of version {rec.policy_version} is not the recorded one"
     except OSError as exc:
         return f"the policy file of version {rec.policy_version} cannot be read: {exc}"

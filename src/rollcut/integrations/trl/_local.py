@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..._home import credentials_for
-from ...bus import BusConfig, EmbeddedServer, EventLog, load_credentials
+from ...bus import EmbeddedServer, load_credentials
 from ...gym.model.engine import LlamaServer
 from ...ledger import Ledger
 from ...testing import ServerProcess, start_stack
 from ...tokens import LocalTokenStore
 from ._global import RestorePoint, restart_step, restorable, set_aside
 from ._policy import PolicyFiles, new_policy, policy_files, write_policy
-from ._rollout import Deployment
+from ._rollout import Deployment, admin_log
 from ._sync import policy_engine, write_version
 
 __all__ = ["LocalLoop", "local_loop"]
@@ -78,8 +78,7 @@ class LocalLoop:
 
 
 async def _create_stream(url: str, credentials: Path, namespace: str) -> None:
-    config = BusConfig(url=url, namespace=namespace).as_role(load_credentials(credentials), "admin")
-    log = await EventLog.connect(config)
+    log = await admin_log(url, namespace, credentials, "trl-setup")
     await log.close()
 
 

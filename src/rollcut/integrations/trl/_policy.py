@@ -21,13 +21,13 @@ Everything is float32: a quantized GGUF would make the agreement a matter of tol
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..._files import file_sha256
 from ...gym.model.engine import LlamaShape, Vocabulary, tiny_vocabulary, tiny_weights, write_llama_gguf
 
 if TYPE_CHECKING:
@@ -199,8 +199,7 @@ def write_policy(
         tmp, tiny_vocabulary(), shape, _gguf_tensors(model, shape), name=f"rollcut-policy-v{version}"
     )
     tmp.replace(gguf)
-    with gguf.open("rb") as fh:
-        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    digest = file_sha256(gguf)
     (hf_dir / "rollcut-policy.json").write_bytes(msgspec.json.encode(PolicyManifest(version, digest)))
     return PolicyFiles(version, hf_dir, gguf, digest)
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..._errors import RollcutError
 from ...bus import BusConfig, EventLog, load_credentials
 from ...collect import Collector, CollectorHooks, Summary, Turn, read_turns
-from ...ledger import Ledger
+from ...ledger import CheckpointRecord, Ledger
 from ...tokens import LocalTokenStore
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ __all__ = [
     "RolloutFunction",
     "SequenceError",
     "StepRecord",
+    "admin_log",
     "reward_from_rollcut",
     "sequence_of",
 ]
@@ -72,6 +73,17 @@ class Deployment:
     environment_url: str
     rows: Path  # a directory: one rows file per trainer step
 
+    async def connect(self, name: str) -> EventLog:
+        """The namespace's log as the admin role, as ``rollcut collect`` runs: a collector that
+        recovers must be able to checkpoint (the collector role may not write the marker)."""
+        return await admin_log(self.url, self.namespace, self.credentials, name)
+
+
+async def admin_log(url: str, namespace: str, credentials: Path, name: str) -> EventLog:
+    """A connection to ``namespace`` as its admin role (``credentials``: the namespace's file)."""
+    config = BusConfig(url=url, namespace=namespace).as_role(load_credentials(credentials), "admin")
+    return await EventLog.connect(config, name=name)
+
 
 @dataclass
 class StepRecord:
@@ -83,7 +95,7 @@ class StepRecord:
     versions: list[tuple[int, int]]  # each rollout's (first, last) policy version
     recovery: dict[str, int]
     checkpoints_published: int
-    checkpoint_id: str  # the rollcut checkpoint taken once every row of the step was written
+    checkpoint: CheckpointRecord  # the rollcut checkpoint taken once every row of the step was written
     logprobs: dict[str, float] | None = None  # the engine against the policy's weights (LogprobCheck)
 
 
@@ -179,11 +191,15 @@ class RolloutFunction:
             "rollcut_rollout_id": record.rollout_ids,
         }
 
+    def _fault(self, step: int) -> Callable[[dict[str, Any]], None] | None:
+        """The crash to inject in ``step``'s collection, if this is the step."""
+        return self.crash if step == self.crash_at else None
+
     def _hooks(self, step: int) -> CollectorHooks | None:
         """At ``crash_at``, the fault, mid-step: the moment a row is written while other rollouts
         are still running (their generations in flight)."""
-        crash = self.crash
-        if step != self.crash_at or crash is None:
+        crash = self._fault(step)
+        if crash is None:
             return None
 
         def progress(summary: Summary, total: int, running: int) -> None:
@@ -197,11 +213,7 @@ class RolloutFunction:
         dep = self.deployment
         rows_file = dep.rows / f"step-{step:06d}.jsonl"
         rows_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        config = BusConfig(url=dep.url, namespace=dep.namespace)
-        config = config.as_role(
-            load_credentials(dep.credentials), "admin"
-        )  # as `rollcut collect`: it checkpoints and recovers
-        log = await EventLog.connect(config, name=f"trl-step-{step}")
+        log = await dep.connect(f"trl-step-{step}")
         try:
             with Ledger(dep.ledger) as ledger, LocalTokenStore(dep.tokens) as tokens:
                 collector = Collector(
@@ -217,8 +229,8 @@ class RolloutFunction:
                     hooks=self._hooks(step),
                 )
                 summary = await collector.run(resume=rows_file.exists())
-                if step == self.crash_at and self.crash is not None:  # it finished before the hook saw it
-                    self.crash({"step": step, "rows_written": summary.results_written, "of": len(prompts)})
+                if (crash := self._fault(step)) is not None:  # it finished before the hook saw it
+                    crash({"step": step, "rows_written": summary.results_written, "of": len(prompts)})
                 unwritten = sorted(set(summary.pending) | set(summary.gave_up))
                 if summary.results_written != len(prompts) or unwritten or summary.failed:
                     raise RollcutError(
@@ -226,7 +238,8 @@ class RolloutFunction:
                         f"(unwritten: {unwritten[:5]}, failures: {summary.failed})"
                     )
                 checkpoint_id = await collector.checkpoint()  # the step's rollcut half (global checkpoint)
-                if checkpoint_id is None:
+                checkpoint = None if checkpoint_id is None else ledger.checkpoint(checkpoint_id)
+                if checkpoint is None:
                     raise RollcutError(f"step {step}: no checkpoint published after its collection")
                 order = collector.rollout_ids()
                 by_rollout: dict[str, list[Turn]] = {}
@@ -242,7 +255,7 @@ class RolloutFunction:
             versions=[_span(s.versions) for s in sequences],
             recovery=dict(summary.recovery),
             checkpoints_published=summary.checkpoints_published,
-            checkpoint_id=checkpoint_id,
+            checkpoint=checkpoint,
         )
         return record, sequences
 

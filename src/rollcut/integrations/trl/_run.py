@@ -163,13 +163,9 @@ def train_letters(
 
 
 async def _work(dep: Deployment) -> dict[str, int]:
-    from ...bus import BusConfig, EventLog, load_credentials
     from ...replay import count_work
 
-    config = BusConfig(url=dep.url, namespace=dep.namespace).as_role(
-        load_credentials(dep.credentials), "admin"
-    )
-    log = await EventLog.connect(config, name="trl-work")
+    log = await dep.connect("trl-work")
     try:
         return await count_work(log)
     finally:

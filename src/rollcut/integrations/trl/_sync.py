@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import RollcutError
 from ...gym.model.engine import LlamaServer
-from ...ledger import Ledger
 from ._global import GlobalCheckpoint, dir_digest, publish_global
 from ._policy import PolicyFiles, load_policy, policy_files, write_policy
 
@@ -123,11 +122,7 @@ class GlobalPublisher(_Callback):
         if not made:
             raise RollcutError(f"the trainer saved step {step} without a collection for it")
         trainer = Path(args.output_dir) / f"checkpoint-{step}"
-        dep = self.rollout.deployment
-        with Ledger(dep.ledger) as ledger:
-            ck = ledger.checkpoint(made[-1].checkpoint_id)
-        if ck is None:
-            raise RollcutError(f"step {step}: the ledger has no checkpoint {made[-1].checkpoint_id}")
+        ck = made[-1].checkpoint
         files = policy_files(self.root / "policy", step)
         record = GlobalCheckpoint(
             step=step,

@@ -17,13 +17,13 @@ else the engine loads.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...._files import file_sha256
 from ._llamacpp import EngineUnavailableError, LlamaServer, _cache_root, _locked, tiny_engine
 
 __all__ = ["ENGINE_MODELS", "EngineModel", "engine_model_file", "served_engine"]
@@ -57,14 +57,6 @@ ENGINE_MODELS: dict[str, EngineModel] = {
 """The engine models by name (``rollcut engine model NAME``, ``engine serve --model NAME``)."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _lookup(name: str) -> EngineModel:
     model = ENGINE_MODELS.get(name)
     if model is None:
@@ -81,7 +73,7 @@ def engine_model_file(name: str) -> Path:
     target = _cache_root() / "models" / model.filename
     with _locked(target.with_name(target.name + ".lock")):
         if target.is_file():
-            got = _sha256(target)
+            got = file_sha256(target)
             if got == model.sha256:
                 return target
             raise EngineUnavailableError(
@@ -100,7 +92,7 @@ def engine_model_file(name: str) -> Path:
             pkg.assemble(partial, overwrite=True)
         except (OSError, ValueError) as exc:
             raise EngineUnavailableError(f"assembling {name!r} failed: {exc}") from exc
-        got = _sha256(partial)
+        got = file_sha256(partial)
         if got != model.sha256:
             partial.unlink(missing_ok=True)
             raise EngineUnavailableError(

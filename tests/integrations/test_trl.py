@@ -75,6 +75,41 @@ def test_calls_of_one_rollout_are_one_sequence_with_what_came_between_masked() -
         sequence_of("r", [_turn(0, [1, 2], [3, 4]), _turn(1, [1, 2, 4], [5])])
 
 
+def test_a_step_started_ahead_with_other_prompts_than_the_trainers_is_refused_not_trained_on() -> None:
+    from rollcut.integrations.trl import Pipeline, PipelineError
+
+    ran: list[tuple[int, list[str]]] = []
+
+    async def collect(prompts: list[str], step: int) -> list[str]:
+        ran.append((step, prompts))
+        return [p.upper() for p in prompts]
+
+    pipeline = Pipeline(collect)
+    try:
+        pipeline.start(1, ["a", "b"])
+        pipeline.start(2, ["c", "d"])
+        assert pipeline.take(1, ["a", "b"]) == ["A", "B"]
+        with pytest.raises(PipelineError, match="step 2 was started ahead of the trainer with other prompts"):
+            pipeline.take(2, ["c", "x"])
+        assert pipeline.take(3, ["e"]) == ["E"]  # not started ahead: collected when asked
+    finally:
+        pipeline.close()
+    assert [step for step, _ in ran][:1] == [1] and (3, ["e"]) in ran  # in step order
+
+
+def test_a_row_older_than_max_staleness_is_refused_naming_it() -> None:
+    from rollcut.integrations.trl import RolloutFunction, Sequence, StalenessError, StepRecord
+
+    fn = RolloutFunction.__new__(RolloutFunction)
+    fn.max_staleness = 1
+    rec = StepRecord(5, ["a", "b"], [0.0, 0.0], [(4, 5), (3, 5)], {}, 0, None)  # type: ignore[arg-type]
+    fresh = Sequence([1], [2, 3], [-1.0, -1.0], [1, 1], [4, 5])
+    old = Sequence([1], [2, 3], [-1.0, -1.0], [1, 1], [3, 5])
+    fn._fresh_enough(StepRecord(5, ["a"], [0.0], [(4, 5)], {}, 0, None), [fresh])  # type: ignore[arg-type]
+    with pytest.raises(StalenessError, match="step 5, rollout b: tokens of policy version 3, 2 behind"):
+        fn._fresh_enough(rec, [fresh, old])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_grpo_trains_on_rollcuts_rows_with_each_step_generated_by_the_version_before_it(
@@ -226,11 +261,49 @@ def test_a_run_sigkilled_mid_step_resumes_from_its_global_checkpoint_and_consume
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_pipelined_run_collects_a_step_ahead_within_its_staleness_and_resumes_a_crash_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """``--max-staleness 1``: step k+1's rollouts are collected while step k trains, so a row trained
+    at step k holds tokens of version k-1 or k, never older. The trainer and every process SIGKILLed
+    in step 2's collection (which runs while step 1 trains), then run again: the hand-off equals a
+    crash-free run's, nothing completed is generated again, log-probs agree on every step."""
+    home = tmp_path / "run"
+    ahead = ("--max-staleness", "1", "--completion-tokens", "48")
+    crashed = _example(home, *ahead, "--crash-at-step", "2")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    crash = json.loads((home / "crash.json").read_text())
+    assert crash["step"] == 2 and 0 < crash["rows_written"] < crash["of"] == 4
+    assert _alive_under(home) == []
+
+    done = _example(home, *ahead)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["resumed_from"]["record"]["step"] in (1, 2) and out["resumed_from"]["passed_over"] == []
+    assert out["consumed"] == _derived(3, 4) and out["rollouts_consumed_twice"] == 0
+    assert out["model_calls_regenerated"] == 0
+    assert out["max_staleness"] == 1 and out["logprob_max_abs_delta"] < 1e-3
+    assert all(s["logprob_max_abs_delta"] < 1e-3 for s in out["per_step"])
+    # every row's tokens: the version its step trains (k) or the one before (collected ahead)
+    stale = 0
+    for k in range(3):
+        rows = [json.loads(line) for line in (home / "rows" / f"step-{k:06d}.jsonl").read_text().splitlines()]
+        assert len(rows) == 4
+        spans = {(r["version_start"], r["version_end"]) for r in rows}
+        assert all(max(0, k - 1) <= a <= b <= k for a, b in spans), (k, spans)
+        stale += sum(1 for a, _ in spans if a == k - 1)
+    assert stale > 0  # collected ahead: some of it by the policy before the one that trains on it
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_same_run() -> None:
-    """Throughput both ways, and with ``--crash`` what a crash mid-step costs the trainer: rollcut
-    keeping the step's finished rollouts, against collecting the step again."""
+    """Throughput both ways (and rollcut's loop collecting a step ahead), and with ``--crash`` what a
+    crash mid-step costs the trainer: rollcut keeping the step's finished rollouts, against
+    collecting the step again."""
     argv = ["bench", "train", "--steps", "2", "--repeat", "1", "--generations", "4", "--crash", "--json"]
+    argv += ["--max-staleness", "1"]
     done = subprocess.run(
         [sys.executable, "-m", "rollcut", *argv],
         capture_output=True,
@@ -242,10 +315,16 @@ def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_s
     assert (out["steps"], out["repeat"], out["rollouts_consumed"], out["rollouts_consumed_twice"]) == (
         2,
         1,
-        8,
+        16,  # rollcut's loop and the pipelined one, 2 steps of 4 each
         0,
     )
-    for way in ("trl_tokens_per_s", "rollcut_tokens_per_s", "vs_trl"):
+    for way in (
+        "trl_tokens_per_s",
+        "rollcut_tokens_per_s",
+        "vs_trl",
+        "pipelined_tokens_per_s",
+        "pipelined_vs_sync",
+    ):
         assert 0 < out[way]["min"] <= out[way]["median"] <= out[way]["max"], way
     assert out["logprob_max_abs_delta"] < 1e-3
     assert out["crash_at_step"] == 1 and set(out["crash_cost_s"]) == {"rollcut", "restart"}

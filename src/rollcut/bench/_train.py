@@ -7,6 +7,10 @@ Each repeat trains both ways from the same seeded policy: TRL generating in the 
 trainer's own count (``num_input_tokens_seen``: prompt and completion tokens) over the time
 ``train()`` took; ``vs_trl`` is the ratio, with its spread over the repeats.
 
+With ``max_staleness`` above 0, a third way: rollcut's loop collecting that many steps ahead
+while the trainer trains (``pipelined_tokens_per_s``, and ``pipelined_vs_sync`` against rollcut's
+synchronous loop in the same repeat).
+
 With ``crash``, also what a crash costs the trainer, in wall seconds, two ways on copies of the
 same fault (``python -m rollcut.integrations.trl``, the loop SIGKILLed in the middle of the
 middle step, then the same command again): **rollcut** resumes from the global checkpoint and
@@ -19,6 +23,7 @@ steps, each a whole process (imports, the deployment's start, the engine).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -71,33 +76,61 @@ def _crash_cost(steps: int, generations: int, repeat: int) -> dict[str, Any]:
     }
 
 
-def _run(steps: int, repeat: int, generations: int, crash: bool) -> dict[str, Any]:
+def _run(
+    steps: int, repeat: int, generations: int, crash: bool, max_staleness: int, completion_tokens: int
+) -> dict[str, Any]:
     from ..integrations.trl import train_letters
 
+    same = {"steps": steps, "generations": generations, "completion_tokens": completion_tokens}
+    train = functools.partial(
+        train_letters, steps=steps, generations=generations, completion_tokens=completion_tokens
+    )
     runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    ahead: list[dict[str, Any]] = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="rollcut-bench-train-") as tmp:
-            trl = train_letters(
-                Path(tmp) / "trl", steps=steps, generations=generations, through_rollcut=False
-            )
-            ours = train_letters(Path(tmp) / "rollcut", steps=steps, generations=generations)
+            trl = train(Path(tmp) / "trl", through_rollcut=False)
+            ours = train(Path(tmp) / "rollcut")
+            if max_staleness > 0:
+                ahead.append(train(Path(tmp) / "ahead", max_staleness=max_staleness))
         runs.append((trl, ours))
+    rollcut = [o for _, o in runs] + ahead
+    pipelined = (
+        {
+            "max_staleness": max_staleness,
+            "pipelined_tokens_per_s": _spread([a["tokens_per_s"] for a in ahead], 1),
+            "pipelined_vs_sync": _spread(
+                [a["tokens_per_s"] / o["tokens_per_s"] for (_, o), a in zip(runs, ahead, strict=True)]
+            ),
+            "rollouts_across_update": sum(a["rollouts_across_update"] for a in ahead),
+            # of the collections' own time, the share the trainer did not wait for (ran while it trained)
+            "collection_hidden": _spread([1 - a["trainer_waited_s"] / a["collect_s"] for a in ahead]),
+        }
+        if ahead
+        else {}
+    )
     return {
-        "steps": steps,
-        "generations": generations,
+        **same,
         "repeat": repeat,
         "trl_tokens_per_s": _spread([t["tokens_per_s"] for t, _ in runs], 1),
         "rollcut_tokens_per_s": _spread([o["tokens_per_s"] for _, o in runs], 1),
         "vs_trl": _spread([o["tokens_per_s"] / t["tokens_per_s"] for t, o in runs]),
-        "rollouts_consumed": sum(o["rollouts_consumed"] for _, o in runs),
-        "rollouts_consumed_twice": sum(o["rollouts_consumed_twice"] for _, o in runs),
-        "logprob_max_abs_delta": max(o["logprob_max_abs_delta"] for _, o in runs),
+        **pipelined,
+        "rollouts_consumed": sum(o["rollouts_consumed"] for o in rollcut),
+        "rollouts_consumed_twice": sum(o["rollouts_consumed_twice"] for o in rollcut),
+        "logprob_max_abs_delta": max(o["logprob_max_abs_delta"] for o in rollcut),
         **(_crash_cost(steps, generations, repeat) if crash else {}),
     }
 
 
 async def bench_train(
-    *, steps: int = 8, repeat: int = 3, generations: int = 8, crash: bool = False
+    *,
+    steps: int = 8,
+    repeat: int = 3,
+    generations: int = 8,
+    crash: bool = False,
+    max_staleness: int = 0,
+    completion_tokens: int = 16,
 ) -> dict[str, Any]:
     """See the module's docstring. The trainer runs in a thread: it drives its own event loops."""
-    return await asyncio.to_thread(_run, steps, repeat, generations, crash)
+    return await asyncio.to_thread(_run, steps, repeat, generations, crash, max_staleness, completion_tokens)

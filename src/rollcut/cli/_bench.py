@@ -268,12 +268,32 @@ def bench_train_cmd(
             help="Also what a crash mid-step costs the trainer: rollcut against restarting the step."
         ),
     ] = False,
+    max_staleness: Annotated[
+        int,
+        typer.Option(
+            "--max-staleness",
+            help="Also rollcut's loop collecting this many steps ahead while the trainer trains (0: not).",
+        ),
+    ] = 0,
+    completion_tokens: Annotated[
+        int, typer.Option("--completion-tokens", help="Tokens each completion may have.")
+    ] = 16,
     as_json: JsonOpt = False,
 ) -> None:
     """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
     (needs the ``trl`` extra and the engine)."""
     status = f"training {steps} steps each way, {repeat} times"
-    _measure("bench_train", status, as_json, steps=steps, repeat=repeat, generations=generations, crash=crash)
+    _measure(
+        "bench_train",
+        status,
+        as_json,
+        steps=steps,
+        repeat=repeat,
+        generations=generations,
+        crash=crash,
+        max_staleness=max_staleness,
+        completion_tokens=completion_tokens,
+    )
 
 
 @bench_app.command("soak")

@@ -111,6 +111,14 @@ def serve_model(
         bool,
         typer.Option("--engine-no-cuts", help="engine backend: running calls are excluded at a checkpoint."),
     ] = False,
+    engine_handover: Annotated[
+        float,
+        typer.Option(
+            "--engine-handover",
+            help="engine backend: seconds a call waits for an engine that went away (a restart on new "
+            "weights) before it fails; it then goes on from the tokens it has.",
+        ),
+    ] = 0.0,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", help="engine backend: a call's budget when it names none.")
     ] = 1024,

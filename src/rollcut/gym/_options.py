@@ -64,6 +64,7 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     engine_dialect: str = "llama.cpp"
     engine_model: str = ""
     engine_no_cuts: bool = False
+    engine_handover: float = 0.0
     max_tokens: int = 1024
     seed: int = 0
     token_delay: float = 0.0

@@ -27,6 +27,11 @@ class Plan:
     text: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     handle: Any = None  # the backend's own state of a running call (an engine's open request)
+    # set by the model service before it generates, for a backend that knows which request made which
+    # token: the policy version in force now, and the hook to call with (first output index, version)
+    # when a request's answer begins (see ``Segments.opened``)
+    clock: Callable[[], int] | None = None
+    opened: Callable[[int, int], None] | None = None
 
 
 class Backend(Protocol):

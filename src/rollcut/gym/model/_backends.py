@@ -44,4 +44,5 @@ def engine(opts: ModelServe) -> Backend:
         model=opts.engine_model,
         max_tokens=opts.max_tokens,
         cuts=not opts.engine_no_cuts,
+        handover_s=opts.engine_handover,
     )

@@ -12,7 +12,8 @@ workers through. The file is read again when its modification time or size chang
 is recorded under the version in force when the model server received it.
 
 A call's segments follow from that (``TokenRecord.segments``): a new stretch starts where the
-version changed, and the first stretch of a continuation is marked ``reprefilled`` (the engine
+version changed (for the engine backend, where a request sent under another version began: see
+:meth:`Segments.opened`), and the first stretch of a continuation is marked ``reprefilled`` (the engine
 prefilled the prefix again under the weights of that moment). A continuation or a reused call whose
 oldest token is more than ``max_lag`` versions behind is refused with ``fresh_dispatch``: the rollout
 starts over from its input, since such data is what a trainer with that staleness bound drops.
@@ -105,9 +106,30 @@ class Segments:
         self.version = clock.now()
         self.start = kept
         self.reprefilled = kept > 0  # the prefix is prefilled again before the first new token
+        self.by_request = False
+
+    def opened(self, index: int, version: int) -> None:
+        """The backend's request for the tokens from ``index`` on was answered by the weights of
+        ``version``. An engine restarted on new weights under a running call is asked again for the
+        rest; whether a token was read before or after the version file changed says nothing about
+        which engine sent it (a killed engine's last tokens may still sit in the socket), so once a
+        backend says which request made which token, stretches follow requests, not the clock."""
+        self.by_request = True
+        if version == self.version:
+            return
+        if index > self.start:
+            self.done.append(
+                VersionSegment(
+                    version=self.version, start=self.start, end=index, reprefilled=self.reprefilled
+                )
+            )
+            self.start, self.reprefilled = index, True
+        self.version = version
 
     def token(self, index: int) -> None:
         """Token ``index`` was received: a new stretch starts where the version changed."""
+        if self.by_request:
+            return
         now = self.clock.now()
         if now != self.version:
             if index > self.start:

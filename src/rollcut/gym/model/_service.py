@@ -315,6 +315,7 @@ class ModelService:
             fl.state = "generating"
             if plan is None:
                 plan = fl.plan = await self.backend.start(body)
+            plan.clock, plan.opened = self.policy.now, segments.opened
             async with contextlib.aclosing(self.backend.generate(plan, start=start)) as tokens:
                 async for tok in tokens:
                     if self._retired and ident.rollout_id in self._retired:

@@ -7,6 +7,7 @@ The contract this implements is ``docs/trainer-integration.md``.
 from ._global import GlobalCheckpoint, RestorePoint, consumed_history, dir_digest, publish_global, restorable
 from ._local import LocalLoop, local_loop
 from ._main import main
+from ._pipeline import Pipeline, PipelineError, sampler_prompts
 from ._policy import (
     POLICY_SHAPE,
     PolicyFiles,
@@ -21,7 +22,9 @@ from ._policy import (
 from ._rollout import (
     Deployment,
     RolloutFunction,
+    Sequence,
     SequenceError,
+    StalenessError,
     StepRecord,
     reward_from_rollcut,
     sequence_of,
@@ -47,11 +50,15 @@ __all__ = [
     "LocalLoop",
     "LogprobCheck",
     "LogprobMismatchError",
+    "Pipeline",
+    "PipelineError",
     "PolicyFiles",
     "PolicyManifest",
     "RestorePoint",
     "RolloutFunction",
+    "Sequence",
     "SequenceError",
+    "StalenessError",
     "StepRecord",
     "consumed_history",
     "dir_digest",
@@ -65,6 +72,7 @@ __all__ = [
     "publish_global",
     "restorable",
     "reward_from_rollcut",
+    "sampler_prompts",
     "sequence_of",
     "to_gguf_layout",
     "train_letters",

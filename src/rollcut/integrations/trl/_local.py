@@ -38,6 +38,10 @@ from ._sync import policy_engine, write_version
 
 __all__ = ["LocalLoop", "local_loop"]
 
+ENGINE_HANDOVER_S = 60.0
+"""How long a model call waits for llama-server through a weight update (a restart of the tiny
+policy takes well under a second; a loaded CI machine, a few)."""
+
 
 @dataclass
 class LocalLoop:
@@ -91,9 +95,12 @@ def local_loop(
     seed: int = 0,
     threads: int = 1,
     restart: bool = False,
+    max_staleness: int = 0,
 ) -> Iterator[LocalLoop]:
     """Start the deployment under ``root`` (see the module's docstring); stop it all on exit.
-    Resuming with ``restart``, the interrupted step is collected again from nothing."""
+    Resuming with ``restart``, the interrupted step is collected again from nothing. The model
+    server continues no prefix more than ``max_staleness`` versions old, and waits for the engine
+    through a weight update's restart."""
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     policy_dir = root / "policy"
     restored = _restore_point(root, restart) if (policy_dir / "v0.gguf").exists() else None
@@ -126,6 +133,8 @@ def local_loop(
                 "backend": "engine",
                 "upstream": engine.url,
                 "policy_version_file": str(version_file),
+                "max_policy_lag": max_staleness,
+                "engine_handover": ENGINE_HANDOVER_S,
             },
         )
         for server in stack:

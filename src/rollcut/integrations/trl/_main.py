@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None, *, description: str = "") -> int:
         action="store_true",
         help="resuming: collect the interrupted step again from nothing (what a crash costs without rollcut)",
     )
+    ap.add_argument(
+        "--max-staleness",
+        type=int,
+        default=0,
+        help="collect up to this many steps ahead while the trainer trains (0: each step when asked)",
+    )
+    ap.add_argument("--completion-tokens", type=int, default=16, help="tokens each completion may have")
     args = ap.parse_args(argv)
 
     from ._run import train_letters
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None, *, description: str = "") -> int:
             concurrency=args.concurrency,
             checkpoint_every_s=args.checkpoint_every,
             restart_step=args.restart_step,
+            max_staleness=args.max_staleness,
+            completion_tokens=args.completion_tokens,
         )
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0

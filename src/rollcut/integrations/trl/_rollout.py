@@ -22,6 +22,7 @@ refused naming it, never silently trained on a sequence the policy did not see.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +35,15 @@ from ...ledger import CheckpointRecord, Ledger
 from ...tokens import LocalTokenStore
 
 if TYPE_CHECKING:
+    from ._pipeline import Pipeline
     from ._sync import LogprobCheck
 
 __all__ = [
     "Deployment",
     "RolloutFunction",
+    "Sequence",
     "SequenceError",
+    "StalenessError",
     "StepRecord",
     "admin_log",
     "reward_from_rollcut",
@@ -58,6 +62,13 @@ class SequenceError(RollcutError):
 
     rollout_id: str | None = None
     turn: int | None = None
+
+
+class StalenessError(RollcutError):
+    """A row holds tokens more policy versions behind the trainer than ``max_staleness`` allows."""
+
+    rollout_id: str | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,8 @@ class StepRecord:
     checkpoints_published: int
     checkpoint: CheckpointRecord  # the rollcut checkpoint taken once every row of the step was written
     logprobs: dict[str, float] | None = None  # the engine against the policy's weights (LogprobCheck)
+    collect_s: float = 0.0  # the collection's own time
+    waited_s: float = 0.0  # how long the trainer waited for it (less than collect_s when it ran ahead)
 
 
 @dataclass(frozen=True)
@@ -154,7 +167,10 @@ class RolloutFunction:
     epoch: int = 0
     crash_at: int | None = None  # the fault ``--crash-at-step`` injects: in that step's collection,
     crash: Callable[[dict[str, Any]], None] | None = None  # once some rows are written, not all
+    max_staleness: int = 0  # > 0: collect up to that many steps ahead, while the trainer trains (._pipeline)
+    prompts_for: Callable[[int], list[Any]] | None = None  # a later step's prompts (default: TRL's sampler)
     steps: list[StepRecord] = field(default_factory=list)
+    _pipeline: Pipeline[tuple[StepRecord, list[Sequence]]] | None = field(default=None, repr=False)
 
     def rows_of(self, prompts: list[Any], step: int) -> list[dict[str, Any]]:
         """The step's input rows: one NeMo Gym row per completion asked for."""
@@ -176,7 +192,10 @@ class RolloutFunction:
         step = int(trainer.state.global_step)
         if len(prompts) >= STEP_STRIDE:
             raise RollcutError(f"a generation batch of {len(prompts)} prompts: at most {STEP_STRIDE - 1}")
-        record, sequences = asyncio.run(self._collect(prompts, step))
+        t0 = time.perf_counter()
+        record, sequences = self._step(prompts, step, trainer)
+        record.waited_s = time.perf_counter() - t0
+        self._fresh_enough(record, sequences)
         if self.check is not None:
             record.logprobs = self.check.check(step, record.rollout_ids, sequences)
         self.steps.append(record)
@@ -190,6 +209,46 @@ class RolloutFunction:
             "rollcut_reward": record.rewards,
             "rollcut_rollout_id": record.rollout_ids,
         }
+
+    def _step(self, prompts: list[Any], step: int, trainer: Any) -> tuple[StepRecord, list[Sequence]]:
+        """The step's collection: run now, or (pipelined) the one started while the step before it
+        trained, with the steps after it started before this returns."""
+        if self.max_staleness <= 0:
+            return asyncio.run(self._collect(prompts, step))
+        from ._pipeline import Pipeline, sampler_prompts
+
+        if self._pipeline is None:
+            self._pipeline = Pipeline(self._collect)
+        if self.prompts_for is None:
+            self.prompts_for = sampler_prompts(trainer)
+        pipeline = self._pipeline
+        stride = int(trainer.args.steps_per_generation) * int(getattr(trainer, "num_iterations", 1))
+        if not pipeline.started(step):
+            pipeline.start(step, prompts)
+        for ahead in range(1, self.max_staleness + 1):
+            later = step + ahead * stride
+            if later < int(trainer.state.max_steps) and not pipeline.started(later):
+                pipeline.start(later, self.prompts_for(later))
+        return pipeline.take(step, prompts)
+
+    def close(self) -> None:
+        """Stop the collections running ahead (their rollouts stay, for a resumed run to find)."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+
+    def _fresh_enough(self, record: StepRecord, sequences: list[Sequence]) -> None:
+        """Every token within ``max_staleness`` versions of the trainer's (its version is the
+        step): the bound a pipelined run promises, checked on what the trainer is handed."""
+        for rid, seq in zip(record.rollout_ids, sequences, strict=True):
+            made = [v for v in seq.versions if v >= 0]
+            if made and record.step - min(made) > self.max_staleness:
+                raise StalenessError(
+                    f"step {record.step}, rollout {rid}: tokens of policy version {min(made)}, "
+                    f"{record.step - min(made)} behind (max_staleness {self.max_staleness})",
+                    rollout_id=rid,
+                    step=record.step,
+                )
 
     def _fault(self, step: int) -> Callable[[dict[str, Any]], None] | None:
         """The crash to inject in ``step``'s collection, if this is the step."""
@@ -211,6 +270,7 @@ class RolloutFunction:
 
     async def _collect(self, prompts: list[Any], step: int) -> tuple[StepRecord, list[Sequence]]:
         dep = self.deployment
+        t0 = time.perf_counter()
         rows_file = dep.rows / f"step-{step:06d}.jsonl"
         rows_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = await dep.connect(f"trl-step-{step}")
@@ -256,6 +316,7 @@ class RolloutFunction:
             recovery=dict(summary.recovery),
             checkpoints_published=summary.checkpoints_published,
             checkpoint=checkpoint,
+            collect_s=time.perf_counter() - t0,
         )
         return record, sequences
 

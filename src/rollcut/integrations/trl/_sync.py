@@ -1,12 +1,14 @@
 """The engine serves the policy being trained, and the trainer checks it did.
 
 :class:`EngineSync` is a ``transformers`` ``TrainerCallback``: after every optimizer step it writes
-the new weights as policy version ``global_step`` (:func:`write_policy`), restarts the engine on
-that file on the same port (a restart, not a swap: llama.cpp's server has no weight swap, and a
-restart of the tiny policy costs a fraction of a second, measured in ``rollcut bench train``),
-and then writes the version file the model server reads (``--policy-version-file``): a call
-answered after that is recorded as the new version, and no call is recorded as a version
-whose weights the engine did not hold.
+the new weights as policy version ``global_step`` (:func:`write_policy`), stops the engine, writes
+the version file the model server reads (``--policy-version-file``), and starts the engine on the
+new file on the same port (a restart, not a swap: llama.cpp's server has no weight swap, and a
+restart of the tiny policy costs a fraction of a second, ``restart_s``). In that order, a request
+the model server sent under the old version reached the old engine or none, and one sent under the
+new version reaches the new engine or none; calls running across the update (pipelined
+collection) wait for the new engine (``--engine-handover``) and go on, their tokens recorded
+under the version of the request that made them (``rollcut.gym.model.engine``).
 
 :class:`LogprobCheck` recomputes, for every completion token the engine generated, its
 log-prob under the weights of the version the row records for that token (the Hugging Face
@@ -93,13 +95,16 @@ class EngineSync(_Callback):
         self.engine, self.tokenizer = engine, tokenizer
         self.policy_dir, self.version_file = policy_dir, version_file
         self.written: list[PolicyFiles] = []
+        self.restart_s: list[float] = []  # each weight update's engine restart, measured
 
     def publish(self, model: LlamaForCausalLM, version: int) -> PolicyFiles:
         files = write_policy(model, self.tokenizer, self.policy_dir, version)
+        t0 = time.perf_counter()
         self.engine.kill()
+        write_version(self.version_file, version)  # between the two engines: see the module's docstring
         self.engine.model = files.gguf
         self.engine.start(port=self.engine.port)
-        write_version(self.version_file, version)
+        self.restart_s.append(time.perf_counter() - t0)
         self.written.append(files)
         return files
 

@@ -68,7 +68,13 @@ __all__ = [
 
 
 def engine_backend(
-    url: str, dialect: str, *, model: str = "", max_tokens: int = 1024, cuts: bool = True
+    url: str,
+    dialect: str,
+    *,
+    model: str = "",
+    max_tokens: int = 1024,
+    cuts: bool = True,
+    handover_s: float = 0.0,
 ) -> EngineBackend:
     """The backend for an engine at ``url`` speaking ``dialect`` (a name in ``DIALECTS``); without
     ``cuts`` a running call is ``excluded`` at a checkpoint (the baseline cuts are measured against)."""
@@ -83,4 +89,4 @@ def engine_backend(
         timeout=httpx.Timeout(10.0, read=None),
         limits=httpx.Limits(max_connections=None, keepalive_expiry=2.0),
     )
-    return EngineBackend(client, speaker, default_max_tokens=max_tokens, cuts=cuts)
+    return EngineBackend(client, speaker, default_max_tokens=max_tokens, cuts=cuts, handover_s=handover_s)

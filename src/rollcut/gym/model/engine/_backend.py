@@ -14,6 +14,15 @@ anyway. Tokens the engine sampled past the boundary before the abort reached it 
 A call's prompt is tokenized by the engine itself, with the model's own chat template, never by
 rollcut's byte-level stand-in, so prompt ids in the rows are the ones the engine saw.
 
+An engine restarted under running calls (a trainer's weight update: llama.cpp's server has no
+weight swap) is waited for, up to ``handover_s`` (``--engine-handover``): a call that lost its
+engine asks the new one for the rest, the prompt plus what it had, exactly as after a cut. Which
+weights made which token is known by request, not by when a token was read: the policy clock is
+read as a request is sent and again when its answer begins; if they differ the weights changed
+while the request was on its way, its answer is discarded and the rest asked again. With the
+trainer's order (stop the engine, then the new version, then start the engine on it) a request
+whose two readings agree was answered by that version's weights.
+
 Never a false prefix: a token is kept only with its id and log-prob; if the engine's count of
 generated tokens disagrees with the ids it streamed (llama.cpp's server merges tokens that end
 mid-character into one piece and drops their ids), the call fails, naming why, rather than keep
@@ -26,9 +35,9 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import msgspec
@@ -45,6 +54,7 @@ __all__ = ["EngineBackend"]
 _MAX_LINE = 1 << 20  # one stream chunk; an engine sends a few hundred bytes per token
 _decode = msgspec.json.Decoder().decode  # a chunk per token: the hot path of an engine call
 _END = object()
+_T = TypeVar("_T")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 
 
@@ -75,6 +85,7 @@ class EngineBackend:
         policy_version: str | None = None,
         default_max_tokens: int = 1024,
         cuts: bool = True,
+        handover_s: float = 0.0,
     ) -> None:
         self.client = client
         self.dialect = dialect
@@ -87,7 +98,14 @@ class EngineBackend:
         self.policy_version = policy_version or f"engine:{dialect.name}"
         self.last_policy_version: str | None = None
         self.default_max_tokens = default_max_tokens
-        self.stats = {"engine_requests": 0, "engine_aborts": 0, "engine_tokens_discarded": 0}
+        self.handover_s = handover_s  # how long a call waits for an engine that went away
+        self.stats = {
+            "engine_requests": 0,
+            "engine_aborts": 0,
+            "engine_tokens_discarded": 0,
+            "engine_handovers": 0,  # a call that lost its engine went on with the one that came back
+            "engine_requests_straddled": 0,  # answers discarded: the weights changed while one was asked
+        }
         # whether this backend is the engine's only client (one model-server worker): only then does it
         # pin calls to slots; K workers would each count every slot as theirs and queue behind each
         # other, so with several the engine places requests itself (its prompt-cache match)
@@ -107,7 +125,8 @@ class EngineBackend:
             async with self._slots_lock:
                 if self._free_slots is None:
                     free = asyncio.Queue[int]()
-                    for slot in range(await self.dialect.slot_count(self.client)):
+                    count = await self._reaching(lambda: self.dialect.slot_count(self.client))
+                    for slot in range(count):
                         free.put_nowait(slot)
                     self._free_slots = free
         return await self._free_slots.get()
@@ -124,7 +143,7 @@ class EngineBackend:
 
     async def start(self, body: dict[str, Any]) -> Plan:
         constraint = constraint_of(body)  # a 400 before anything is asked of the engine
-        prompt = await self.dialect.tokenize(self.client, body)
+        prompt = await self._reaching(lambda: self.dialect.tokenize(self.client, body))
         return Plan(prompt, [], [], "stop", None, handle=_Run(body, self._limit(body), constraint))
 
     def streams_text(self, body: dict[str, Any]) -> bool:
@@ -140,9 +159,33 @@ class EngineBackend:
             return False
         plan.output_ids, plan.logprobs = list(record.output_ids), list(record.logprobs)
         run: _Run = plan.handle
-        text = await self.dialect.detokenize(self.client, plan.output_ids) if plan.output_ids else ""
+        ids = plan.output_ids
+        text = await self._reaching(lambda: self.dialect.detokenize(self.client, ids)) if ids else ""
         run.texts = [text] + [""] * (len(plan.output_ids) - 1) if plan.output_ids else []
         return True
+
+    async def _reaching(self, ask: Callable[[], Awaitable[_T]]) -> _T:
+        """``ask()``, asked again while the engine is away, up to ``handover_s``."""
+        since: float | None = None
+        while True:
+            try:
+                return await ask()
+            except EngineError as exc:
+                since = await self._wait_for_engine(exc, since)
+
+    async def _wait_for_engine(self, exc: EngineError, since: float | None) -> float:
+        """The engine went away (``exc``): wait a little before asking again, or give up with ``exc``
+        once it has been away ``handover_s`` since ``since``. The waits grow with the time away (half
+        of it, 50 ms to 1 s): a small model's engine is back in well under a second, a large one's
+        in tens of seconds."""
+        if not exc.lost or self.handover_s <= 0:
+            raise exc
+        now = asyncio.get_running_loop().time()
+        since = now if since is None else since
+        if now - since >= self.handover_s:
+            raise exc
+        await asyncio.sleep(min(max(0.05, (now - since) / 2), 1.0))
+        return since
 
     def interrupt(self, plan: Plan) -> None:
         """A cut took the buffer as the prefix: stop the engine's request; the rest is asked anew."""
@@ -169,6 +212,7 @@ class EngineBackend:
                         f"{path} answered {resp.status_code}: {text}",
                         engine=self.dialect.name,
                         status=resp.status_code,
+                        lost=resp.status_code == 503,  # up, still loading its weights (a restart)
                     )
                 async for line in resp.aiter_lines():
                     if len(line) > _MAX_LINE:
@@ -231,16 +275,18 @@ class EngineBackend:
     async def _generate(self, plan: Plan, run: _Run, start: int) -> AsyncGenerator[int, None]:
         del plan.output_ids[start:], plan.logprobs[start:], run.texts[start:]
         finished: str | None = None
+        lost_since: float | None = None
         while finished is None:
             remaining = run.limit - len(plan.output_ids)
             if remaining <= 0:
                 finished = "length"
                 break
             turn, queue = run.turn, asyncio.Queue[Any]()
+            asked = plan.clock() if plan.clock is not None else None
             run.reader = asyncio.ensure_future(
                 self._read(plan.prompt_ids + plan.output_ids, remaining, run, queue)
             )
-            received, ended = 0, None
+            received, ended, answered = 0, None, False
             try:
                 while run.turn == turn:
                     item = await queue.get()
@@ -248,6 +294,17 @@ class EngineBackend:
                         break
                     if isinstance(item, Exception):
                         raise item
+                    if not answered:
+                        answered = True
+                        if lost_since is not None:
+                            self.stats["engine_handovers"] += 1
+                            lost_since = None
+                        if asked is not None and plan.clock is not None and plan.clock() != asked:
+                            self.stats["engine_requests_straddled"] += 1
+                            run.turn += 1  # whose answer this is cannot be known: asked again
+                            break
+                        if asked is not None and plan.opened is not None:
+                            plan.opened(len(plan.output_ids), asked)
                     self._check(item, received)
                     received += len(item.ids)
                     for i, (tok, lp) in enumerate(zip(item.ids, item.logprobs, strict=True)):
@@ -259,6 +316,9 @@ class EngineBackend:
                         run.texts.append(item.text if i == 0 else "")
                         yield tok
                     ended = item.finish_reason or ended
+            except EngineError as exc:  # away (a restart on new weights): the rest from the one back
+                lost_since = await self._wait_for_engine(exc, lost_since)
+                continue
             finally:
                 if run.reader is not None and not run.reader.done():
                     run.reader.cancel()

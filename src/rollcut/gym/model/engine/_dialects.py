@@ -109,8 +109,13 @@ async def _get(client: httpx.AsyncClient, engine: str, path: str) -> Any:
         resp = await client.get(path)
     except httpx.HTTPError as exc:
         raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
-    if resp.status_code != 200:
-        raise EngineError(f"{path} answered {resp.status_code}", engine=engine, status=resp.status_code)
+    if resp.status_code != 200:  # 503: up, still loading its weights (a restart)
+        raise EngineError(
+            f"{path} answered {resp.status_code}",
+            engine=engine,
+            status=resp.status_code,
+            lost=resp.status_code == 503,
+        )
     try:
         return resp.json()
     except ValueError as exc:
@@ -127,9 +132,12 @@ async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict
                 raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
         except httpx.HTTPError as exc:
             raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
-    if resp.status_code != 200:
+    if resp.status_code != 200:  # 503: up, still loading its weights (a restart)
         raise EngineError(
-            f"{path} answered {resp.status_code}: {resp.text[:300]}", engine=engine, status=resp.status_code
+            f"{path} answered {resp.status_code}: {resp.text[:300]}",
+            engine=engine,
+            status=resp.status_code,
+            lost=resp.status_code == 503,
         )
     try:
         return resp.json()

@@ -232,7 +232,8 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
     )
     assert retired.returncode == 0, retired.stderr[-1500:]
     resp = await run
-    assert resp.status_code == 409 and resp.json()["error"]["type"] in ("retired", "stale_attempt")
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["error"]["type"] in ("retired", "stale_attempt")
     assert not await ep.finished("r")
 
     async def nothing_left() -> bool:

@@ -169,3 +169,22 @@ async def test_concurrent_runs_of_one_attempt_on_two_agents_run_it_once(log: Eve
     events = [s.event async for s in log.read(rollout_id="r-race", attempt=1)]
     assert len([e for e in events if isinstance(e, AttemptClaimed)]) == 1
     assert len([e for e in events if isinstance(e, ResourcesSeeded)]) == 1  # the losers changed nothing
+
+
+async def test_a_rollout_retired_as_its_boundary_is_written_answers_409_not_500(
+    log: EventLog, stack: Any
+) -> None:
+    """The race the episodes suite met under load: the rollout is retired between a turn's end and
+    its boundary's append; the fence refuses the append, and the run's answer says why (a 409)."""
+    s = await stack()
+    await log.dispatch("r1", TASK, instance="collector")
+    write = s.agent.boundary
+
+    async def retired_first(run: Any, record: Any) -> None:
+        await log.retire("r1", instance="collector", reason="policy moved on")
+        await write(run, record)
+
+    s.agent.boundary = retired_first
+    out = await s.run("r1", 1)
+    assert out.status_code == 409, out.text
+    assert out.json()["error"]["type"] in ("retired", "stale_attempt")

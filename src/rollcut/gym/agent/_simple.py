@@ -29,7 +29,7 @@ from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
-from .._http import gym_client
+from .._http import append_or_refuse, gym_client
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._chat import run_chat
@@ -171,14 +171,15 @@ class SimpleAgent:
     async def boundary(self, run: Run, record: AgentBoundaryRecord) -> None:
         """A completed nonterminal turn: its boundary on the log, then park here if a checkpoint asks."""
         ident = run.ident
-        await self.log.append(
+        await append_or_refuse(  # retired or superseded meanwhile: the run's answer is a 409, not a 500
+            self.log,
             AgentBoundary(
                 component="agent",
                 instance=self.instance,
                 rollout_id=ident.rollout_id,
                 attempt=ident.attempt,
                 record=record,
-            )
+            ),
         )
         self.stats["boundaries"] += 1
         await self._maybe_park(run)

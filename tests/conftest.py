@@ -17,8 +17,8 @@ import pytest
 
 from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 
+from .bubblewrap import bubblewrap
 from .engine import Engine
-from .sandbox import bubblewrap
 
 _ns = itertools.count()
 

@@ -27,6 +27,7 @@ PACKAGES = [
     "rollcut.bus",
     "rollcut.tokens",
     "rollcut.replay",
+    "rollcut.sandbox",
     "rollcut.ledger",
     "rollcut.participants",
     "rollcut.gym",

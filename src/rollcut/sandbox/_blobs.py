@@ -1,0 +1,173 @@
+"""Content-addressed blobs in JetStream's object store: a tree stored once, restored exactly.
+
+One bucket per namespace (``rc_<namespace>_blobs``, file storage, the stream's replicas); a blob's
+name is the SHA-256 of its content. Storing a tree puts only the blobs the bucket does not hold,
+so a checkpoint costs what changed since any tree stored before, and sessions seeded from the same
+task share their blobs.
+
+The name is a claim, not a proof: whoever can write the bucket can put other bytes under a name.
+So a blob is checked against its name every time it is read (:meth:`BlobStore.fetch`), and a
+restore that meets a missing or wrong blob fails naming the path (:class:`SnapshotError`): the
+caller starts the rollout over rather than continue from files that are not the cut's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import NotFoundError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
+
+from ._manifest import Manifest, SnapshotError, Tree
+
+__all__ = ["BlobStore", "Stored", "bucket_of"]
+
+_PARALLEL = 16  # blobs asked for at once: one round trip each
+
+
+def bucket_of(namespace: str) -> str:
+    """The namespace's blob bucket (a JetStream object store)."""
+    return f"rc_{namespace}_blobs"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What storing a tree cost: blobs and bytes put now, and those the bucket already held."""
+
+    blobs_put: int
+    bytes_put: int
+    blobs_reused: int
+    bytes_reused: int
+
+
+class BlobStore:
+    """A namespace's blobs (see the module's docstring)."""
+
+    def __init__(self, store: ObjectStore, bucket: str) -> None:
+        self.store, self.bucket = store, bucket
+        self._known: set[str] = set()  # blobs seen in the bucket by this process (never deleted since)
+        self._limit = asyncio.Semaphore(_PARALLEL)
+
+    @classmethod
+    async def open(cls, js: Any, namespace: str, *, replicas: int = 1) -> BlobStore:
+        """The namespace's bucket, created on first use. ``js``: a JetStream context."""
+        bucket = bucket_of(namespace)
+        try:
+            store = await js.object_store(bucket)
+        except NotFoundError:
+            config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
+            store = await js.create_object_store(bucket, config=config)
+        return cls(store, bucket)
+
+    async def has(self, digest: str) -> bool:
+        if digest in self._known:
+            return True
+        try:
+            async with self._limit:
+                await self.store.get_info(digest)
+        except ObjectNotFoundError:
+            return False
+        self._known.add(digest)
+        return True
+
+    async def put_tree(self, tree: Tree) -> Stored:
+        """Every blob of ``tree`` the bucket lacks, put; each read again and checked first (a file
+        changed since the scan is refused, not stored under a name that is not its content's)."""
+        sizes = {e.digest: e.size for e in tree.manifest.entries if e.kind == "file"}
+        present = await asyncio.gather(*(self.has(d) for d in sizes))
+        missing = [d for d, there in zip(sizes, present, strict=True) if not there]
+        await asyncio.gather(*(self._put(d, tree.sources[d]) for d in missing))
+        reused = [d for d in sizes if d not in missing]
+        return Stored(
+            blobs_put=len(missing),
+            bytes_put=sum(sizes[d] for d in missing),
+            blobs_reused=len(reused),
+            bytes_reused=sum(sizes[d] for d in reused),
+        )
+
+    async def _put(self, digest: str, source: Path) -> None:
+        data = await asyncio.to_thread(source.read_bytes)
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SnapshotError(f"{source} changed while it was being snapshotted", digest=digest)
+        async with self._limit:
+            await self.store.put(digest, data)
+        self._known.add(digest)
+
+    async def fetch(self, digest: str, *, path: str = "") -> bytes:
+        """The blob named ``digest``, checked against its name."""
+        try:
+            async with self._limit:
+                data = (await self.store.get(digest)).data or b""
+        except ObjectNotFoundError as exc:
+            raise SnapshotError(
+                f"{path or digest}: its blob {digest[:12]} is missing", path=path, digest=digest
+            ) from exc
+        except Exception as exc:  # a torn or altered object: its chunks fail the store's own digest
+            raise SnapshotError(
+                f"{path or digest}: its blob {digest[:12]} does not read: {exc!r}", path=path, digest=digest
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SnapshotError(
+                f"{path or digest}: its blob {digest[:12]} is not what its name says",
+                path=path,
+                digest=digest,
+            )
+        return data
+
+    async def materialise(self, manifest: Manifest, dest: Path) -> int:
+        """Make the tree of ``manifest`` at ``dest`` (a new directory, 0700), every file checked
+        against its digest before it is written; the bytes written. On any failure ``dest`` is left
+        incomplete for the caller to remove: it must not be used."""
+        files = [e for e in manifest.entries if e.kind == "file"]
+        contents = await asyncio.gather(*(self.fetch(e.digest, path=e.path) for e in files))
+        await asyncio.to_thread(
+            _write_tree, manifest, dest, dict(zip((e.path for e in files), contents, strict=True))
+        )
+        return sum(len(d) for d in contents)
+
+    async def names(self) -> set[str]:
+        """Every blob in the bucket."""
+        with contextlib.suppress(NotFoundError):
+            return {i.name for i in await self.store.list(ignore_deletes=True) if i.name and not i.deleted}
+        return set()
+
+    async def compact(self, keep: Iterable[Manifest]) -> tuple[int, int]:
+        """Delete every blob no manifest in ``keep`` names (the trees of every kept checkpoint);
+        (blobs deleted, blobs kept)."""
+        needed: set[str] = set().union(*(m.blobs() for m in keep))
+        have = await self.names()
+        gone = sorted(have - needed)
+        for name in gone:
+            await self.store.delete(name)
+            self._known.discard(name)
+        return len(gone), len(have & needed)
+
+
+def _write_tree(manifest: Manifest, dest: Path, contents: dict[str, bytes]) -> None:
+    """The tree on disk: directories (sorted by path, so before what is in them), files (created,
+    never through a symlink), symlinks, and directory modes last (a read-only one still got its
+    files)."""
+    dest.mkdir(mode=0o700)
+    for e in manifest.entries:
+        if e.kind == "dir":
+            (dest / e.path).mkdir(mode=0o700)
+    for e in manifest.entries:
+        if e.kind == "file":
+            target = dest / e.path
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(contents[e.path])
+            os.chmod(target, e.mode)
+        elif e.kind == "symlink":
+            os.symlink(e.target, dest / e.path)
+    for e in reversed(manifest.entries):
+        if e.kind == "dir":
+            os.chmod(dest / e.path, e.mode)

@@ -32,6 +32,7 @@ ENVIRONMENTS: Registry[Any] = Registry(
         "letters": f"{_ENVS}:Letters",
         "scratchpad": f"{_ENVS}:Scratchpad",
         "stateful_counter": "rollcut.gym.resources._stateful_counter:StatefulCounter",
+        "sandbox": "rollcut.gym.resources._sandbox:Sandbox",
     },
 )
 """Resources environments (``rollcut serve resources NAME``): an :class:`Environment` subclass."""

@@ -88,3 +88,27 @@ async def test_checkpoint_with_role_credentials(
         await p.stop()
         await plog.close()
         await clog.close()
+
+
+async def test_a_resources_server_stores_sandbox_trees_in_its_namespaces_bucket_and_no_other_role_can(
+    server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
+) -> None:
+    from rollcut.sandbox import BlobStore, scan
+
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "f.txt").write_text("kept across a crash\n")
+    tree = scan(tmp_path / "tree")
+    res = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=5).as_role(creds, "resources"))
+    try:
+        store = await BlobStore.open(res.nc.jetstream(), NS)  # created on first use, by this role
+        assert (await store.put_tree(tree)).blobs_put == 1
+        await store.materialise(tree.manifest, tmp_path / "back")
+        assert (tmp_path / "back" / "f.txt").read_text() == "kept across a crash\n"
+    finally:
+        await res.close()
+    model = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=2).as_role(creds, "model"))
+    try:
+        with pytest.raises(Exception, match=r"(?i)permission|timeout"):
+            await (await BlobStore.open(model.nc.jetstream(), NS)).fetch(tree.manifest.entries[0].digest)
+    finally:
+        await model.close()

@@ -71,11 +71,11 @@ async def test_a_missing_or_altered_blob_fails_the_restore_naming_the_path(
 
     await store.store.put(readme.digest, b"someone else's bytes\n")  # a writer of the bucket lies
     with pytest.raises(SnapshotError, match=r"README.md: its blob .* is not what its name says"):
-        await BlobStore(store.store, store.bucket).materialise(tree.manifest, tmp_path / "a")
+        await BlobStore(store.store, store.bucket, store.js).materialise(tree.manifest, tmp_path / "a")
 
     await store.store.delete(readme.digest)
     with pytest.raises(SnapshotError, match=r"README.md: its blob .* is missing") as err:
-        await BlobStore(store.store, store.bucket).materialise(tree.manifest, tmp_path / "b")
+        await BlobStore(store.store, store.bucket, store.js).materialise(tree.manifest, tmp_path / "b")
     assert err.value.path == "README.md" and err.value.digest == readme.digest
 
 

@@ -83,9 +83,18 @@ def permissions(role: str, s: Subjects, name: str = "*") -> dict[str, Any]:
             "subscribe": {"allow": inbox},
         }
     if role in PARTICIPANT_ROLES:
+        # a resources server's sandbox sessions store their trees in the namespace's object store
+        blobs = _blob_store(s) if role == "resources" else []
         return {
             "publish": {
-                "allow": [f"{p}.ev.*.*.{role}", s.mark(name), s.hello(role, name), *js_read, "$JS.API.INFO"],
+                "allow": [
+                    f"{p}.ev.*.*.{role}",
+                    s.mark(name),
+                    s.hello(role, name),
+                    *js_read,
+                    "$JS.API.INFO",
+                    *blobs,
+                ],
                 "deny": [s.mark(COORDINATOR_LANE), s.mark(COLLECTOR_LANE)],
             },
             # the rollout lifecycle (retirements) and hand-offs: a participant drops what it holds
@@ -102,6 +111,26 @@ def permissions(role: str, s: Subjects, name: str = "*") -> dict[str, Any]:
             "allow_responses": True,
         }
     raise ConfigError(f"unknown role {role!r}")
+
+
+def _blob_store(s: Subjects) -> list[str]:
+    """The namespace's blob bucket and nothing else: its chunks and metadata, its stream's
+    JetStream API (created on first use; an ordered consumer reads an object; a purge drops an
+    overwritten object's old chunks), and flow-control replies. A blob read is checked against its
+    name, so what a writer of the bucket could forge is a failed restore, never a wrong tree."""
+    bucket, stream = s.blob_bucket, f"OBJ_{s.blob_bucket}"
+    return [
+        f"$O.{bucket}.>",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.API.STREAM.PURGE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DELETE.{stream}.>",
+        "$JS.FC.>",
+    ]
 
 
 def jwt_permissions(role: str, s: Subjects) -> dict[str, Any]:

@@ -56,6 +56,8 @@ class Subjects:
         self.namespace = check_token(namespace, "namespace")
         self.prefix = f"rc.{namespace}"
         self.stream = f"RC_{namespace}"
+        # the namespace's JetStream object store of content-addressed blobs (sandbox trees)
+        self.blob_bucket = f"rc_{namespace}_blobs"
         self._parsed: dict[str, ParsedSubject] = {}
         self.stream_subjects = [
             f"{self.prefix}.ev.>",

@@ -158,6 +158,13 @@ def serve_model(
 def serve_resources(
     env: Annotated[str, typer.Argument(help=f"The environment: {_names('ENVIRONMENTS')}.")],
     common: dict[str, Any],
+    unisolated: Annotated[
+        bool,
+        typer.Option(
+            "--unisolated",
+            help="sandbox: run commands without bubblewrap (they can read and write what this user can).",
+        ),
+    ] = False,
 ) -> None:
     """A stateful resources (tool) server whose sessions restore exactly."""
     _serve("resources", locals())

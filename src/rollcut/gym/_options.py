@@ -79,6 +79,7 @@ class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
     """A resources (tool) server (``rollcut serve resources ENV``)."""
 
     env: str = ""
+    unisolated: bool = False  # an environment that runs commands (sandbox): without bubblewrap
 
     @property
     def group(self) -> str:

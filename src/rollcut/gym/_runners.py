@@ -111,6 +111,7 @@ async def _serve_resources(
     opts: ResourcesServe, sock: socket.socket, worker: int, peers: Peers | None
 ) -> None:
     env = ENVIRONMENTS[opts.env]()
+    env.open(unisolated=opts.unisolated)  # a sandbox that cannot isolate its commands refuses here
     exported = env.mode == "exported" or env.verification == "wait"
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:

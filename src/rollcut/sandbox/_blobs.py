@@ -26,6 +26,7 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
+from ..bus import Subjects
 from ._manifest import Manifest, SnapshotError, Tree
 
 __all__ = ["BlobStore", "Stored", "bucket_of"]
@@ -35,7 +36,7 @@ _PARALLEL = 16  # blobs asked for at once: one round trip each
 
 def bucket_of(namespace: str) -> str:
     """The namespace's blob bucket (a JetStream object store)."""
-    return f"rc_{namespace}_blobs"
+    return Subjects(namespace).blob_bucket
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class Stored:
 class BlobStore:
     """A namespace's blobs (see the module's docstring)."""
 
-    def __init__(self, store: ObjectStore, bucket: str) -> None:
-        self.store, self.bucket = store, bucket
+    def __init__(self, store: ObjectStore, bucket: str, js: Any) -> None:
+        self.store, self.bucket, self.js = store, bucket, js
         self._known: set[str] = set()  # blobs seen in the bucket by this process (never deleted since)
         self._limit = asyncio.Semaphore(_PARALLEL)
 
@@ -65,7 +66,7 @@ class BlobStore:
         except NotFoundError:
             config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
             store = await js.create_object_store(bucket, config=config)
-        return cls(store, bucket)
+        return cls(store, bucket, js)
 
     async def has(self, digest: str) -> bool:
         if digest in self._known:
@@ -103,24 +104,47 @@ class BlobStore:
 
     async def fetch(self, digest: str, *, path: str = "") -> bytes:
         """The blob named ``digest``, checked against its name."""
+        where = path or digest
         try:
             async with self._limit:
-                data = (await self.store.get(digest)).data or b""
+                data = await self._read(digest)
         except ObjectNotFoundError as exc:
             raise SnapshotError(
-                f"{path or digest}: its blob {digest[:12]} is missing", path=path, digest=digest
+                f"{where}: its blob {digest[:12]} is missing", path=path, digest=digest
             ) from exc
-        except Exception as exc:  # a torn or altered object: its chunks fail the store's own digest
+        except Exception as exc:  # torn chunks, a stream that stopped answering
             raise SnapshotError(
-                f"{path or digest}: its blob {digest[:12]} does not read: {exc!r}", path=path, digest=digest
+                f"{where}: its blob {digest[:12]} does not read: {exc!r}", path=path, digest=digest
             ) from exc
         if hashlib.sha256(data).hexdigest() != digest:
             raise SnapshotError(
-                f"{path or digest}: its blob {digest[:12]} is not what its name says",
-                path=path,
-                digest=digest,
+                f"{where}: its blob {digest[:12]} is not what its name says", path=path, digest=digest
             )
         return data
+
+    async def _read(self, name: str) -> bytes:
+        """An object's bytes: its metadata, then its chunks through an ordered consumer on the
+        bucket's stream, named (nats-py's own ``get`` looks the stream up by subject, which needs
+        the right to list every stream's name: a resources server is not given it)."""
+        info = await self.store.get_info(name)
+        if not info.size:
+            return b""
+        sub = await self.js.subscribe(
+            f"$O.{self.bucket}.C.{info.nuid}", stream=f"OBJ_{self.bucket}", ordered_consumer=True
+        )
+        data = bytearray()
+
+        async def chunks() -> None:
+            async for msg in sub.messages:
+                data.extend(msg.data)
+                if msg.metadata.num_pending == 0:
+                    return
+
+        try:  # chunks purged under their metadata would be waited for forever
+            await asyncio.wait_for(chunks(), timeout=30.0 + info.size / (1 << 20))
+        finally:
+            await sub.unsubscribe()
+        return bytes(data)
 
     async def materialise(self, manifest: Manifest, dest: Path) -> int:
         """Make the tree of ``manifest`` at ``dest`` (a new directory, 0700), every file checked

@@ -78,8 +78,9 @@ class Isolation:
     bwrap: str
 
     @classmethod
-    def find(cls) -> Isolation:
-        """bubblewrap, if it works here; else a :class:`ConfigError` saying why and what to do."""
+    def find(cls, what: str = "an opaque agent's program runs sandboxed") -> Isolation:
+        """bubblewrap, if it works here; else a :class:`ConfigError` saying why (``what`` needs it)
+        and what to do."""
         bwrap = shutil.which("bwrap")
         why = (
             "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)" if not bwrap else None
@@ -87,14 +88,15 @@ class Isolation:
         why = why or _probe(str(bwrap))
         if why:
             raise ConfigError(
-                f"an opaque agent's program runs sandboxed, and {why}; start with --unisolated to run it "
+                f"{what}, and {why}; start with --unisolated to run it "
                 "without (it can then read what the server's user can: docs/security.md)"
             )
         return cls(str(bwrap))
 
-    def argv(self, command: list[str], *, socket: Path, workdir: Path) -> list[str]:
-        """The command line that runs ``command`` sandboxed, reaching the relay at ``socket``."""
-        read_only = _ro(list(_SYSTEM) + _command_paths(command))
+    def confined(self, read_only: list[str]) -> list[str]:
+        """bubblewrap's part every sandbox shares: every namespace its own, gone with its parent, a
+        fresh ``/proc``, ``/dev`` and ``/tmp``, then the system's directories and ``read_only``
+        bound read-only (after the fresh ``/tmp``: a venv or a script under /tmp stays visible)."""
         return [
             self.bwrap,
             "--unshare-all",
@@ -104,10 +106,15 @@ class Isolation:
             "/proc",
             "--dev",
             "/dev",
-            # a fresh /tmp first, then what is bound: a venv or a script under /tmp stays visible
             "--tmpfs",
             "/tmp",
-            *read_only,
+            *_ro(list(_SYSTEM) + read_only),
+        ]
+
+    def argv(self, command: list[str], *, socket: Path, workdir: Path) -> list[str]:
+        """The command line that runs ``command`` sandboxed, reaching the relay at ``socket``."""
+        return [
+            *self.confined(_command_paths(command)),
             "--dir",
             "/run/rollcut",
             "--bind",

@@ -15,6 +15,9 @@ from ._envs import (
 )
 from ._gym_env import GymEnvironment, tool
 from ._routes import aggregate_metrics, create_resources_app, final_text, task_fields
+from ._sandbox import Sandbox, SandboxState
+from ._sandbox_tasks import TASKS as _SANDBOX_TASKS
+from ._sandbox_tasks import Task as SandboxTask
 from ._service import NotContinuable, ResourcesService, Session
 from ._stateful_counter import StatefulCounter
 
@@ -22,8 +25,12 @@ ENVIRONMENTS: _Registry[type[Environment]] = _registries.ENVIRONMENTS
 """The environments ``rollcut serve resources NAME`` offers, by name (entry point group
 ``rollcut.environments``)."""
 
+SANDBOX_TASKS: dict[str, SandboxTask] = _SANDBOX_TASKS
+"""The sandbox environment's bundled tasks, by name (a session's seed: ``{"task": NAME}``)."""
+
 __all__ = [
     "ENVIRONMENTS",
+    "SANDBOX_TASKS",
     "Blackjack",
     "Counter",
     "Environment",
@@ -33,6 +40,9 @@ __all__ = [
     "MathVerifier",
     "NotContinuable",
     "ResourcesService",
+    "Sandbox",
+    "SandboxState",
+    "SandboxTask",
     "Scratchpad",
     "Session",
     "StatefulCounter",

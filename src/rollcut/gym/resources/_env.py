@@ -82,7 +82,7 @@ class Environment:
 
     # --- the codec: how state crosses a checkpoint ------------------------------------
 
-    def export_state(self, state: Any) -> bytes:
+    def export_state(self, state: Any) -> bytes | Awaitable[bytes]:
         raise NotImplementedError(f"{self.name} cannot export its state")
 
     def import_state(self, blob: bytes, codec_version: int) -> Any:
@@ -91,11 +91,25 @@ class Environment:
     def apply_delta(self, state: Any, tool: str, arguments: Any, delta: Any) -> Any:
         raise NotImplementedError(f"{self.name} does not fold deltas")
 
+    def bind(self, log: Any) -> None:
+        """The log of the service this environment serves (a sandbox stores its blobs beside it)."""
+        return None
+
+    def open(self, *, unisolated: bool = False) -> None:
+        """Called once by the server before it serves: an environment that runs commands checks
+        here that it can isolate them (and refuses to start otherwise, unless ``unisolated``)."""
+        return None
+
     def copy(self, state: Any) -> Any:
-        """A draft to run a tool on; committed only once its event is durable."""
+        """A draft to run a tool on; committed only once its event is durable. Any hook here may
+        be a coroutine (``seed``, ``copy``, a tool, ``export_state``, ``import_state``)."""
         if state is None:
             return None
-        return self.import_state(self.export_state(state), self.codec_version)
+        blob = self.export_state(state)
+        assert isinstance(blob, bytes), "an environment whose export is a coroutine defines its own copy"
+        return self.import_state(blob, self.codec_version)
 
     def close(self, state: Any) -> None:
+        """Release a state no longer used: a session's at its end, a draft whose call failed, the
+        state a committed call superseded."""
         return None

@@ -51,6 +51,11 @@ __all__ = ["NotContinuable", "ResourcesService", "Session"]
 T = TypeVar("T")
 
 
+async def _settled(value: Any) -> Any:
+    """An environment's hook may be a coroutine (a sandbox copies, snapshots and restores files)."""
+    return await value if inspect.isawaitable(value) else value
+
+
 class NotContinuable(RollcutError):
     """This session cannot be rebuilt at the cut: the rollout needs a fresh dispatch."""
 
@@ -81,6 +86,7 @@ class ResourcesService:
         self.log = log
         self.owns = owns or (lambda _rid: True)  # with several workers: the rollouts this one holds
         self.env = env
+        env.bind(log)  # an environment that stores beside the log (a sandbox's blobs) reaches it here
         self.instance = instance
         self.participant = participant
         self.sessions: dict[Identity, Session] = {}
@@ -123,8 +129,11 @@ class ResourcesService:
 
     # --- sessions -------------------------------------------------------------------------
 
-    def _logged_state(self, state: Any) -> bytes | None:
-        return self.env.export_state(state) if self.env.mode in ("event_sourced", "exported") else None
+    async def _logged_state(self, state: Any) -> bytes | None:
+        if self.env.mode not in ("event_sourced", "exported"):
+            return None
+        blob: bytes = await _settled(self.env.export_state(state))
+        return blob
 
     async def seed(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
         return await self._guarded(self._seed(ident, args))
@@ -133,17 +142,21 @@ class ResourcesService:
         existing = self.sessions.get(ident) or await self._restored(ident)
         if existing is not None:  # a continued attempt keeps its restored session; a repeat is idempotent
             return {"session": self.env.name, "revision": existing.revision, "restored": ident.attempt > 1}
-        state = self.env.seed(args)
-        await self._append(
-            ResourcesSeeded(
-                **self._ev(ident),
-                session=self.env.name,
-                env=self.env.name,
-                seed=args,
-                revision=0,
-                state=self._logged_state(state),
+        state = await _settled(self.env.seed(args))
+        try:
+            await self._append(
+                ResourcesSeeded(
+                    **self._ev(ident),
+                    session=self.env.name,
+                    env=self.env.name,
+                    seed=args,
+                    revision=0,
+                    state=await self._logged_state(state),
+                )
             )
-        )
+        except BaseException:
+            self.env.close(state)
+            raise
         self._activate(Session(ident, state))
         return {"session": self.env.name, "revision": 0, "restored": False}
 
@@ -177,27 +190,39 @@ class ResourcesService:
                 s.replay.popleft()
                 self.stats["tool_calls_served_from_log"] += 1
                 return {"result": head.result, "revision": head.revision, "served_from_log": True}
-            draft = self.env.copy(s.state)
+            draft = await _settled(self.env.copy(s.state))
             try:
-                result, delta = fn(draft, args)
-            except (KeyError, TypeError, ValueError) as exc:  # on the draft: nothing changed, nothing logged
-                raise GymError(
-                    ErrorKind.BAD_REQUEST, f"{self.env.name}.{name}: arguments {args!r} refused: {exc!r}"
-                ) from exc
-            rev = s.revision + 1
-            await self._append(
-                ResourcesMutated(
-                    **self._ev(ident),
-                    session=self.env.name,
-                    revision=rev,
-                    tool=name,
-                    arguments=args,
-                    result=result,
-                    delta=delta,
-                    state=self.env.export_state(draft) if self.env.state_in_events else None,
+                try:
+                    result, delta = await _settled(fn(draft, args))
+                except (
+                    KeyError,
+                    TypeError,
+                    ValueError,
+                ) as exc:  # on the draft: nothing changed, nothing logged
+                    raise GymError(
+                        ErrorKind.BAD_REQUEST, f"{self.env.name}.{name}: arguments {args!r} refused: {exc!r}"
+                    ) from exc
+                rev = s.revision + 1
+                await self._append(
+                    ResourcesMutated(
+                        **self._ev(ident),
+                        session=self.env.name,
+                        revision=rev,
+                        tool=name,
+                        arguments=args,
+                        result=result,
+                        delta=delta,
+                        state=await _settled(self.env.export_state(draft))
+                        if self.env.state_in_events
+                        else None,
+                    )
                 )
-            )
-            s.state, s.revision = draft, rev
+            except BaseException:
+                self.env.close(draft)  # never the session's: what it holds is as before the call
+                raise
+            old, s.state, s.revision = s.state, draft, rev
+            if old is not draft:
+                self.env.close(old)  # superseded (a sandbox's directory, a database's connection)
             self.stats["tool_calls_executed"] += 1
             return {"result": result, "revision": rev, "served_from_log": False}
 
@@ -265,7 +290,7 @@ class ResourcesService:
                 async with s.lock:  # drained: no mutation is half-done
                     if s.retired or self.sessions.get(s.ident) is not s:
                         continue  # closed or retired while this waited for it: its state is gone
-                    blob = self.env.export_state(s.state)
+                    blob = await _settled(self.env.export_state(s.state))
                     await self._append(
                         ResourcesSnapshot(
                             **self._ev(s.ident),
@@ -342,10 +367,10 @@ class ResourcesService:
                 f"{self.env.name} is restart_only: {ident.rollout_id} needs a fresh dispatch"
             )
         if mode == "stateless":
-            state: Any = self.env.seed(seeded.seed or {})
+            state: Any = await _settled(self.env.seed(seeded.seed or {}))
         else:
             try:
-                state = (
+                state = await _settled(
                     self.env.import_state(base, self.env.codec_version)
                     if base is not None
                     else self.env.seed(seeded.seed or {})
@@ -371,7 +396,7 @@ class ResourcesService:
                 env=self.env.name,
                 seed=seeded.seed,
                 revision=revision,
-                state=self._logged_state(state),
+                state=await self._logged_state(state),
             )
         )
         return Session(ident, state, revision, replay=deque(at_cut.replay_queue))

@@ -1,0 +1,228 @@
+"""The ``sandbox`` environment: a working tree where the agent runs commands, reads, writes and
+patches files, and a check command that verifies it (``docs/sandboxes.md``).
+
+Each session owns a directory (0700) seeded from its task: one of the bundled tasks (``task``),
+or files given inline (``files``, with their ``check``). Every command runs isolated
+(:mod:`._sandbox_exec`). A tool call runs on a draft, a copy of the session's directory, and the
+draft becomes the session's only once the call's event is durable: a call refused or lost with
+its event leaves the directory as it was, as every environment's draft does.
+
+The state crosses a checkpoint as a manifest over content-addressed blobs in JetStream's object
+store (:mod:`rollcut.sandbox`): exported at the aligned prepare (blobs the bucket lacks are put,
+the manifest too), logged as a small record naming the manifest's digest with the session's
+revision. A continued attempt gets the tree made again in a new directory, every blob checked; a
+missing or altered one fails the continuation closed (the rollout starts over, said why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+
+from ..._errors import ConfigError
+from ...sandbox import BlobStore, SnapshotError, decode_manifest, scan
+from ._env import Environment, ToolResult
+from ._sandbox_exec import OUTPUT_CAP, Runner
+from ._sandbox_tasks import TASKS, Task, task_of
+
+__all__ = ["Sandbox", "SandboxState"]
+
+_MAX_SNAPSHOT_RECORD = 4096
+
+
+@dataclass
+class SandboxState:
+    """A session: its directory and its task."""
+
+    root: Path
+    task: Task
+
+
+class _Snapshot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the log records for a session's tree (its blobs and manifest are in the object store)."""
+
+    manifest: str  # the manifest's SHA-256, its name in the bucket
+    task: Task
+    files: int
+    bytes: int
+    schema: int = 1
+
+
+def _inside(state: SandboxState, path: str) -> Path:
+    """``path`` in the session's directory, refused if it leaves it (``..``, absolute, a symlink out)."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ValueError(f"not a path: {path!r}")
+    root = state.root.resolve()
+    target = (root / path).resolve()
+    if target != root and root not in target.parents:
+        raise ValueError(f"{path!r} is outside the sandbox")
+    return target
+
+
+class Sandbox(Environment):
+    """See the module's docstring."""
+
+    name = "sandbox"
+    mode = "exported"
+    codec_version = 1
+    verification = "replayable"
+    runner: ClassVar[Runner | None] = None
+
+    def __init__(self) -> None:
+        self._log: Any = None
+        self._blobs: BlobStore | None = None
+        self._blobs_lock = asyncio.Lock()
+
+    def open(self, *, unisolated: bool = False) -> None:
+        type(self).runner = Runner.find(unisolated=unisolated)
+
+    def bind(self, log: Any) -> None:
+        self._log = log
+
+    def _runner(self) -> Runner:
+        if self.runner is None:  # a service made without a server (a test): isolated or refused
+            self.open()
+        assert self.runner is not None
+        return self.runner
+
+    async def blobs(self) -> BlobStore:
+        async with self._blobs_lock:
+            if self._blobs is None:
+                if self._log is None:
+                    raise ConfigError("the sandbox stores its snapshots beside the log: no log bound")
+                namespace = self._log.subjects.namespace
+                self._blobs = await BlobStore.open(self._log.nc.jetstream(), namespace)
+            return self._blobs
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def tools(self) -> dict[str, Any]:
+        tools = {"run": self.run, "read_file": self.read_file, "write_file": self.write_file}
+        if shutil.which("patch"):  # offered where it can run (Debian: the patch package)
+            tools["apply_patch"] = self.apply_patch
+        return tools
+
+    def parameters(self) -> dict[str, dict[str, Any]]:
+        return {
+            "run": {
+                "command": {"type": "string", "description": "a shell command, run in the working tree"},
+                "timeout_s": {"type": "number", "description": "seconds before it is killed"},
+            },
+            "read_file": {"path": {"type": "string"}},
+            "write_file": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "apply_patch": {"patch": {"type": "string", "description": "a unified diff, applied with -p1"}},
+        }
+
+    async def seed(self, args: dict[str, Any]) -> SandboxState:
+        task = task_of(args)
+        root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
+        await asyncio.to_thread(task.write, root)
+        return SandboxState(root, task)
+
+    @classmethod
+    def demo_task(cls, rng: random.Random) -> dict[str, Any]:
+        name = rng.choice(sorted(TASKS))
+        return {"prompt": TASKS[name].prompt, "seed": {"task": name}, "verify": {}}
+
+    async def copy(self, state: SandboxState) -> SandboxState:
+        root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
+        await asyncio.to_thread(shutil.copytree, state.root, root, symlinks=True, dirs_exist_ok=True)
+        return SandboxState(root, state.task)
+
+    def close(self, state: Any) -> None:
+        if isinstance(state, SandboxState):
+            shutil.rmtree(state.root, ignore_errors=True)
+
+    # --- tools ---------------------------------------------------------------------------
+
+    async def run(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
+        command = args["command"]
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError("command must be a non-empty string")
+        timeout = float(args.get("timeout_s") or 30.0)
+        return await self._runner().run(command, state.root, timeout_s=timeout), None
+
+    async def read_file(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
+        target = _inside(state, args["path"])
+        try:
+            data = await asyncio.to_thread(target.read_bytes)
+        except OSError as exc:  # no such file, a directory: the agent's to read about, not a fault
+            return {"path": args["path"], "error": f"{type(exc).__name__}: {exc.strerror}"}, None
+        text = data[:OUTPUT_CAP].decode("utf-8", "replace")
+        if len(data) > OUTPUT_CAP:
+            text += f"\n[rollcut: file cut at {OUTPUT_CAP} bytes; {len(data) - OUTPUT_CAP} more not shown]\n"
+        return {"path": args["path"], "content": text, "bytes": len(data)}, None
+
+    async def write_file(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
+        target = _inside(state, args["path"])
+        content = args["content"]
+        if not isinstance(content, str):
+            raise ValueError("content must be a string")
+
+        def write() -> int:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                return f.write(content)
+
+        try:
+            written = await asyncio.to_thread(write)
+        except OSError as exc:  # a directory in the way, a symlink at the path: the agent's to read
+            return {"path": args["path"], "error": f"{type(exc).__name__}: {exc.strerror}"}, None
+        return {"path": args["path"], "written": written}, None
+
+    async def apply_patch(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
+        patch = args["patch"]
+        if not isinstance(patch, str) or not patch:
+            raise ValueError("patch must be a unified diff")
+        command = "patch -p1 --batch --forward --no-backup-if-mismatch"
+        return await self._runner().run(command, state.root, stdin=patch.encode()), None
+
+    async def verify(self, state: SandboxState, args: dict[str, Any]) -> dict[str, Any]:
+        out = await self._runner().run(state.task.check, state.root, timeout_s=state.task.check_timeout_s)
+        passed = out["exit_code"] == 0
+        return {"reward": 1.0 if passed else 0.0, "passed": passed, "check": out}
+
+    # --- the codec -----------------------------------------------------------------------
+
+    async def export_state(self, state: SandboxState) -> bytes:
+        blobs = await self.blobs()
+        tree = await asyncio.to_thread(scan, state.root)
+        await blobs.put_tree(tree)
+        encoded = tree.manifest.encode()
+        name = tree.manifest.digest()
+        if not await blobs.has(name):
+            await blobs.store.put(name, encoded)
+        record = _Snapshot(name, state.task, len(tree.manifest.entries), tree.manifest.size())
+        return msgspec.json.encode(record)
+
+    async def import_state(self, blob: bytes, codec_version: int) -> SandboxState:
+        if codec_version != self.codec_version or len(blob) > _MAX_SNAPSHOT_RECORD:
+            raise SnapshotError(f"a sandbox snapshot of codec {codec_version}, {len(blob)} bytes")
+        record = msgspec.json.decode(blob, type=_Snapshot)
+        blobs = await self.blobs()
+        manifest = decode_manifest(await blobs.fetch(record.manifest, path="(manifest)"))
+        root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
+        try:
+            await blobs.materialise(manifest, root / "tree")
+            await asyncio.to_thread(_adopt, root)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return SandboxState(root, record.task)
+
+
+def _adopt(root: Path) -> None:
+    """The made tree becomes the session's directory itself (materialise makes a new one)."""
+    tree = root / "tree"
+    for child in tree.iterdir():
+        os.replace(child, root / child.name)
+    tree.rmdir()

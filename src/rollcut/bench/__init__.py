@@ -8,6 +8,7 @@ from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
 from ._relay import bench_relay
+from ._sandbox import bench_sandbox
 from ._soak import bench_soak
 from ._train import bench_train
 from ._workers import bench_workers
@@ -22,6 +23,7 @@ __all__ = [
     "bench_model",
     "bench_model_engine",
     "bench_relay",
+    "bench_sandbox",
     "bench_soak",
     "bench_train",
     "bench_workers",

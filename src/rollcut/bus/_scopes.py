@@ -123,6 +123,7 @@ def _blob_store(s: Subjects) -> list[str]:
         f"$O.{bucket}.>",
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.UPDATE.{stream}",  # compressed on disk, set right after creation
         f"$JS.API.STREAM.MSG.GET.{stream}",
         f"$JS.API.DIRECT.GET.{stream}.>",
         f"$JS.API.STREAM.PURGE.{stream}",

@@ -255,6 +255,36 @@ def bench_workers_cmd(
     _measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)
 
 
+@bench_app.command("sandbox")
+def bench_sandbox_cmd(
+    files: Annotated[int, typer.Option(help="Files in the task's tree.")] = 500,
+    size: Annotated[int, typer.Option(help="Bytes per file (text, as source code compresses).")] = 2048,
+    changed: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="Percent of each session's files changed before the second checkpoint (repeatable)."
+        ),
+    ] = None,
+    sessions: Annotated[int, typer.Option(help="Sessions seeded from the same task tree.")] = 8,
+    repeat: Annotated[int, typer.Option(help="Paired runs; the spreads are over them.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """A sandbox's checkpoints as manifests over shared blobs in JetStream's object store, against
+    one tar + zstd archive of the whole tree per session and checkpoint."""
+    status = f"snapshotting {sessions} sandboxes of {files} files, {repeat} times"
+    pct = tuple(changed) if changed else (1.0, 100.0)
+    _measure(
+        "bench_sandbox",
+        status,
+        as_json,
+        files=files,
+        size=size,
+        changed=pct,
+        sessions=sessions,
+        repeat=repeat,
+    )
+
+
 @bench_app.command("train")
 def bench_train_cmd(
     steps: Annotated[int, typer.Option(help="Optimizer steps per run.")] = 8,

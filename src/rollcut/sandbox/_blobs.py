@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.api import ObjectStoreConfig, StorageType, StoreCompression
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -66,6 +66,11 @@ class BlobStore:
         except NotFoundError:
             config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas)
             store = await js.create_object_store(bucket, config=config)
+            # compressed on disk (S2): source trees compress several times over, and the blobs are
+            # stored as they are (nats-py's bucket settings do not reach the stream's compression)
+            stream = (await js.stream_info(f"OBJ_{bucket}")).config
+            stream.compression = StoreCompression.S2
+            await js.update_stream(stream)
         return cls(store, bucket, js)
 
     async def has(self, digest: str) -> bool:

@@ -5,6 +5,7 @@ compacted down to what kept manifests name."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import msgspec
@@ -25,6 +26,8 @@ def _tree(root: Path, readme: bytes = b"# a task\n") -> Path:
     (root / "run.sh").write_text("#!/bin/sh\npytest -q\n")
     os.chmod(root / "run.sh", 0o755)
     os.symlink("pkg/__init__.py", root / "main.py")
+    # larger than one object-store chunk (128 KiB): read through a consumer, not one message get
+    (root / "fixture.bin").write_bytes(random.Random(7).randbytes(300_000))
     return root
 
 

@@ -128,15 +128,18 @@ class BlobStore:
         return data
 
     async def _read(self, name: str) -> bytes:
-        """An object's bytes: its metadata, then its chunks through an ordered consumer on the
-        bucket's stream, named (nats-py's own ``get`` looks the stream up by subject, which needs
-        the right to list every stream's name: a resources server is not given it)."""
+        """An object's bytes: its metadata, then its one chunk by a message get, or its chunks
+        through an ordered consumer on the bucket's stream, named (nats-py's own ``get`` looks the
+        stream up by subject, which needs the right to list every stream's name: a resources
+        server is not given it)."""
         info = await self.store.get_info(name)
         if not info.size:
             return b""
-        sub = await self.js.subscribe(
-            f"$O.{self.bucket}.C.{info.nuid}", stream=f"OBJ_{self.bucket}", ordered_consumer=True
-        )
+        chunk_subject = f"$O.{self.bucket}.C.{info.nuid}"
+        if info.chunks == 1:  # most files of a tree: one message, one request
+            msg = await self.js.get_last_msg(f"OBJ_{self.bucket}", chunk_subject)
+            return bytes(msg.data or b"")
+        sub = await self.js.subscribe(chunk_subject, stream=f"OBJ_{self.bucket}", ordered_consumer=True)
         data = bytearray()
 
         async def chunks() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,6 @@ from rollcut.integrations.trl import (
     write_policy,
 )
 from rollcut.testing import ServerProcess
-
-from ..helpers import until
 
 pytestmark = pytest.mark.slow
 
@@ -77,24 +76,29 @@ async def test_a_call_running_across_a_weight_update_goes_on_and_each_token_is_i
     try:
         server.start()
         await log.dispatch("h1", {"task": 1}, instance="collector")
-        n = 1200
+        n = 1900  # the policy's context is 2048: as long as it can be, to be generating at the update
         body = {
             "messages": [{"role": "user", "content": "Write the letter e, many times."}],
             "max_tokens": n,
             "logit_bias": {str(tokenizer.eos_token_id): -100},  # it runs to its length
         }
+        with torch.no_grad():  # the optimizer step: version 1's weights differ from version 0's
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        v1 = write_policy(model, tokenizer, policy_dir, 1)  # written before: the restart alone is timed
+        sync = EngineSync(engine, tokenizer, policy_dir, version_file)
         seen: list[str] = []
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
             call = asyncio.ensure_future(_stream(client, body, seen))
-            await until(lambda: len(seen) >= 20 or call.done(), timeout=60, what="20 tokens streamed")
-            assert not call.done(), "the call ended before the weight update"
-            with torch.no_grad():  # the optimizer step: version 1's weights differ from version 0's
-                for p in model.parameters():
-                    p.add_(0.05 * torch.randn_like(p))
-            restart = asyncio.to_thread(
-                EngineSync(engine, tokenizer, policy_dir, version_file).publish, model, 1
-            )
-            await restart
+            # a token through the model server (so the old weights made some of the call), the engine
+            # still generating (its own count: what the client has read lags what was made), and
+            # then the restart at once, with no await between seeing both and stopping the engine
+            give_up = time.monotonic() + 60
+            while not (seen and engine.decoding(at_least=1)):
+                assert not call.done(), "the call ended before the weight update"
+                assert time.monotonic() < give_up, "no generation under way after 60 s"
+                await asyncio.sleep(0.005)
+            sync.serve(v1)
             msg = await call
     finally:
         server.kill()
@@ -106,7 +110,7 @@ async def test_a_call_running_across_a_weight_update_goes_on_and_each_token_is_i
         {"version": 0, "start": 0, "end": k, "reprefilled": False},
         {"version": 1, "start": k, "end": n, "reprefilled": True},  # the new engine prefilled the prefix
     ]
-    assert 20 <= k < n and len(msg["generation_token_ids"]) == len(msg["generation_log_probs"]) == n
+    assert 0 < k < n and len(msg["generation_token_ids"]) == len(msg["generation_log_probs"]) == n
 
     # the trainer's log-probs under each token's weights are the engine's
     versions = [0] * k + [1] * (n - k)

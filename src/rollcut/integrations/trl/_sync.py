@@ -98,7 +98,12 @@ class EngineSync(_Callback):
         self.restart_s: list[float] = []  # each weight update's engine restart, measured
 
     def publish(self, model: LlamaForCausalLM, version: int) -> PolicyFiles:
-        files = write_policy(model, self.tokenizer, self.policy_dir, version)
+        """Write ``model`` as policy ``version`` and serve it."""
+        return self.serve(write_policy(model, self.tokenizer, self.policy_dir, version))
+
+    def serve(self, files: PolicyFiles) -> PolicyFiles:
+        """The engine on policy ``files`` from now on: stop it, the new version, start it."""
+        version = files.version
         t0 = time.perf_counter()
         self.engine.kill()
         write_version(self.version_file, version)  # between the two engines: see the module's docstring

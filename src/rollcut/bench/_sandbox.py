@@ -94,9 +94,7 @@ async def _rollcut_checkpoint(store: BlobStore, trees: list[Path]) -> tuple[floa
     for root in trees:
         tree = await asyncio.to_thread(scan, root)
         put = await store.put_tree(tree)
-        encoded = tree.manifest.encode()
-        await store.store.put(tree.manifest.digest(), encoded)
-        stored += put.bytes_put + len(encoded)
+        stored += put.bytes_put + await store.put_manifest(tree.manifest)
     return time.perf_counter() - t0, stored
 
 

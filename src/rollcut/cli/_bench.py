@@ -272,17 +272,8 @@ def bench_sandbox_cmd(
     """A sandbox's checkpoints as manifests over shared blobs in JetStream's object store, against
     one tar + zstd archive of the whole tree per session and checkpoint."""
     status = f"snapshotting {sessions} sandboxes of {files} files, {repeat} times"
-    pct = tuple(changed) if changed else (1.0, 100.0)
-    _measure(
-        "bench_sandbox",
-        status,
-        as_json,
-        files=files,
-        size=size,
-        changed=pct,
-        sessions=sessions,
-        repeat=repeat,
-    )
+    passed = _pick(locals(), "files size sessions repeat")
+    _measure("bench_sandbox", status, as_json, changed=tuple(changed or (1.0, 100.0)), **passed)
 
 
 @bench_app.command("train")
@@ -313,17 +304,8 @@ def bench_train_cmd(
     """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
     (needs the ``trl`` extra and the engine)."""
     status = f"training {steps} steps each way, {repeat} times"
-    _measure(
-        "bench_train",
-        status,
-        as_json,
-        steps=steps,
-        repeat=repeat,
-        generations=generations,
-        crash=crash,
-        max_staleness=max_staleness,
-        completion_tokens=completion_tokens,
-    )
+    passed = _pick(locals(), "steps repeat generations crash max_staleness completion_tokens")
+    _measure("bench_train", status, as_json, **passed)
 
 
 @bench_app.command("soak")

@@ -99,6 +99,18 @@ class BlobStore:
             bytes_reused=sum(sizes[d] for d in reused),
         )
 
+    async def put_manifest(self, manifest: Manifest) -> int:
+        """The manifest itself, as a blob named by its digest (a tree's record names only that):
+        the bytes put, 0 when the bucket already held it."""
+        name = manifest.digest()
+        if await self.has(name):
+            return 0
+        encoded = manifest.encode()
+        async with self._limit:
+            await self.store.put(name, encoded)
+        self._known.add(name)
+        return len(encoded)
+
     async def _put(self, digest: str, source: Path) -> None:
         data = await asyncio.to_thread(source.read_bytes)
         if hashlib.sha256(data).hexdigest() != digest:

@@ -197,11 +197,9 @@ class Sandbox(Environment):
         blobs = await self.blobs()
         tree = await asyncio.to_thread(scan, state.root)
         await blobs.put_tree(tree)
-        encoded = tree.manifest.encode()
-        name = tree.manifest.digest()
-        if not await blobs.has(name):
-            await blobs.store.put(name, encoded)
-        record = _Snapshot(name, state.task, len(tree.manifest.entries), tree.manifest.size())
+        await blobs.put_manifest(tree.manifest)
+        manifest = tree.manifest
+        record = _Snapshot(manifest.digest(), state.task, len(manifest.entries), manifest.size())
         return msgspec.json.encode(record)
 
     async def import_state(self, blob: bytes, codec_version: int) -> SandboxState:

@@ -98,6 +98,12 @@ class Pipeline(Generic[_R]):
             self._loop.close()
 
 
+def steps_per_batch(trainer: Any) -> int:
+    """Trainer steps one generation batch serves (``steps_per_generation * num_iterations``): the
+    rollout function is called at every such step, and a later batch is that many steps on."""
+    return int(trainer.args.steps_per_generation) * int(getattr(trainer, "num_iterations", 1))
+
+
 def sampler_prompts(trainer: Any) -> Callable[[int], list[Any]]:
     """The prompts TRL's ``GRPOTrainer`` will pass ``rollout_func`` at trainer step ``step``: its
     own sampler (``_get_train_sampler``, seeded with ``args.seed``), replayed epoch after epoch
@@ -106,7 +112,7 @@ def sampler_prompts(trainer: Any) -> Callable[[int], list[Any]]:
     dataset = trainer.train_dataset
     sampler = trainer._get_train_sampler(dataset)
     size = int(trainer.args.generation_batch_size)
-    stride = int(trainer.args.steps_per_generation) * int(getattr(trainer, "num_iterations", 1))
+    stride = steps_per_batch(trainer)
     order: list[int] = []
 
     def prompts_for(step: int) -> list[Any]:

@@ -215,14 +215,14 @@ class RolloutFunction:
         trained, with the steps after it started before this returns."""
         if self.max_staleness <= 0:
             return asyncio.run(self._collect(prompts, step))
-        from ._pipeline import Pipeline, sampler_prompts
+        from ._pipeline import Pipeline, sampler_prompts, steps_per_batch
 
         if self._pipeline is None:
             self._pipeline = Pipeline(self._collect)
         if self.prompts_for is None:
             self.prompts_for = sampler_prompts(trainer)
         pipeline = self._pipeline
-        stride = int(trainer.args.steps_per_generation) * int(getattr(trainer, "num_iterations", 1))
+        stride = steps_per_batch(trainer)
         if not pipeline.started(step):
             pipeline.start(step, prompts)
         for ahead in range(1, self.max_staleness + 1):

@@ -208,12 +208,7 @@ class EngineBackend:
             async with self._opened(path, req) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread())[:300].decode("utf-8", "replace")
-                    raise EngineError(
-                        f"{path} answered {resp.status_code}: {text}",
-                        engine=self.dialect.name,
-                        status=resp.status_code,
-                        lost=resp.status_code == 503,  # up, still loading its weights (a restart)
-                    )
+                    raise EngineError.answered(self.dialect.name, path, resp.status_code, text)
                 async for line in resp.aiter_lines():
                     if len(line) > _MAX_LINE:
                         raise EngineError(f"a stream line over {_MAX_LINE} bytes", engine=self.dialect.name)

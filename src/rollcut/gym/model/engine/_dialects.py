@@ -41,6 +41,13 @@ class EngineError(UpstreamError):
         self.engine = engine
         self.status = status
 
+    @classmethod
+    def answered(cls, engine: str, path: str, status: int, text: str = "") -> EngineError:
+        """An answer other than 200. A 503 is an engine that is up but still loading its weights (a
+        restart on new ones): away, to be asked again, not wrong."""
+        detail = f": {text[:300]}" if text else ""
+        return cls(f"{path} answered {status}{detail}", engine=engine, status=status, lost=status == 503)
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -109,17 +116,7 @@ async def _get(client: httpx.AsyncClient, engine: str, path: str) -> Any:
         resp = await client.get(path)
     except httpx.HTTPError as exc:
         raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
-    if resp.status_code != 200:  # 503: up, still loading its weights (a restart)
-        raise EngineError(
-            f"{path} answered {resp.status_code}",
-            engine=engine,
-            status=resp.status_code,
-            lost=resp.status_code == 503,
-        )
-    try:
-        return resp.json()
-    except ValueError as exc:
-        raise EngineError(f"{path} answered with no JSON", engine=engine) from exc
+    return _json(resp, engine, path)
 
 
 async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict[str, Any]) -> Any:
@@ -132,13 +129,13 @@ async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict
                 raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
         except httpx.HTTPError as exc:
             raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
-    if resp.status_code != 200:  # 503: up, still loading its weights (a restart)
-        raise EngineError(
-            f"{path} answered {resp.status_code}: {resp.text[:300]}",
-            engine=engine,
-            status=resp.status_code,
-            lost=resp.status_code == 503,
-        )
+    return _json(resp, engine, path)
+
+
+def _json(resp: httpx.Response, engine: str, path: str) -> Any:
+    """A 200 answer's JSON, or the error it is."""
+    if resp.status_code != 200:
+        raise EngineError.answered(engine, path, resp.status_code, resp.text)
     try:
         return resp.json()
     except ValueError as exc:

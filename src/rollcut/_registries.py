@@ -66,6 +66,9 @@ AGENTS: Registry[Any] = Registry(
 """Agent servers (``rollcut serve agent NAME``): called with the server's options and its own base
 URL, returns what builds each worker's app and participant hooks."""
 
-SANDBOXES: Registry[Any] = Registry("sandbox provider", "rollcut.sandboxes")
+SANDBOXES: Registry[Any] = Registry(
+    "sandbox provider", "rollcut.sandboxes", {"tree": "rollcut.gym.opaque._tree:TreeSnapshot"}
+)
 """Snapshotters of an opaque agent's sandbox (``--sandbox NAME[:ARG]``): called with the argument
-after the colon, returns a :class:`SandboxSnapshot`. None is built in."""
+after the colon, returns a :class:`SandboxSnapshot`. Built in: ``tree`` (its working directory,
+``--sandbox DIR-TEMPLATE`` for short)."""

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from rollcut.bus import (
+    AttemptOpened,
     BusConfig,
     CheckpointCommitted,
     EventLog,
@@ -24,6 +25,7 @@ from rollcut.bus import (
     load_credentials,
 )
 from rollcut.demo import demo_tasks
+from rollcut.sandbox import BlobStore, bucket_of, decode_manifest, named_manifests
 
 from .conftest import NS, SIGTERM, Deployment, deploy, finish
 
@@ -134,3 +136,93 @@ def test_sandbox_sessions_continue_from_the_files_of_their_cut_after_every_gym_p
         }
         if seeded.revision > 0:  # mid-episode at the cut: the tree is the cut's, to the byte
             assert _manifest(seeded.state) in before, (seeded.rollout_id, seeded.revision)
+
+
+async def _tamper_cut_trees(dep: Deployment) -> set[str]:
+    """Every mid-episode tree of a rollout with no row yet, its manifest overwritten in the bucket
+    with other bytes under the same name (as a writer of the bucket could); their names."""
+    done = {r["rollout_id"] for r in dep.rows()}
+    log = await _admin(dep)
+    try:
+        names = {
+            _manifest(s.event.state)
+            async for s in log.read()
+            if isinstance(s.event, ResourcesSnapshot)
+            and s.event.revision >= 1
+            and s.event.rollout_id not in done
+        }
+        store = await log.nc.jetstream().object_store(bucket_of(NS))
+        for name in names:
+            await store.put(name, b'{"schema": 1, "entries": []}')
+        return names
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_tree_altered_in_the_bucket_starts_its_rollout_over_and_nothing_is_mixed(tmp_path: Path) -> None:
+    tasks = demo_tasks(8, seed=1, envs=("sandbox",))
+    with deploy(tmp_path, tasks, **_OPTIONS) as dep:
+        dep.every_s = 0.5
+        dep._write_config()
+        proc = dep.collect()
+        asyncio.run(_cut_mid_episode(dep, proc))
+        dep.crash()
+        proc.send_signal(SIGTERM)
+        finish(proc)
+        tampered = asyncio.run(_tamper_cut_trees(dep))
+        dep.restart()
+        code, summary = finish(dep.collect("--resume"), timeout=240)
+        assert code == 0, summary
+        rows = dep.rows()
+        events = asyncio.run(_sandbox_events(dep))
+        opened = asyncio.run(_attempts_opened(dep))
+
+    assert tampered
+    ids = Counter(r["rollout_id"] for r in rows)
+    assert len(ids) == len(tasks) and set(ids.values()) == {1}  # each row once
+    # the continuation was refused, said why, and the rollout started over from its input
+    assert summary["fallbacks_to_fresh"] >= 1, summary
+    refused = [e for e in opened if e.from_cut == 0 and "continuation refused" in e.reason]
+    assert refused and all("not what its name says" in e.reason for e in refused), [e.reason for e in refused]
+    # nothing mixed: no later attempt continued from an altered tree (one that starts over is seeded
+    # at revision 0 from its task, whose tree a read-only call's snapshot may name too)
+    restored = [e for e in events if isinstance(e, ResourcesSeeded) and e.attempt > 1 and e.revision > 0]
+    assert not {_manifest(e.state) for e in restored} & tampered
+
+
+async def _attempts_opened(dep: Deployment) -> list[AttemptOpened]:
+    log = await _admin(dep)
+    try:
+        return [s.event async for s in log.read() if isinstance(s.event, AttemptOpened)]
+    finally:
+        await log.close()
+
+
+async def _bucket_against_the_stream(dep: Deployment) -> tuple[set[str], set[str], set[str]]:
+    """(what the bucket holds, the trees the stream names, the blobs those trees need)."""
+    log = await _admin(dep)
+    try:
+        store = await BlobStore.open(log.nc.jetstream(), NS)
+        roots = await named_manifests(log)
+        needed = set(roots)
+        for name in roots:
+            needed |= decode_manifest(await store.fetch(name)).blobs()  # every one reads, checked
+        return await store.names(), roots, needed
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(600)
+def test_compaction_keeps_every_blob_a_kept_checkpoint_needs_and_frees_the_rest(tmp_path: Path) -> None:
+    tasks = demo_tasks(16, seed=2, envs=("sandbox",))
+    with deploy(tmp_path, tasks, **_OPTIONS) as dep:
+        dep.every_s = 0.5
+        dep.extra_config = ["compaction:", "  keep: 1"]
+        dep._write_config()
+        summary = _collect(dep)
+        held, roots, needed = asyncio.run(_bucket_against_the_stream(dep))
+
+    assert summary["compacted_rollouts"] > 0 and summary["compaction_freed_blobs"] > 0, summary
+    assert roots and needed <= held  # every tree still named on the stream is whole in the bucket
+    assert held <= needed  # and nothing else is kept

@@ -20,6 +20,7 @@ import msgspec
 from rollcut.bus import (
     AgentBoundary,
     AgentBoundaryRecord,
+    AgentSandbox,
     AttemptClaimed,
     AttemptOpened,
     AttemptTombstoned,
@@ -38,6 +39,7 @@ from rollcut.bus import (
     RelayReplayed,
     ResourcesMutated,
     ResourcesSeeded,
+    ResourcesSnapshot,
     ResultAccepted,
     RolloutCompleted,
     RolloutDispatched,
@@ -277,9 +279,78 @@ def opaque_agent_replay() -> list[Event]:
     ]
 
 
+SEEDED_TREE, CUT_TREE, AGENT_TREE = "5e" * 32, "c7" * 32, "a9" * 32
+"""The manifests the sandbox history names (trees in the blob bucket, by their SHA-256)."""
+
+
+def _tree_record(manifest: str, *, pristine: bool) -> bytes:
+    """A ``sandbox`` session's state record (schema 1) as the environment logs it."""
+    task = {"name": "hello_file", "prompt": "p", "files": {"README.md": "x"}, "check": "true"}
+    record = {"manifest": manifest, "task": task, "files": 1, "bytes": 1, "schema": 1, "pristine": pristine}
+    return json.dumps(record).encode()
+
+
+def sandboxes() -> list[Event]:
+    """Sandboxes across a checkpoint: a ``sandbox`` session seeded (its tree named, pristine),
+    changed and snapshotted at a prepare; an opaque agent's working directory snapshotted too."""
+    ids = _ids()
+
+    def ev(cls: type[Event], component: str, **kw: Any) -> Event:
+        return cls(component=component, instance=f"{component}-w0", **next(ids), **kw)  # type: ignore[call-arg]
+
+    s, o = {"rollout_id": "s1", "attempt": 1}, {"rollout_id": "o1", "attempt": 1}
+    return [
+        ev(RolloutDispatched, "collector", **s, input={"env": "sandbox"}, input_digest=DIGEST),
+        ev(
+            ResourcesSeeded,
+            "resources",
+            **s,
+            session="sandbox",
+            env="sandbox",
+            seed={"task": "hello_file"},
+            state=_tree_record(SEEDED_TREE, pristine=True),
+        ),
+        ev(
+            ResourcesMutated,
+            "resources",
+            **s,
+            session="sandbox",
+            revision=1,
+            tool="run",
+            arguments={"command": "echo hello sandbox > out.txt"},
+            result={"exit_code": 0, "stdout": "", "stderr": "", "timed_out": False},
+        ),
+        ev(RolloutDispatched, "collector", **o, input={"env": "counter"}, input_digest=DIGEST),
+        ev(CheckpointPrepared, "coordinator", checkpoint_id="ck1", deadline=1_700_000_100.0),
+        ev(
+            ResourcesSnapshot,
+            "resources",
+            **s,
+            session="sandbox",
+            revision=1,
+            codec="sandbox",
+            codec_version=1,
+            state=_tree_record(CUT_TREE, pristine=False),
+            digest=DIGEST,
+        ),
+        ev(
+            AgentSandbox,
+            "agent",
+            **o,
+            provider="tree",
+            checkpoint_id="ck1",
+            ref=AGENT_TREE,
+            exchanges=3,
+            files=2,
+            bytes=40,
+        ),
+    ]
+
+
 HISTORIES = {
     "episode_with_continuation": episode_with_continuation,
     "opaque_agent_replay": opaque_agent_replay,
+    "sandboxes": sandboxes,
 }
 
 

@@ -6,12 +6,33 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from rollcut import SchemaError
-from rollcut.bus import Codec, ModelCallAdmitted, RelayDiverged, RelayExchange, RelayReplayed, Subjects
+from rollcut.bus import (
+    AgentSandbox,
+    Codec,
+    ModelCallAdmitted,
+    RelayDiverged,
+    RelayExchange,
+    RelayReplayed,
+    ResourcesSeeded,
+    ResourcesSnapshot,
+    Subjects,
+)
 
-from .histories import HERE, HISTORIES, NAMESPACE, STREAMED, fold, read_frames
+from .histories import (
+    AGENT_TREE,
+    CUT_TREE,
+    HERE,
+    HISTORIES,
+    NAMESPACE,
+    SEEDED_TREE,
+    STREAMED,
+    fold,
+    read_frames,
+)
 
 
 @pytest.mark.parametrize("name", sorted(HISTORIES))
@@ -64,3 +85,20 @@ def test_a_v0_record_is_read_as_v1_through_its_upcaster() -> None:
     ev = Codec(upcasters={("model.admitted", 0): _v0_to_v1}).decode(frame, seq=seq, subject=subject)
     assert isinstance(ev, ModelCallAdmitted)
     assert (ev.schema_version, ev.request_digest, ev.call_id) == (1, "ab" * 8, "c1")
+
+
+def test_sandbox_records_read_back_and_name_their_trees() -> None:
+    """A sandbox session's state records and an opaque agent's ``agent.sandbox`` of schema 1 still
+    decode, and still name the trees blob compaction must keep (a tree no record names is freed)."""
+    from rollcut.gym.resources import Sandbox
+    from rollcut.sandbox._collect import _manifest_in
+
+    codec = Codec()
+    frames = read_frames(HERE / "v1" / "sandboxes.frames.jsonl")
+    events = [codec.decode(f, seq=seq, subject=subj) for seq, subj, f in frames]
+    states = [e.state for e in events if isinstance(e, ResourcesSeeded | ResourcesSnapshot)]
+    assert [_manifest_in(s) for s in states] == [SEEDED_TREE, CUT_TREE]
+    records = [msgspec.json.decode(s, type=Sandbox.record_type()) for s in states if s is not None]
+    assert [(r.pristine, r.task.name) for r in records] == [(True, "hello_file"), (False, "hello_file")]
+    (agent,) = [e for e in events if isinstance(e, AgentSandbox)]
+    assert (agent.provider, agent.ref, agent.exchanges, agent.checkpoint_id) == ("tree", AGENT_TREE, 3, "ck1")

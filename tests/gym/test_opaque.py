@@ -133,7 +133,7 @@ def test_the_reference_agent_imports_nothing_of_rollcut() -> None:
     ("options", "says"),
     [
         ({"command": ""}, "needs --command"),
-        ({"command": "agent", "capability": "sandbox_snapshot"}, "needs a SandboxSnapshot hook"),
+        ({"command": "agent", "capability": "sandbox_snapshot"}, "needs a sandbox provider"),
         ({"command": "agent", "capability": "whatever"}, "unknown capability 'whatever'"),
         ({"command": "agent", "on_divergence": "mix"}, "use fresh_dispatch or go_live"),
         ({"command": "agent", "run_timeout": -1.0}, "--run-timeout -1.0: seconds, 0 for none"),

@@ -90,7 +90,7 @@ async def test_checkpoint_with_role_credentials(
         await clog.close()
 
 
-async def test_a_resources_server_stores_sandbox_trees_in_its_namespaces_bucket_and_no_other_role_can(
+async def test_resources_and_agent_servers_store_sandbox_trees_in_the_namespaces_bucket_and_no_other_role_can(
     server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
 ) -> None:
     from rollcut.sandbox import BlobStore, scan
@@ -106,6 +106,12 @@ async def test_a_resources_server_stores_sandbox_trees_in_its_namespaces_bucket_
         assert (tmp_path / "back" / "f.txt").read_text() == "kept across a crash\n"
     finally:
         await res.close()
+    agent = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=5).as_role(creds, "agent"))
+    try:  # an opaque agent's sandbox provider (--sandbox) reads and writes the same bucket
+        store = await BlobStore.open(agent.nc.jetstream(), NS)
+        assert await store.fetch(tree.manifest.entries[0].digest) == b"kept across a crash\n"
+    finally:
+        await agent.close()
     model = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=2).as_role(creds, "model"))
     try:
         with pytest.raises(Exception, match=r"(?i)permission|timeout"):

@@ -38,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentBoundary",
     "AgentBoundaryRecord",
+    "AgentSandbox",
     "AnyEvent",
     "AttemptClaimed",
     "AttemptOpened",
@@ -252,6 +253,22 @@ class AgentBoundary(RolloutEvent, frozen=True, kw_only=True, tag="agent.boundary
     record: AgentBoundaryRecord
 
 
+class AgentSandbox(RolloutEvent, frozen=True, kw_only=True, tag="agent.sandbox"):
+    """An opaque agent's sandbox made durable at a checkpoint's prepare, by its provider
+    (``--sandbox``): ``ref`` names the snapshot in the provider's store (the built-in ``tree``
+    provider: the manifest's SHA-256 in the namespace's blob bucket). A continued attempt's sandbox
+    is restored from the lineage's last one at or below its cut."""
+
+    provider: Annotated[str, Meta(max_length=64)]
+    checkpoint_id: Annotated[str, Meta(max_length=256)]
+    ref: Annotated[str, Meta(max_length=1024)]
+    exchanges: Annotated[int, Meta(ge=0)] = 0
+    """The relay exchanges journaled when it was taken: a restore uses it only for a journal of
+    exactly that length (files and journal of one moment, never of two)."""
+    files: Annotated[int, Meta(ge=0)] = 0
+    bytes: Annotated[int, Meta(ge=0)] = 0
+
+
 class RolloutCompleted(RolloutEvent, frozen=True, kw_only=True, tag="rollout.completed"):
     """The attempt produced its final result (verified); not yet handed off."""
 
@@ -408,6 +425,7 @@ AnyEvent = (
     | ResourcesRetired
     | AttemptClaimed
     | AgentBoundary
+    | AgentSandbox
     | RelayExchange
     | RelayReplayed
     | RelayDiverged

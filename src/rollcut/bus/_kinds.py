@@ -103,6 +103,7 @@ _TABLE = (
     _spec(E.ResourcesRetired, Lane.EVENTS, _RESOURCES),
     _spec(E.AttemptClaimed, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.AgentBoundary, Lane.EVENTS, frozenset({"agent"})),
+    _spec(E.AgentSandbox, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.RelayExchange, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.RelayReplayed, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.RelayDiverged, Lane.EVENTS, frozenset({"agent"})),

@@ -53,7 +53,7 @@ from ._stream import (
     connect,
     ensure_stream,
 )
-from ._subjects import Subjects, is_fence_kind
+from ._subjects import Subjects, check_token, is_fence_kind
 
 __all__ = ["EventLog", "FenceState", "ReadScope", "StoredEvent", "input_digest"]
 
@@ -61,9 +61,11 @@ __all__ = ["EventLog", "FenceState", "ReadScope", "StoredEvent", "input_digest"]
 class ReadScope(TypedDict, total=False):
     """What :meth:`EventLog.read` and :meth:`EventLog.read_pages` read: the whole stream, one
     rollout (its fence plus all attempts) or one attempt's events, ``start <= seq <= up_to``;
-    ``strict=False`` yields a corrupt record with its error instead of raising."""
+    ``strict=False`` yields a corrupt record with its error instead of raising; ``component``
+    (without a rollout) reads only every rollout's events of that component."""
 
     rollout_id: str | None
+    component: str | None
     attempt: int | None
     up_to: int | None
     start: int
@@ -286,13 +288,17 @@ class EventLog(StreamApi, FenceOps):
         up_to: int | None = None,
         start: int = 1,
         strict: bool = True,
+        component: str | None = None,
     ) -> AsyncIterator[list[StoredEvent]]:
         """Like :meth:`read`, a page at a time: bulk consumers skip a hop per event."""
         if attempt is not None and rollout_id is None:
             raise FenceError("reading one attempt needs its rollout_id too")
         if rollout_id is None:
+            subject = None
+            if component is not None:
+                subject = f"{self.subjects.prefix}.ev.*.*.{check_token(component, 'component')}"
             async for pg in scan(
-                self.nc, self.stream, start=start, up_to=up_to, outage_s=self.config.outage_s
+                self.nc, self.stream, start=start, up_to=up_to, subject=subject, outage_s=self.config.outage_s
             ):
                 with paused():
                     decoded = [self._decode(m, strict) for m in pg]

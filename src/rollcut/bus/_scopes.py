@@ -83,8 +83,9 @@ def permissions(role: str, s: Subjects, name: str = "*") -> dict[str, Any]:
             "subscribe": {"allow": inbox},
         }
     if role in PARTICIPANT_ROLES:
-        # a resources server's sandbox sessions store their trees in the namespace's object store
-        blobs = _blob_store(s) if role == "resources" else []
+        # a resources server's sandbox sessions and an opaque agent's sandbox (``--sandbox``) store
+        # their trees in the namespace's object store
+        blobs = _blob_store(s) if role in ("resources", "agent") else []
         return {
             "publish": {
                 "allow": [

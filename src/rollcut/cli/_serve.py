@@ -200,7 +200,10 @@ def serve_agent(
     ] = 0.0,
     sandbox: Annotated[
         str,
-        typer.Option(help=f"opaque: the sandbox provider, NAME[:ARG] (installed: {_names('SANDBOXES')})."),
+        typer.Option(
+            help="opaque: the sandbox provider, NAME[:ARG], or DIR-TEMPLATE for the built-in tree "
+            f"(e.g. /var/tmp/agents/{{rollout_id}}; installed: {_names('SANDBOXES')})."
+        ),
     ] = "",
     unisolated: Annotated[
         bool,

@@ -213,6 +213,7 @@ class Collector:
                 async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
                     done_ = await compact(self.log, self.ledger, keep=self.compact_keep)
                 self.summary.compacted_rollouts += done_.rollouts_compacted
+                self.summary.compaction_freed_blobs += done_.blobs_deleted
                 self.summary.compaction_freed_bytes += max(
                     0, done_.stream_bytes_before - done_.stream_bytes_after
                 )

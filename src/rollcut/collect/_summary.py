@@ -44,6 +44,7 @@ class Summary:
     compacted_rollouts: int = 0  # rollouts whose event history compaction let go (their rows stay)
     compaction_s: float = 0.0  # time spent compacting, in all
     compaction_freed_bytes: int = 0  # stream bytes compaction let go (a lower bound: writes go on meanwhile)
+    compaction_freed_blobs: int = 0  # sandbox blobs compaction deleted (no tree on the stream names them)
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:

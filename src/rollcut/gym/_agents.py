@@ -44,7 +44,8 @@ server's options and its own base URL."""
 
 SANDBOXES: Registry[Callable[[str], SandboxSnapshot]] = _registries.SANDBOXES
 """Snapshotters of an opaque agent's sandbox (``--sandbox NAME[:ARG]``; entry point group
-``rollcut.sandboxes``): called with ``ARG``. None is built in."""
+``rollcut.sandboxes``): called with ``ARG``. Built in: ``tree``, the agent's working directory
+(``--sandbox DIR-TEMPLATE``, short for ``--sandbox tree:DIR-TEMPLATE``)."""
 
 
 def simple(opts: AgentServe, own_url: str) -> Make:
@@ -65,10 +66,13 @@ def simple(opts: AgentServe, own_url: str) -> Make:
 
 
 def sandbox_of(opts: AgentServe) -> SandboxSnapshot | None:
-    """The sandbox provider ``--sandbox NAME[:ARG]`` names (see :data:`rollcut.gym.SANDBOXES`)."""
+    """The sandbox provider ``--sandbox NAME[:ARG]`` names (see :data:`rollcut.gym.SANDBOXES`); a
+    value with a ``/`` before any ``:`` is a directory template for the built-in ``tree``."""
     if not opts.sandbox:
         return None
     name, _, arg = opts.sandbox.partition(":")
+    if "/" in name:
+        name, arg = "tree", opts.sandbox
     return SANDBOXES[name](arg)
 
 
@@ -79,7 +83,7 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
         raise ConfigError("serve agent opaque needs --command: the program that runs one attempt")
     sandbox = sandbox_of(opts)
     if opts.capability == Capability.SANDBOX_SNAPSHOT and sandbox is None:
-        raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+        raise ConfigError("capability sandbox_snapshot needs a sandbox provider (--sandbox DIR-TEMPLATE)")
     if not opts.run_timeout >= 0:  # NaN too
         raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
     isolation = None if opts.unisolated else Isolation.find()  # refused here where bwrap cannot run

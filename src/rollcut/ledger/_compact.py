@@ -13,7 +13,9 @@ kept checkpoint's cut:
 - the checkpoints older than the kept ones leave the catalog, and the marker lanes (the
   coordinator's, each participant instance's) lose their records below the horizon; the collector's
   lease lane keeps its last record (its compare-and-set needs it);
-- the ledger forgets the compacted rollouts' call outcomes and revisions (nothing refers to them).
+- the ledger forgets the compacted rollouts' call outcomes and revisions (nothing refers to them);
+- the namespace's sandbox blobs that no tree still named on the stream needs are deleted
+  (:func:`rollcut.sandbox.compact_blobs`).
 
 Restore, ``checkpoints verify`` and ``ledger rebuild`` work on every kept checkpoint afterwards
 (``tests/ledger/test_compact.py``). What is lost: ``rollcut replay`` of a compacted rollout shows it
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 
 from .._errors import ConfigError
 from ..bus import COLLECTOR_LANE, COORDINATOR_LANE, EventLog
+from ..sandbox import compact_blobs
 from ._ledger import Ledger
 
 __all__ = ["CompactionReport", "compact"]
@@ -51,6 +54,9 @@ class CompactionReport:
     messages_purged: int = 0
     stream_bytes_before: int = 0
     stream_bytes_after: int = 0
+    blobs_deleted: int = 0
+    """Sandbox blobs freed: no tree the stream still names needs them (:mod:`rollcut.sandbox`)."""
+    blobs_kept: int = 0
     seconds: float = 0.0
     dropped: list[str] = field(default_factory=list)
 
@@ -95,6 +101,10 @@ async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> Compaction
         wb.set_meta(_COMPACTED_TO, max(done_to, horizon))
     out.rollouts_compacted = len(rollouts)
     out.dropped = [rec.checkpoint_id for rec in dropped]
+    # after the purges: the trees of compacted rollouts are no root now (and none left otherwise)
+    blobs = await compact_blobs(log) if rollouts else None
+    if blobs is not None:
+        out.blobs_deleted, out.blobs_kept = blobs.blobs_deleted, blobs.blobs_kept
     out.stream_bytes_after = (await log.stream_info()).state.bytes
     out.seconds = round(time.perf_counter() - t0, 3)
     return out

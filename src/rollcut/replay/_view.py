@@ -79,6 +79,7 @@ class _LineageFold:
         self.resources: dict[str, ResourcesAtCut] = {}
         self.boundary: dict[str, int] = {}
         self.exchanges: list[bus.RelayExchange] = []
+        self.sandbox: bus.AgentSandbox | None = None
         self._handlers: dict[type[Event], Callable[[Any], None]] = handlers_by_kind(
             {
                 bus.ResourcesSeeded: self._seeded,
@@ -86,6 +87,7 @@ class _LineageFold:
                 bus.ResourcesSnapshot: self._snapshot,
                 bus.AgentBoundary: self._boundary,
                 bus.RelayExchange: self._exchange,
+                bus.AgentSandbox: self._sandbox,
             }
         )
 
@@ -125,6 +127,9 @@ class _LineageFold:
             # an opaque agent's relay answers every journaled tool call itself: the queue starts
             # after the last one it holds
             self.boundary[ev.env] = max(self.boundary.get(ev.env, 0), ev.revision)
+
+    def _sandbox(self, ev: bus.AgentSandbox) -> None:
+        self.sandbox = ev
 
     def finish(self) -> None:
         for name, s in self.resources.items():
@@ -175,6 +180,8 @@ class AttemptView:
     agent: AgentSession = field(default_factory=AgentSession)
     resources: dict[str, ResourcesAtCut] = field(default_factory=dict)
     exchanges: list[bus.RelayExchange] = field(default_factory=list)
+    sandbox: bus.AgentSandbox | None = None
+    """The lineage's last opaque-agent sandbox snapshot at the cut (``agent.sandbox``), if any."""
     corrupt_seqs: list[int] = field(default_factory=list)
 
     @property
@@ -278,6 +285,7 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
     lineage_fold.finish()
     view.resources = lineage_fold.resources
     view.exchanges = lineage_fold.exchanges
+    view.sandbox = lineage_fold.sandbox
     return view
 
 

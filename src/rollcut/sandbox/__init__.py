@@ -2,11 +2,12 @@
 JetStream's object store (issue 32; ``docs/sandboxes.md``).
 
 :func:`scan` makes a directory's manifest; :class:`BlobStore` stores the blobs a bucket lacks and
-makes a manifest's tree again, every blob checked against its name; :meth:`BlobStore.compact`
-deletes the blobs no kept manifest names.
+makes a manifest's tree again, every blob checked against its name; :func:`compact_blobs`
+(run by the ledger's compaction) deletes the blobs no tree the stream still names needs.
 """
 
 from ._blobs import BlobStore, Stored, bucket_of
+from ._collect import TREE_PROVIDER, BlobCompaction, compact_blobs, named_manifests
 from ._manifest import (
     MAX_FILES,
     MAX_MANIFEST_BYTES,
@@ -23,6 +24,8 @@ __all__ = [
     "MAX_FILES",
     "MAX_MANIFEST_BYTES",
     "MAX_TREE_BYTES",
+    "TREE_PROVIDER",
+    "BlobCompaction",
     "BlobStore",
     "Entry",
     "Manifest",
@@ -30,6 +33,8 @@ __all__ = [
     "Stored",
     "Tree",
     "bucket_of",
+    "compact_blobs",
     "decode_manifest",
+    "named_manifests",
     "scan",
 ]

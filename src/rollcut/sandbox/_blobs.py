@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ from ._manifest import Manifest, SnapshotError, Tree
 __all__ = ["BlobStore", "Stored", "bucket_of"]
 
 _PARALLEL = 16  # blobs asked for at once: one round trip each
+_EPOCH = "compaction"
+"""The object a compaction rewrites before it deletes anything: a writer that sees it changed
+forgets which blobs it had seen (they may be gone). Not a digest, so never a blob."""
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def bucket_of(namespace: str) -> str:
@@ -54,7 +59,8 @@ class BlobStore:
 
     def __init__(self, store: ObjectStore, bucket: str, js: Any) -> None:
         self.store, self.bucket, self.js = store, bucket, js
-        self._known: set[str] = set()  # blobs seen in the bucket by this process (never deleted since)
+        self._known: set[str] = set()  # blobs seen in the bucket since the last compaction began
+        self._epoch: str | None = None
         self._limit = asyncio.Semaphore(_PARALLEL)
 
     @classmethod
@@ -73,6 +79,25 @@ class BlobStore:
             await js.update_stream(stream)
         return cls(store, bucket, js)
 
+    @classmethod
+    async def existing(cls, js: Any, namespace: str) -> BlobStore | None:
+        """The namespace's bucket if it has one (compaction must not create it)."""
+        bucket = bucket_of(namespace)
+        try:
+            return cls(await js.object_store(bucket), bucket, js)
+        except NotFoundError:
+            return None
+
+    async def _fresh(self) -> None:
+        """Forget the blobs seen before a compaction that began since (they may be deleted)."""
+        try:
+            epoch: str | None = (await self.store.get_info(_EPOCH)).nuid
+        except ObjectNotFoundError:
+            epoch = None
+        if epoch != self._epoch:
+            self._known.clear()
+            self._epoch = epoch
+
     async def has(self, digest: str) -> bool:
         if digest in self._known:
             return True
@@ -87,6 +112,7 @@ class BlobStore:
     async def put_tree(self, tree: Tree) -> Stored:
         """Every blob of ``tree`` the bucket lacks, put; each read again and checked first (a file
         changed since the scan is refused, not stored under a name that is not its content's)."""
+        await self._fresh()
         sizes = {e.digest: e.size for e in tree.manifest.entries if e.kind == "file"}
         present = await asyncio.gather(*(self.has(d) for d in sizes))
         missing = [d for d, there in zip(sizes, present, strict=True) if not there]
@@ -103,6 +129,7 @@ class BlobStore:
         """The manifest itself, as a blob named by its digest (a tree's record names only that):
         the bytes put, 0 when the bucket already held it."""
         name = manifest.digest()
+        await self._fresh()
         if await self.has(name):
             return 0
         encoded = manifest.encode()
@@ -180,13 +207,16 @@ class BlobStore:
     async def names(self) -> set[str]:
         """Every blob in the bucket."""
         with contextlib.suppress(NotFoundError):
-            return {i.name for i in await self.store.list(ignore_deletes=True) if i.name and not i.deleted}
+            listed = await self.store.list(ignore_deletes=True)
+            return {i.name for i in listed if i.name and not i.deleted and _DIGEST.fullmatch(i.name)}
         return set()
 
-    async def compact(self, keep: Iterable[Manifest]) -> tuple[int, int]:
-        """Delete every blob no manifest in ``keep`` names (the trees of every kept checkpoint);
-        (blobs deleted, blobs kept)."""
-        needed: set[str] = set().union(*(m.blobs() for m in keep))
+    async def compact(self, keep: Iterable[Manifest], *, also: Iterable[str] = ()) -> tuple[int, int]:
+        """Delete every blob no manifest in ``keep`` names (the trees of every kept checkpoint)
+        and that is not in ``also`` (the manifests themselves); (blobs deleted, blobs kept).
+        The epoch is moved first, so a writer's next tree checks the bucket again."""
+        needed: set[str] = set(also).union(*(m.blobs() for m in keep))
+        await self.store.put(_EPOCH, os.urandom(16))
         have = await self.names()
         gone = sorted(have - needed)
         for name in gone:

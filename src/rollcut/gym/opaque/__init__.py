@@ -11,11 +11,12 @@ import pathlib as _pathlib
 from ...replay import JournalGap
 from ._exchange import Outgoing, RelayRun
 from ._journal import lineage_journal
-from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxSnapshot
+from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxRef, SandboxSnapshot
 from ._normalise import canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
 from ._routes import create_opaque_app
 from ._sandbox import Isolation
+from ._tree import TreeSnapshot
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
 """The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of
@@ -33,7 +34,9 @@ __all__ = [
     "Outgoing",
     "Relay",
     "RelayRun",
+    "SandboxRef",
     "SandboxSnapshot",
+    "TreeSnapshot",
     "canonical_body",
     "create_opaque_app",
     "lineage_journal",

@@ -12,7 +12,8 @@ verify the answer and close the session.
 What a continued attempt gets depends on what the runtime declared
 (``--capability``, see :class:`Capability`): ``replayable_egress`` replays the
 lineage's journal to the restarted program; ``sandbox_snapshot`` also restores
-the agent's sandbox through a :class:`SandboxSnapshot` hook first; anything
+the agent's sandbox through a :class:`SandboxSnapshot` provider first (the built-in
+one, ``--sandbox DIR-TEMPLATE``, snapshots its working directory); anything
 else (``restart_only``, or nothing declared) is refused as ``fresh_dispatch``:
 the rollout starts over from its input. Fail closed: side effects outside the
 relay (its files, its subprocesses, its own network) are invisible to rollcut.
@@ -30,23 +31,24 @@ import sys
 import tempfile
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import httpx
 import msgspec
 
-from ..._errors import ConfigError
-from ...bus import EventLog, RelayExchange
+from ..._errors import ConfigError, RollcutError
+from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews, JournalGap
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
+from .._http import append_or_refuse, envelope
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
 from ._relay import DivergencePolicy, Relay
 from ._sandbox import SANDBOX_PORT, Isolation
 
-__all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxSnapshot"]
+__all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxRef", "SandboxSnapshot"]
 
 MAX_AGENT_RESTARTS = 3
 """How often an attempt's agent killed by a signal is started again in place before the run fails."""
@@ -63,21 +65,46 @@ class Capability(StrEnum):
     deterministic given identical answers. A restarted agent is replayed from the journal."""
     SANDBOX_SNAPSHOT = "sandbox_snapshot"
     """Side effects outside the relay live in a sandbox the runtime snapshots at each checkpoint and
-    restores before the replay (a :class:`SandboxSnapshot` hook; none is built in)."""
+    restores before the replay (a :class:`SandboxSnapshot` provider, ``--sandbox``)."""
     RESTART_ONLY = "restart_only"
     """Nothing is guaranteed: a rollout that was cut off starts over from its input. The default."""
 
 
+class SandboxRef(NamedTuple):
+    """A snapshot as its provider names it: what the launcher logs (``agent.sandbox``)."""
+
+    ref: str
+    files: int = 0
+    bytes: int = 0
+
+
 @runtime_checkable
 class SandboxSnapshot(Protocol):
-    """The hook a ``sandbox_snapshot`` runtime provides (e.g. a container or VM snapshotter)."""
+    """What a ``sandbox_snapshot`` provider does (the built-in ``tree``; a container or VM
+    snapshotter through the ``rollcut.sandboxes`` entry point group)."""
 
-    async def snapshot(self, ident: Identity, checkpoint_id: str) -> None:
+    name: str
+    """The provider's name, logged with each snapshot."""
+
+    def bind(self, log: EventLog) -> None:
+        """The worker's log: where its store lives (called once, before anything else)."""
+        ...
+
+    def workdir(self, ident: Identity) -> Path | None:
+        """Where the attempt's program runs (made if missing); None: the launcher's own choice."""
+        ...
+
+    async def snapshot(self, ident: Identity, checkpoint_id: str) -> SandboxRef:
         """At a checkpoint's prepare: make the sandbox of ``ident`` durable, as of now."""
         ...
 
-    async def restore(self, ident: Identity, from_cut: int) -> None:
-        """Before a continued attempt starts: the sandbox as the snapshot at or below ``from_cut`` had it."""
+    async def restore(self, ident: Identity, record: AgentSandbox) -> None:
+        """Before a continued attempt starts: its sandbox as ``record`` (the lineage's last snapshot
+        at its cut) names it. Raises when it cannot: the rollout then starts over."""
+        ...
+
+    def close(self, ident: Identity) -> None:
+        """The attempt is over, or starts from its input: what its sandbox holds goes."""
         ...
 
 
@@ -113,8 +140,10 @@ class OpaqueAgent:
         if not command:
             raise ConfigError("an opaque agent needs the command that starts it (--command)")
         if capability is Capability.SANDBOX_SNAPSHOT and sandbox is None:
-            raise ConfigError("capability sandbox_snapshot needs a SandboxSnapshot hook; none is built in")
+            raise ConfigError("capability sandbox_snapshot needs a sandbox provider (--sandbox DIR-TEMPLATE)")
         self.log, self.instance, self.command = log, instance, command
+        if sandbox is not None:
+            sandbox.bind(log)
         self.relay_url = relay_url.rstrip("/")
         self.resources = {k: v.rstrip("/") for k, v in resources.items()}
         self.http, self.participant = http, participant
@@ -144,15 +173,44 @@ class OpaqueAgent:
             "runs_retired": 0,
             "agent_restarts": 0,
             "runs_timed_out": 0,
+            "sandboxes_snapshotted": 0,
+            "sandboxes_restored": 0,
+            "sandbox_snapshots_failed": 0,
         }
 
     # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
 
     async def export(self, checkpoint_id: str) -> ExportReport:
-        if self.sandbox is not None:
-            for ident in list(self.relay.runs):
-                await self.sandbox.snapshot(ident, checkpoint_id)
-        return await self.relay.export(checkpoint_id)
+        report = await self.relay.export(checkpoint_id)
+        if self.sandbox is not None:  # after the relay's: the journal each snapshot goes with is settled
+            for ident, run in list(self.relay.runs.items()):
+                await self._snapshot(self.sandbox, ident, len(run.journal), checkpoint_id)
+        return report
+
+    async def _snapshot(self, sandbox: SandboxSnapshot, ident: Identity, exchanges: int, ck: str) -> None:
+        """One run's sandbox made durable and logged. One that cannot be (a file vanished under the
+        scan, a tree over its bounds) is left without a record at this cut: its continuation fails
+        closed, and the checkpoint goes on for every other rollout."""
+        try:
+            ref = await sandbox.snapshot(ident, ck)
+        except (RollcutError, OSError) as exc:
+            self.stats["sandbox_snapshots_failed"] += 1
+            print(
+                f"{ident.rollout_id}/{ident.attempt}: its sandbox was not snapshotted: {exc}", file=sys.stderr
+            )
+            return
+        event = AgentSandbox(
+            **envelope("agent", self.instance, ident),
+            provider=sandbox.name,
+            checkpoint_id=ck,
+            ref=ref.ref,
+            exchanges=exchanges,
+            files=ref.files,
+            bytes=ref.bytes,
+        )
+        with contextlib.suppress(GymError):  # a fenced-off attempt: its rollout is someone else's now
+            await append_or_refuse(self.log, event)
+            self.stats["sandboxes_snapshotted"] += 1
 
     def release(self, checkpoint_id: str) -> None:
         self.relay.release(checkpoint_id)
@@ -197,18 +255,41 @@ class OpaqueAgent:
         when the runtime did not declare that a replay reproduces the agent."""
         view = await view_of(self.views, ident)
         if not view.continued:
+            if self.sandbox is not None:
+                self.sandbox.close(ident)  # from its input: nothing an earlier attempt left
             return []
         if self.capability is Capability.RESTART_ONLY:
             raise FreshDispatchNeeded(
                 f"{ident.rollout_id}: this agent declares restart_only (no replayable egress), "
                 "so a cut-off rollout starts over from its input"
             )
-        if self.sandbox is not None:
-            await self.sandbox.restore(ident, view.from_cut)
         try:
-            return view.journal()
+            journal = view.journal()
         except JournalGap as exc:
             raise FreshDispatchNeeded(str(exc)) from exc
+        if self.sandbox is not None:
+            await self._restore(self.sandbox, ident, view.sandbox, len(journal))
+        return journal
+
+    async def _restore(
+        self, sandbox: SandboxSnapshot, ident: Identity, record: AgentSandbox | None, exchanges: int
+    ) -> None:
+        """The sandbox as the cut had it, or the rollout starts over: files and journal must be of
+        one moment (a snapshot taken with as many exchanges journaled as the cut holds)."""
+        sandbox.close(ident)
+        if record is None and exchanges == 0:
+            return  # cut before the program did anything the relay saw: it starts from an empty sandbox
+        if record is None or record.exchanges != exchanges or record.provider != sandbox.name:
+            raise FreshDispatchNeeded(
+                f"{ident.rollout_id}: no {sandbox.name} sandbox snapshot at the cut goes with its "
+                f"{exchanges} journaled exchanges, so it starts over from its input"
+            )
+        try:
+            await sandbox.restore(ident, record)
+        except (RollcutError, OSError) as exc:
+            sandbox.close(ident)
+            raise FreshDispatchNeeded(f"{ident.rollout_id}: its sandbox does not restore: {exc}") from exc
+        self.stats["sandboxes_restored"] += 1
 
     async def _run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         env = str(task["env"])
@@ -222,6 +303,8 @@ class OpaqueAgent:
             code, out, err = await self._agent(ident, env, task, run)
         finally:
             self.relay.close(ident)
+            if self.sandbox is not None:
+                self.sandbox.close(ident)
         if code != 0:
             self.stats["runs_failed"] += 1
             # the server's log (0600) keeps what the agent said; the answer quotes its end
@@ -265,23 +348,24 @@ class OpaqueAgent:
     ) -> tuple[int, bytes, str]:
         """Run the agent's program to its end; its exit code, stdout and stderr's tail."""
         with contextlib.ExitStack() as cleanup:
-            argv, child_env = self._sandboxed(ident, env, run, cleanup)
-            code, out, err = await self._exec(argv, child_env, task, run)
+            argv, child_env, cwd = self._sandboxed(ident, env, run, cleanup)
+            code, out, err = await self._exec(argv, child_env, task, run, cwd)
         if self.isolation is not None and code > 128:
             code = 128 - code  # killed by a signal inside the sandbox: as a signal, so it is started again
         return code, out, err
 
     def _sandboxed(
         self, ident: Identity, env: str, run: RelayRun, cleanup: contextlib.ExitStack
-    ) -> tuple[list[str], dict[str, str]]:
+    ) -> tuple[list[str], dict[str, str], Path | None]:
         """The command line and environment of one run of the program: its base URLs carry its
         attempt and its run's token; sandboxed, it reaches the relay through its own loopback."""
         path = f"/r/{ident.rollout_id}/{ident.attempt}/{run.token}"
+        own = self.sandbox.workdir(ident) if self.sandbox is not None else None
         if self.isolation is None or self.relay_socket is None:
             child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLCUT_", "NATS_"))}
             base, argv = f"{self.relay_url}{path}", list(self.command)
         else:
-            workdir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="rollcut-agent-")))
+            workdir = own or Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="rollcut-agent-")))
             os.chmod(workdir, 0o700)
             argv = self.isolation.argv(self.command, socket=self.relay_socket, workdir=workdir)
             base, child_env = f"http://127.0.0.1:{SANDBOX_PORT}{path}", {}
@@ -290,13 +374,21 @@ class OpaqueAgent:
             "OPENAI_API_KEY": "rollcut-relay",  # the token is in the path: the SDK's key is not checked
             "ROLLCUT_TOOLS_URL": f"{base}/tools/{env}",
         }
-        return argv, Isolation.environment(urls) if self.isolation else {**child_env, **urls}
+        if self.isolation is not None:
+            return argv, Isolation.environment(urls), None
+        return argv, {**child_env, **urls}, own
 
     async def _exec(
-        self, argv: list[str], child_env: dict[str, str], task: dict[str, Any], run: RelayRun
+        self,
+        argv: list[str],
+        child_env: dict[str, str],
+        task: dict[str, Any],
+        run: RelayRun,
+        cwd: Path | None = None,
     ) -> tuple[int, bytes, str]:
         proc = await asyncio.create_subprocess_exec(
             *argv,
+            cwd=cwd,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

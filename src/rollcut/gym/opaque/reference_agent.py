@@ -13,7 +13,11 @@ journal byte for byte gets the same episode. ``--nonce`` (or the task's
 ``"nonce": true``) makes it not: it writes a random scratch id into its notes,
 so its second model request differs on every run, and a replay must detect it
 there. A task's ``pause_after_turn`` and ``pause_s`` make it stop and think
-after that turn (work of its own, between two requests).
+after that turn (work of its own, between two requests). A task's ``"disk": true``
+makes it keep files in its working directory, as agents that keep notes or a
+repository on disk do: ``identity.txt``, a random id written once (on its first
+start, so only a restored directory holds the first run's), and ``notes.txt``, its
+notes rewritten after every turn; its answer then reports both.
 """
 
 from __future__ import annotations
@@ -78,6 +82,10 @@ def main() -> int:
     notes: list[str] = []
     total = 0
     answer, turns = "", 0
+    disk = bool(task.get("disk"))
+    if disk and not os.path.exists("identity.txt"):
+        with open("identity.txt", "w") as f:
+            f.write(secrets.token_hex(8))
     for turn in range(int(task.get("max_steps", 8))):
         params = {
             "model": task.get("model", "policy"),
@@ -100,12 +108,19 @@ def main() -> int:
             notes.append(f"{fn['name']} -> {json.dumps(result, sort_keys=True)}")
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
         turns = turn + 1
+        if disk:
+            with open("notes.txt", "w") as f:
+                f.write("\n".join(notes))
         if turns == task.get("pause_after_turn"):
             time.sleep(float(task.get("pause_s", 0)))  # thinking, or work of its own the relay cannot see
         scratch = f" (scratch id {secrets.token_hex(4)})" if args.nonce or task.get("nonce") else ""
         messages.append({"role": "user", "content": f"Notes so far{scratch}: {'; '.join(notes)}"})
     state = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-    print(json.dumps({"answer": answer, "turns": turns, "notes": notes, "total": total, "state": state}))
+    out = {"answer": answer, "turns": turns, "notes": notes, "total": total, "state": state}
+    if disk:
+        with open("identity.txt") as f, open("notes.txt") as g:
+            out["disk"] = {"identity": f.read(), "notes": g.read()}
+    print(json.dumps(out))
     return 0
 
 

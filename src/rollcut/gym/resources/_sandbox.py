@@ -40,10 +40,12 @@ _MAX_SNAPSHOT_RECORD = 4096
 
 @dataclass
 class SandboxState:
-    """A session: its directory and its task."""
+    """A session: its directory and its task; ``pristine`` while it is its task's tree as seeded
+    (no tool has changed it), which a snapshot records without storing a blob."""
 
     root: Path
     task: Task
+    pristine: bool = False
 
 
 class _Snapshot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -54,6 +56,7 @@ class _Snapshot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     files: int
     bytes: int
     schema: int = 1
+    pristine: bool = False  # the task's tree as seeded: made again from the task, no blob stored
 
 
 def _inside(state: SandboxState, path: str) -> Path:
@@ -80,6 +83,11 @@ class Sandbox(Environment):
         self._log: Any = None
         self._blobs: BlobStore | None = None
         self._blobs_lock = asyncio.Lock()
+
+    @staticmethod
+    def record_type() -> type[msgspec.Struct]:
+        """The struct a session's state record decodes to (what the log holds for its tree)."""
+        return _Snapshot
 
     def open(self, *, unisolated: bool = False) -> None:
         type(self).runner = Runner.find(unisolated=unisolated)
@@ -122,10 +130,13 @@ class Sandbox(Environment):
         }
 
     async def seed(self, args: dict[str, Any]) -> SandboxState:
-        task = task_of(args)
+        return await self.seed_task(task_of(args))
+
+    @staticmethod
+    async def seed_task(task: Task) -> SandboxState:
         root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
         await asyncio.to_thread(task.write, root)
-        return SandboxState(root, task)
+        return SandboxState(root, task, pristine=True)
 
     @classmethod
     def demo_task(cls, rng: random.Random) -> dict[str, Any]:
@@ -194,18 +205,26 @@ class Sandbox(Environment):
     # --- the codec -----------------------------------------------------------------------
 
     async def export_state(self, state: SandboxState) -> bytes:
-        blobs = await self.blobs()
+        """The session's record. A pristine tree (exported at seeding) is named, not stored: it is
+        made again from its task, so seeding puts nothing in the bucket, and blobs are put only at
+        a checkpoint's prepare, which compaction never runs beside (docs/sandboxes.md)."""
         tree = await asyncio.to_thread(scan, state.root)
-        await blobs.put_tree(tree)
-        await blobs.put_manifest(tree.manifest)
         manifest = tree.manifest
-        record = _Snapshot(manifest.digest(), state.task, len(manifest.entries), manifest.size())
+        if not state.pristine:
+            blobs = await self.blobs()
+            await blobs.put_tree(tree)
+            await blobs.put_manifest(manifest)
+        record = _Snapshot(
+            manifest.digest(), state.task, len(manifest.entries), manifest.size(), pristine=state.pristine
+        )
         return msgspec.json.encode(record)
 
     async def import_state(self, blob: bytes, codec_version: int) -> SandboxState:
         if codec_version != self.codec_version or len(blob) > _MAX_SNAPSHOT_RECORD:
             raise SnapshotError(f"a sandbox snapshot of codec {codec_version}, {len(blob)} bytes")
         record = msgspec.json.decode(blob, type=_Snapshot)
+        if record.pristine:
+            return await self._reseeded(record)
         blobs = await self.blobs()
         manifest = decode_manifest(await blobs.fetch(record.manifest, path="(manifest)"))
         root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
@@ -216,6 +235,17 @@ class Sandbox(Environment):
             shutil.rmtree(root, ignore_errors=True)
             raise
         return SandboxState(root, record.task)
+
+    async def _reseeded(self, record: _Snapshot) -> SandboxState:
+        """A pristine tree made again from its task, and refused unless it is the tree recorded."""
+        state = await self.seed_task(record.task)
+        made = (await asyncio.to_thread(scan, state.root)).manifest.digest()
+        if made != record.manifest:
+            self.close(state)
+            raise SnapshotError(
+                f"the task {record.task.name!r} no longer makes the tree it was seeded with", digest=made
+            )
+        return state
 
 
 def _adopt(root: Path) -> None:

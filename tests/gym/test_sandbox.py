@@ -149,6 +149,34 @@ async def test_a_sessions_tree_crosses_a_snapshot_exactly_and_a_tampered_blob_fa
         await fresh.import_state(b'{"manifest": "x"}', 1)
 
 
+async def test_a_seeded_tree_is_named_not_stored_and_made_again_from_its_task(log: EventLog) -> None:
+    service, ident = await _session(log, "s5", task="hello_file")
+    env = service.env
+    assert isinstance(env, Sandbox)
+    seeded = service.sessions[ident].state
+    record = await env.export_state(seeded)
+    assert msgspec.json.decode(record)["pristine"] is True
+    assert await (await env.blobs()).names() == set()  # seeding put nothing in the bucket
+
+    fresh = Sandbox()
+    fresh.bind(log)
+    made = await fresh.import_state(record, 1)
+    try:
+        assert made.root != seeded.root and scan(made.root).manifest == scan(seeded.root).manifest
+    finally:
+        fresh.close(made)
+    # a task that no longer makes the tree it was seeded with (an upgrade changed it): refused
+    changed = msgspec.json.decode(record)
+    changed["task"]["files"]["README.md"] = "Write something else.\n"
+    with pytest.raises(SnapshotError, match="no longer makes the tree it was seeded with"):
+        await fresh.import_state(msgspec.json.encode(changed), 1)
+    # once a tool changed it, the tree is stored
+    await _run(service, ident, "echo hello sandbox > out.txt")
+    stored = await env.export_state(service.sessions[ident].state)
+    assert msgspec.json.decode(stored)["pristine"] is False
+    assert msgspec.json.decode(stored)["manifest"] in await (await env.blobs()).names()
+
+
 def test_without_bubblewrap_the_sandbox_refuses_to_start_unless_unisolated(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

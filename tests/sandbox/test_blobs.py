@@ -152,3 +152,20 @@ def test_a_tree_with_a_fifo_is_refused_naming_it(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(SnapshotError, match="pipe is not a file, a directory or a symlink"):
         scan(tmp_path)
+
+
+async def test_a_writer_that_saw_blobs_before_a_compaction_stores_them_again_after_it(
+    log: EventLog, namespace: str, tmp_path: Path
+) -> None:
+    """A resources server remembers which blobs the bucket holds; a compaction in another process
+    may delete them meanwhile. Its next tree checks the bucket again, so nothing names a blob gone."""
+    writer, compactor = await _blobs(log, namespace), await _blobs(log, namespace)
+    tree = scan(_tree(tmp_path / "work"))
+    first = await writer.put_tree(tree)
+    assert first.blobs_put == len(tree.manifest.blobs())
+    assert (await writer.put_tree(tree)).blobs_put == 0  # seen: not asked for or stored again
+    gone, _ = await compactor.compact([])  # no kept tree names them: all go
+    assert gone == first.blobs_put
+    again = await writer.put_tree(tree)
+    assert (again.blobs_put, again.blobs_reused) == (first.blobs_put, 0)
+    await writer.materialise(tree.manifest, tmp_path / "back")  # whole again

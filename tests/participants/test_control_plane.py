@@ -17,14 +17,15 @@ from rollcut.bus import (
     CheckpointCommitted,
     EventLog,
     ParticipantLeaseExpired,
+    ParticipantReplied,
     TokenReceipt,
 )
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator, Restorer
+from rollcut.participants import Coordinator, PauseBreakdown, Restorer
 from rollcut.participants._admission import RETRY_AFTER_S
 from rollcut.tokens import LocalTokenStore, TokenRecord
 
-from ..helpers import completed_event
+from ..helpers import completed_event, until
 
 
 class CountingExport:
@@ -408,3 +409,33 @@ async def test_a_partial_restore_is_released_at_once_not_left_to_the_lease(
     # the one that did restore is open again now, not in 600 s when its lease would run out
     assert good.gate.state == "open"
     assert (await coordinator.checkpoint(deadline_s=5)).record.checkpoint_id != rec.checkpoint_id
+
+
+async def test_a_checkpoint_says_whom_it_waited_for_and_on_what(
+    log: EventLog, participants: Any, coordinator: Coordinator
+) -> None:
+    """Each participant's prepare, as the coordinator waited for it (round trip) and inside it
+    (drain, export), comes back with the result and goes on the participant's own lane."""
+    await participants("model-0", "event_sourced", component="model")
+    await participants("res-slow", "exported", hooks=CountingExport(delay=0.2))
+    res = await coordinator.checkpoint(deadline_s=10)
+    slow, model = res.waited_ms["res-slow"], res.waited_ms["model-0"]
+    assert slow["export"] >= 200 and slow["round_trip"] >= slow["total"] >= slow["export"] + slow["drain"]
+    assert "export" not in model and model["round_trip"] >= 0  # nothing to export: the log is its state
+    assert res.components == {"res-slow": "resources", "model-0": "model"}
+    pauses = PauseBreakdown()
+    pauses.add(res)
+    summary = pauses.summary()
+    assert summary["slowest"] == {"resources": 1} and summary["checkpoints"] == 1
+    assert summary["waited_ms"]["resources"]["export"]["p50"] == round(slow["export"], 2)
+
+    async def both_recorded() -> bool:
+        return len(await _lane_markers(log, ParticipantReplied)) == 2
+
+    await until(both_recorded, timeout=10, what="the replies on the participants' lanes")
+    replies = {r.participant: r for r in await _lane_markers(log, ParticipantReplied)}
+    assert set(replies) == {"res-slow", "model-0"}
+    assert replies["res-slow"].checkpoint_id == res.record.checkpoint_id
+    assert {k: replies["res-slow"].phases_ms[k] for k in ("drain", "export", "total")} == {
+        k: slow[k] for k in ("drain", "export", "total")
+    }

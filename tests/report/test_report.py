@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollcut.bus import (
+    BusConfig,
     CheckpointCommitted,
     CheckpointPrepared,
     CheckpointSealed,
@@ -21,9 +23,11 @@ from rollcut.bus import (
     TokenReceipt,
 )
 from rollcut.ledger import CheckpointRecord, Ledger
+from rollcut.participants import Coordinator, Participant
 from rollcut.report import read_timeline, write_report
+from rollcut.tokens import LocalTokenStore
 
-from ..helpers import counter_event
+from ..helpers import counter_event, until
 
 
 def _call(rid: str, attempt: int, n: int, tokens: int) -> ModelCallCompleted:
@@ -206,3 +210,54 @@ def test_a_week_of_checkpoints_and_rollouts_still_fits_one_page() -> None:
     assert html.count('class="attempt accepted"') == MAX_ROWS
     assert f"Showing {MAX_ROWS:,} of {MAX_ROWS + 20:,} rollouts" in html
     assert html.count('class="cut many"') == 400
+
+
+class _SlowExport:
+    async def export(self, checkpoint_id: str) -> list[str]:
+        await asyncio.sleep(0.15)  # a slow state export, on purpose: the prepare it holds up
+        return []
+
+    async def restore(self, checkpoint_id: str, cut: int) -> None:
+        return None
+
+
+async def test_the_page_shows_each_checkpoints_pause_by_participant(
+    bus_config: BusConfig, tmp_path: Path
+) -> None:
+    """A real checkpoint (a coordinator, two participants on their own connection, one slow to
+    export): the page names whom the pause waited for, and on what, from the stream alone."""
+    plog = await EventLog.connect(bus_config, name="participant")
+    clog = await EventLog.connect(bus_config, name="coordinator")
+    slow = Participant(plog, component="resources", instance="res-slow", mode="exported", hooks=_SlowExport())
+    model = Participant(plog, component="model", instance="model-0", mode="event_sourced")
+    try:
+        await slow.start()
+        await model.start()
+        with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tmp_path / "tokens") as tokens:
+            res = await Coordinator(clog, led, tokens, grace_s=0.3, discovery_idle_s=0.05).checkpoint(
+                deadline_s=10
+            )
+
+            async def replied() -> bool:
+                tl = await read_timeline(clog, led)
+                return len(tl.checkpoints[0].inside_ms) == 2
+
+            await until(replied, timeout=10, what="both replies on their lanes")
+            tl = await read_timeline(clog, led)
+            await write_report(clog, led, tmp_path / "report.html", "HOME")
+    finally:
+        await slow.stop()
+        await model.stop()
+        await plog.close()
+        await clog.close()
+    [mark] = tl.checkpoints
+    assert mark.pause_ms == res.pause_ms and mark.waited_ms.keys() == {"res-slow", "model-0"}
+    assert mark.inside_ms["res-slow"]["export"] >= 150
+    html = (tmp_path / "report.html").read_text()
+    assert "Where the pauses went" in html and "The prepare waited for longest: res-slow in 1 (of 1)" in html
+    row = re.search(
+        rf"<tr><td>{res.record.checkpoint_id}</td><td class='n'>([\d.]+)</td><td>([^<]*)</td>", html
+    )
+    assert row is not None and float(row.group(1)) == round(res.pause_ms, 1)
+    assert row.group(2).startswith(f"res-slow {res.waited_ms['res-slow']['round_trip']:.1f} (drain ")
+    assert f"export {mark.inside_ms['res-slow']['export']:.1f})" in row.group(2)

@@ -351,6 +351,9 @@ class ParticipantReplied(CheckpointEvent, frozen=True, kw_only=True, tag="checkp
     participant: Token
     last_seq: Seq
     unreproducible: list[str] = []
+    phases_ms: dict[str, float] = {}
+    """Where the prepare's time went inside the participant: ``drain``, ``export``, ``total``
+    (from the request's arrival to the reply), in milliseconds."""
 
 
 class CheckpointSealed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.seal"):
@@ -370,6 +373,11 @@ class CheckpointCommitted(CheckpointEvent, frozen=True, kw_only=True, tag="check
     token_snapshot_digest: str = ""
     participants: list[str] = []
     quarantined: dict[str, str] = {}
+    pause_ms: Annotated[float, Meta(ge=0)] = 0.0
+    """How long the collection stood still for it (from the first prepare to the last release)."""
+    waited_ms: dict[str, float] = {}
+    """Each participant's prepare as the coordinator waited for it (request to reply); where the
+    time went inside each is on its own lane (``checkpoint.reply``)."""
 
 
 class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.resume"):

@@ -38,7 +38,7 @@ from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, Projector, compact
-from ..participants import Coordinator, RecoveryMode, Restorer
+from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._handoff import refuse_foreign, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
@@ -84,6 +84,7 @@ class Collector:
         self._ck_lock = asyncio.Lock()
         self.checkpoint_ms: list[float] = []  # each published checkpoint, end to end
         self.pause_ms: list[float] = []  # ... and how long it stood the collection still
+        self.pauses = PauseBreakdown()  # ... and where that went
         self.restorer = Restorer(
             log,
             ledger,
@@ -194,6 +195,7 @@ class Collector:
             self.summary.failed.pop("checkpoint", None)
             self.checkpoint_ms.append((time.perf_counter() - t0) * 1000)
             self.pause_ms.append(res.pause_ms)
+            self.pauses.add(res)
             self.summary.checkpoints_published += 1
             self.summary.last_checkpoint = res.record.checkpoint_id
             if self.hooks.checkpoint:
@@ -328,6 +330,7 @@ class Collector:
         summary.checkpoint_ms_p99 = percentile(self.checkpoint_ms, 99)
         summary.checkpoint_pause_ms_p50 = percentile(self.pause_ms, 50)
         summary.checkpoint_pause_ms_p99 = percentile(self.pause_ms, 99)
+        summary.checkpoint_pause_breakdown = self.pauses.summary()
         if self._lost is not None:
             raise self._lost
         return summary

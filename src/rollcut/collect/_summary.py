@@ -41,6 +41,9 @@ class Summary:
     checkpoint_ms_p99: float | None = None
     checkpoint_pause_ms_p50: float | None = None  # how long each stood the collection still
     checkpoint_pause_ms_p99: float | None = None
+    # where the pauses went: the coordinator's phases, and each component's prepare (round trip,
+    # drain, export, wire and queue), p50 and p99 (rollcut.participants.PauseBreakdown)
+    checkpoint_pause_breakdown: dict[str, Any] = field(default_factory=dict)
     compacted_rollouts: int = 0  # rollouts whose event history compaction let go (their rows stay)
     compaction_s: float = 0.0  # time spent compacting, in all
     compaction_freed_bytes: int = 0  # stream bytes compaction let go (a lower bound: writes go on meanwhile)

@@ -339,6 +339,10 @@ def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str
         "checkpoint_ms_p99": percentile(ms, 99),
         "checkpoint_pause_ms_p50": percentile(pause, 50),
         "checkpoint_pause_ms_p99": percentile(pause, 99),
+        "checkpoint_pause_breakdown": {
+            "before_crash": before.summary.checkpoint_pause_breakdown,
+            "after_crash": done.summary.checkpoint_pause_breakdown,
+        },
         "peak_rss_mb": {k: max(before.peak.get(k, 0.0), v) for k, v in done.peak.items()},
         "engine": engine,
         "home": str(done.home),

@@ -45,6 +45,7 @@ from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
 from ._quarantine import quarantines
+from ._result import CheckpointResult
 
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
@@ -56,22 +57,6 @@ CALLERS = frozenset({"agent", "environment"})
 def new_checkpoint_id() -> str:
     """A fresh, sortable checkpoint id."""
     return f"ck-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(3).hex()}"
-
-
-class CheckpointResult(msgspec.Struct, kw_only=True):
-    """A published checkpoint: its record, participants and how long each phase took."""
-
-    record: CheckpointRecord
-    participants: list[str]
-    unreproducible: dict[str, list[str]]
-    validated_events: int
-    phases_ms: dict[str, float]
-    resumed: list[str]
-    pause_ms: float = 0.0
-    """From the first prepare sent to the last participant released: how long the collection stood
-    still (an upper bound of the time any participant held admission closed)."""
-    publish_ms: float = 0.0
-    """From the seal to publication (validation and the ledger write), with everyone already running."""
 
 
 class Coordinator:
@@ -203,7 +188,9 @@ class Coordinator:
             seq,
         )
 
-    def _commit_marker(self, rec: CheckpointRecord) -> CheckpointCommitted:
+    def _commit_marker(
+        self, rec: CheckpointRecord, pause_ms: float = 0.0, waited_ms: dict[str, float] | None = None
+    ) -> CheckpointCommitted:
         return CheckpointCommitted(
             component="coordinator",
             instance=self.instance,
@@ -214,6 +201,8 @@ class Coordinator:
             participants=rec.participants,
             quarantined=rec.quarantined,
             ts=rec.ts,
+            pause_ms=round(pause_ms, 2),
+            waited_ms=waited_ms or {},
         )
 
     # --- the checkpoint -------------------------------------------------------------
@@ -293,8 +282,9 @@ class Coordinator:
                 raise CheckpointFailedError(f"checkpoint {cid} aborted: {exc}", checkpoint_id=cid) from exc
             raise
         count_outcome("published")
+        waited = {r.instance: timer.ms.get(f"prepare:{r.instance}", 0.0) for r in replies}
         with contextlib.suppress(RollcutError):
-            await self.log.append_expecting(self._commit_marker(record), lane_seq)
+            await self.log.append_expecting(self._commit_marker(record, pause_ms, waited), lane_seq)
         return CheckpointResult(
             record=record,
             participants=record.participants,
@@ -304,6 +294,8 @@ class Coordinator:
             resumed=resumed,
             pause_ms=round(pause_ms, 2),
             publish_ms=round(publish_ms, 2),
+            waited_ms={r.instance: {"round_trip": waited[r.instance], **r.phases_ms} for r in replies},
+            components={i.instance: i.component for i in found},
         )
 
     async def _prepare(
@@ -315,13 +307,15 @@ class Coordinator:
             # finish a turn); then the servers they call close admission
             first = [i for i in found if i.component in CALLERS]
             rest = [i for i in found if i.component not in CALLERS]
-            replies = list(
-                await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
-            )
-            if all(r.ok for r in replies):
-                replies += await asyncio.gather(
-                    *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
+            with timer.phase("prepare.callers"):
+                replies = list(
+                    await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
                 )
+            if all(r.ok for r in replies):
+                with timer.phase("prepare.servers"):
+                    replies += await asyncio.gather(
+                        *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
+                    )
         refused = [r for r in replies if not r.ok]
         if refused:
             raise CheckpointFailedError(

@@ -125,6 +125,9 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     capabilities: Capabilities | None = None
     calls: list[CallDisposition] | None = None
     started_seq: int = 0  # the stream's end when this process started: older calls are not its to report
+    phases_ms: dict[str, float] = {}
+    """Where a prepare's time went inside the participant (``drain``: accepted work finishing,
+    ``export``: its hook), so the coordinator can tell them from the wire and a busy loop."""
 
     def refusal(self) -> CheckpointError:
         """The error this refused reply stands for, carrying its checkpoint and participant."""

@@ -40,11 +40,12 @@ from ..bus import (
     Component,
     Event,
     EventLog,
-    ParticipantLeaseExpired,
     check_token,
 )
 from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
+from ._lane import ms as _ms
+from ._lane import record_expiry, record_reply
 from ._protocol import (
     CallDisposition,
     Capabilities,
@@ -347,6 +348,8 @@ class Participant:
 
     async def _do_prepare(self, req: ControlRequest, a: _Active) -> None:
         assert a.prepared is not None
+        t0 = time.perf_counter()
+        phases: dict[str, float] = {}
         try:
             unrepro: list[str] = []
             calls: list[CallDisposition] | None = None
@@ -355,9 +358,12 @@ class Participant:
                 if self.drain and not await self.gate.drain(req.deadline):
                     busy = self.gate.inflight
                     raise TimeoutError(f"{busy} accepted requests still running at the deadline")
+                t1 = time.perf_counter()
+                phases["drain"] = _ms(t1 - t0)
                 out = await asyncio.wait_for(
                     self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
                 )
+                phases["export"] = _ms(time.perf_counter() - t1)
                 if isinstance(out, ExportReport):
                     unrepro, calls = list(out.unreproducible), out.calls
                 else:
@@ -365,14 +371,17 @@ class Participant:
             elif self.mode == "restart_only":
                 unrepro = [f"{self.instance}: restart_only, sessions cannot continue"]
             a.phase = "prepared"
+            phases["total"] = _ms(time.perf_counter() - t0)
             reply = self._reply(
-                req, True, last_seq=self.log.last_appended, unreproducible=unrepro, calls=calls
+                req, True, last_seq=self.log.last_appended, unreproducible=unrepro, calls=calls, phases=phases
             )
         except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
             self._finish(req.checkpoint_id, "aborted")
             kind = Refusal.DEADLINE if isinstance(exc, TimeoutError) else Refusal.FAILED
             reply = self._reply(req, False, kind=kind, error=f"prepare failed: {exc!r}")
         a.prepared.set_result(reply)
+        if reply.ok:  # on its own lane, after the answer: the record costs the pause nothing
+            asyncio.get_running_loop().create_task(record_reply(self.log, self.component, reply))
 
     async def _restore(self, req: ControlRequest) -> ControlReply:
         a = self._active
@@ -404,6 +413,7 @@ class Participant:
         unreproducible: list[str] | None = None,
         capabilities: Capabilities | None = None,
         calls: list[CallDisposition] | None = None,
+        phases: dict[str, float] | None = None,
     ) -> ControlReply:
         a = self._active
         return ControlReply(
@@ -419,6 +429,7 @@ class Participant:
             capabilities=capabilities,
             calls=calls,
             started_seq=self.started_seq,
+            phases_ms=phases or {},
         )
 
     # --- lease ----------------------------------------------------------------------
@@ -429,19 +440,10 @@ class Participant:
             return False
         self.lease_expiries += 1
         self._finish(a.checkpoint_id, "lease_expired")
-        asyncio.get_running_loop().create_task(self._record_expiry(a.checkpoint_id))
+        asyncio.get_running_loop().create_task(
+            record_expiry(self.log, self.component, self.instance, a.checkpoint_id)
+        )
         return True
-
-    async def _record_expiry(self, checkpoint_id: str) -> None:
-        with contextlib.suppress(Exception):  # the record is best effort; reopening is not
-            await self.log.append(
-                ParticipantLeaseExpired(
-                    component=self.component,
-                    instance=self.instance,
-                    checkpoint_id=checkpoint_id,
-                    participant=self.instance,
-                )
-            )
 
     async def _lease_watch(self) -> None:
         while True:

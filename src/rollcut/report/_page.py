@@ -16,6 +16,7 @@ from .._telemetry import percentile
 from ..bus import EventLog
 from ..ledger import Ledger
 from ._curve import curve_section
+from ._pauses import pause_section
 from ._svg import MAX_ROWS, timeline_svg
 from ._timeline import Timeline, read_timeline
 
@@ -200,6 +201,8 @@ def render_page(tl: Timeline, home: str, demo: dict[str, Any] | None = None) -> 
         _classes(tl),
         "<h2>Checkpoints</h2>",
         _checkpoint_chart(tl),
+        "<h3>Where the pauses went</h3>",
+        pause_section(tl),
         "<h2>Work kept and done again</h2>",
         _work(tl.work),
         _journal(tl.work),

@@ -23,6 +23,7 @@ from ..bus import (
     ModelCallCompleted,
     ModelCallContinued,
     ModelCallReused,
+    ParticipantReplied,
     ResourcesMutated,
     ResultAccepted,
     RolloutDispatched,
@@ -74,6 +75,9 @@ class CheckpointMark:
     sealed: float | None = None
     committed: float | None = None
     recovery: bool = False  # a recovery sealed the tail here, or continued from it
+    pause_ms: float | None = None  # how long the collection stood still (its commit marker says)
+    waited_ms: dict[str, float] = field(default_factory=dict)  # participant -> its prepare's round trip
+    inside_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # participant -> drain, export…
 
     @property
     def ms(self) -> float | None:
@@ -161,6 +165,10 @@ async def read_timeline(log: EventLog, ledger: Ledger) -> Timeline:
             if mark is not None:
                 kind = {CheckpointPrepared: "prepared", CheckpointSealed: "sealed"}.get(type(ev), "committed")
                 setattr(mark, kind, ev.ts)
+                if isinstance(ev, CheckpointCommitted) and ev.waited_ms:
+                    mark.pause_ms, mark.waited_ms = ev.pause_ms, dict(ev.waited_ms)
+        elif isinstance(ev, ParticipantReplied) and ev.checkpoint_id in marks:
+            marks[ev.checkpoint_id].inside_ms[ev.participant] = dict(ev.phases_ms)
     tl.t0 = first_ts or 0.0
     for a in tl.attempts.values():
         if a.from_cut > 0 and a.checkpoint_id in marks:

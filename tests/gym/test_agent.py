@@ -107,7 +107,7 @@ async def test_a_checkpoint_does_not_wait_for_a_model_call_in_flight_and_both_ep
         if s.agent.stats["boundaries"] >= 1 and len(s.agent._runs) == 2 and s.model.stats["tokens_generated"]:
             break
         await asyncio.sleep(0.01)
-    generating = [r for r in s.agent._runs.values() if r.calling_model]
+    generating = [r for r in s.agent._runs.values() if r.calling]
     res = await s.coordinator.checkpoint(deadline_s=10)
     assert generating and s.model.stats["prefix_cuts"] >= 1  # its call was cut, not waited for
     below = [e.event async for e in log.read(up_to=res.record.cut)]

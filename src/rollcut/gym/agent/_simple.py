@@ -45,7 +45,7 @@ SYSTEM = "You are a careful agent. Use the tools, then answer."
 class Run:
     ident: Identity
     parked: bool = False
-    calling_model: bool = False  # awaiting the policy model: the model server's prepare covers the call
+    calling: bool = False  # awaiting the policy model or a tool: that server's prepare settles the call
     release: asyncio.Event = field(default_factory=asyncio.Event)
     retired: str | None = None
 
@@ -92,16 +92,19 @@ class SimpleAgent:
     # --- parking (checkpoint hooks) ----------------------------------------------------
 
     def _check_all_parked(self) -> None:
-        if self._park_for is not None and all(r.parked or r.calling_model for r in self._runs.values()):
+        if self._park_for is not None and all(r.parked or r.calling for r in self._runs.values()):
             self._all_parked.set()
 
     async def export(self, checkpoint_id: str) -> ExportReport:
         """Prepare: every running loop parks at its next boundary (or finishes), except one awaiting
-        the policy model, which is settled as it is. Its call gets its own disposition in the model
-        server's prepare (completed, or cut at a durable prefix), and a continuation re-issues it
-        from the loop's last boundary: reused, or continued from the prefix. Waiting for it instead
-        would stand the whole collection still for the longest generation in flight (seconds to
-        minutes on a real engine) and leave generation cuts nothing to cut."""
+        the policy model or a tool, which is settled as it is. A model call gets its own disposition
+        in the model server's prepare (completed, or cut at a durable prefix); a tool call's mutation
+        is on the log below the cut or not (an exported session's server drains it first). A
+        continuation re-issues either from the loop's last boundary: reused or continued from the
+        prefix, served from the log, or run again if it landed after the cut. Waiting for them
+        instead would stand the whole collection still for the longest generation in flight
+        (seconds to minutes on a real engine) or the slowest tool, and leave generation cuts
+        nothing to cut. A loop that goes on after its call answers parks at its next boundary."""
         self._park_for = checkpoint_id
         self._all_parked.clear()
         self._check_all_parked()
@@ -147,16 +150,16 @@ class SimpleAgent:
     ) -> httpx.Response:
         """POST with identity (and a session's cookies), waiting out a checkpoint's closed admission;
         a refusal the rollout cannot continue past becomes FreshDispatchNeeded. A run awaiting the
-        policy model counts as parked: the model server's prepare settles its call."""
+        policy model or a tool counts as parked: that server's prepare settles its call."""
         run = self._runs.get(ident)
-        if run is None or not url.startswith(self.model_url.rstrip("/")):
+        if run is None:
             return await self._send_waiting(url, ident, body, cookies)
-        run.calling_model = True
+        run.calling = True
         self._check_all_parked()
         try:
             return await self._send_waiting(url, ident, body, cookies)
         finally:
-            run.calling_model = False
+            run.calling = False
 
     async def _send_waiting(
         self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None

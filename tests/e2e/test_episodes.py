@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from rollcut.bus import (
     RolloutCompleted,
 )
 from rollcut.ledger import verify_checkpoint
-from rollcut.participants import plan_recovery
+from rollcut.participants import Coordinator, plan_recovery
 from rollcut.testing import ServerProcess
 
 from ..helpers import until
@@ -209,6 +210,12 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
     await ep.log.dispatch("r", COUNTER, instance="collector")
     run = ep.start_run("r", 1, COUNTER)
     await ep.boundaries("r", 1, at_least=1)
+    # the model server held closed (a prepare with no checkpoint after it): the episode's next model
+    # call waits there, so it cannot finish before the operator's command lands, however slowly
+    # that starts on a loaded machine
+    coordinator = Coordinator(ep.log, ep.ledger, ep.tokens)
+    [model] = [i for i in await coordinator.discover() if i.component == "model"]
+    assert (await coordinator.call(model, "prepare", "hold", time.time() + 120)).ok
     retired = subprocess.run(
         [
             sys.executable,
@@ -231,6 +238,7 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
         timeout=60,
     )
     assert retired.returncode == 0, retired.stderr[-1500:]
+    assert (await coordinator.call(model, "abort", "hold", time.time() + 30)).ok
     resp = await run
     assert resp.status_code == 409, resp.text
     assert resp.json()["error"]["type"] in ("retired", "stale_attempt")

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import sys
 import tempfile
 from enum import StrEnum
@@ -34,7 +32,6 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import httpx
-import msgspec
 
 from ..._errors import ConfigError, RollcutError
 from ...bus import AgentSandbox, EventLog, RelayExchange
@@ -45,6 +42,7 @@ from .._http import append_or_refuse, envelope
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
+from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, die_with_parent, read_capped
 from ._relay import DivergencePolicy, Relay
 from ._sandbox import SANDBOX_PORT, Isolation
 
@@ -52,9 +50,6 @@ __all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxRef", "San
 
 MAX_AGENT_RESTARTS = 3
 """How often an attempt's agent killed by a signal is started again in place before the run fails."""
-
-_MAX_ANSWER_BYTES = 1024 * 1024  # what is read of the agent's stdout
-_STDERR_TAIL = 4000  # what of its stderr a failure quotes
 
 
 class Capability(StrEnum):
@@ -106,13 +101,6 @@ class SandboxSnapshot(Protocol):
     def close(self, ident: Identity) -> None:
         """The attempt is over, or starts from its input: what its sandbox holds goes."""
         ...
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """The agent dies with its launcher (PR_SET_PDEATHSIG): a left-over agent must not outlive the
-    attempt it belonged to (the relay refuses it anyway, but it would burn a CPU)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
 class OpaqueAgent:
@@ -310,7 +298,7 @@ class OpaqueAgent:
             # the server's log (0600) keeps what the agent said; the answer quotes its end
             print(f"{ident.rollout_id}/{ident.attempt}: the agent exited with {code}:", err, file=sys.stderr)
             raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err}")
-        result = _answer(out)
+        result = answer_of(out)
         answer = str(result.get("answer", ""))
         verdict = await self._post(f"{res}/verify", ident, {**task.get("verify", {}), "answer": answer})
         await self._post(f"{res}/close_session", ident, {})
@@ -393,7 +381,7 @@ class OpaqueAgent:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=child_env,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
 
         def kill() -> None:
@@ -408,8 +396,8 @@ class OpaqueAgent:
                 await proc.stdin.drain()
             proc.stdin.close()
             ended = asyncio.gather(
-                _read(proc.stdout, _MAX_ANSWER_BYTES),
-                _read(proc.stderr, _STDERR_TAIL, tail=True),
+                read_capped(proc.stdout, MAX_ANSWER_BYTES),
+                read_capped(proc.stderr, STDERR_TAIL, tail=True),
                 proc.wait(),
             )
             try:
@@ -424,30 +412,3 @@ class OpaqueAgent:
                 kill()
                 await proc.wait()
         return code, out, err.decode(errors="replace")
-
-
-async def _read(stream: asyncio.StreamReader, limit: int, *, tail: bool = False) -> bytes:
-    """All of a stream read (the agent must not block on a full pipe), at most ``limit`` bytes kept: its
-    beginning, or with ``tail`` its end."""
-    kept = b""
-    while chunk := await stream.read(65536):
-        kept = (kept + chunk)[-limit:] if tail else kept + chunk[: max(0, limit - len(kept))]
-    return kept
-
-
-def _answer(out: bytes) -> dict[str, Any]:
-    """The agent's answer: its last non-empty stdout line, a JSON object. The program is untrusted:
-    the line is decoded strictly and bounded (no NaN or Infinity, no lone surrogate, no nesting past
-    msgspec's limit), ``answer`` is a string and ``turns`` a count, or the run fails (502), never the
-    server (a 500)."""
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    try:
-        answer = msgspec.json.decode(lines[-1]) if lines else None
-    except (msgspec.DecodeError, RecursionError):
-        answer = None
-    if not isinstance(answer, dict):
-        raise GymError(ErrorKind.AGENT_FAILED, "the agent printed no answer (a JSON object as its last line)")
-    turns = answer.get("turns", 0)
-    if not isinstance(answer.get("answer", ""), str) or isinstance(turns, bool) or not isinstance(turns, int):
-        raise GymError(ErrorKind.AGENT_FAILED, "the answer needs a string `answer`, an integer `turns`")
-    return answer

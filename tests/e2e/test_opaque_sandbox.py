@@ -44,6 +44,8 @@ async def test_an_opaque_agent_continues_with_the_files_of_its_cut_after_every_p
         await run_until_paused(ep, "r", DISK_TASK)
         first = tmp_path / "agents" / "r" / "1"
         identity, notes = (first / "identity.txt").read_text(), (first / "notes.txt").read_text()
+        made = (tmp_path / "agents", tmp_path / "agents" / "r", first)  # user data: only its user enters
+        assert [d.stat().st_mode & 0o777 for d in made] == [0o700] * 3
         journaled = len(await kinds(ep, "r", 1, RelayExchange))
         ck = await ep.checkpoint()  # the agent is thinking: its directory and journal of one moment
         [snap] = await kinds(ep, "r", 1, AgentSandbox)

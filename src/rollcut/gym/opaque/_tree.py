@@ -64,10 +64,12 @@ class TreeSnapshot:
             return self._blobs
 
     def workdir(self, ident: Identity) -> Path:
-        """The attempt's working directory (0700), made if missing. The identity's tokens are
-        subject tokens (no ``/``, no ``..``), so the path stays where the template puts it."""
+        """The attempt's working directory, made if missing (0700, as every directory it makes). The
+        identity's tokens are subject tokens (no ``/``, no ``..``), so the path stays where the
+        template puts it."""
         path = Path(self.template.format(rollout_id=ident.rollout_id, attempt=ident.attempt))
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for made in reversed([p for p in (path, *path.parents) if not p.exists()]):
+            made.mkdir(mode=0o700, exist_ok=True)  # what it makes, only its user can enter
         return path
 
     async def snapshot(self, ident: Identity, checkpoint_id: str) -> SandboxRef:

@@ -50,7 +50,8 @@ from ._result import CheckpointResult
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
 _reply_decoder = msgspec.json.Decoder(ControlReply)
-# components that call the others: parked first at prepare, released last
+# components that call the others: released last (a server reopened after them would turn their
+# next call away)
 CALLERS = frozenset({"agent", "environment"})
 
 
@@ -303,19 +304,12 @@ class Coordinator:
     ) -> list[ControlReply]:
         """Every participant prepares, or the checkpoint fails naming who refused."""
         with timer.phase("prepare", participants=len(found)):
-            # agents park at a safe boundary first (they may still need the model and tools to
-            # finish a turn); then the servers they call close admission
-            first = [i for i in found if i.component in CALLERS]
-            rest = [i for i in found if i.component not in CALLERS]
-            with timer.phase("prepare.callers"):
-                replies = list(
-                    await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in first))
-                )
-            if all(r.ok for r in replies):
-                with timer.phase("prepare.servers"):
-                    replies += await asyncio.gather(
-                        *(self._timed(timer, i, "prepare", cid, deadline) for i in rest)
-                    )
+            # everyone at once: an agent's loop awaiting the model or a tool counts as parked (that
+            # server's prepare settles the call), so no agent needs a server open to reach its
+            # boundary, and the agents' wave no longer has to finish before the servers' starts
+            replies = list(
+                await asyncio.gather(*(self._timed(timer, i, "prepare", cid, deadline) for i in found))
+            )
         refused = [r for r in replies if not r.ok]
         if refused:
             raise CheckpointFailedError(

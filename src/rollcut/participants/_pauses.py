@@ -12,9 +12,9 @@ from ._result import CheckpointResult
 
 __all__ = ["PAUSE_PHASES", "PauseBreakdown"]
 
-PAUSE_PHASES = ("prepare.callers", "prepare.servers", "seal", "release")
-"""The coordinator's phases that make up the pause, in order (agents park first, then the servers
-they call close admission; the seal fixes the cut; the release reopens everyone)."""
+PAUSE_PHASES = ("prepare", "seal", "release")
+"""The coordinator's phases that make up the pause, in order (everyone prepares at once; the seal
+fixes the cut; the release reopens the servers, then the agents that call them)."""
 
 _KEEP = 10_000  # checkpoints a breakdown remembers: a week-long run's last ones, not all of them
 

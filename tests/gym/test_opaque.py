@@ -134,6 +134,15 @@ def test_the_reference_agent_imports_nothing_of_rollcut() -> None:
     [
         ({"command": ""}, "needs --command"),
         ({"command": "agent", "capability": "sandbox_snapshot"}, "needs a sandbox provider"),
+        (
+            {"command": "agent", "capability": "sandbox_snapshot", "sandbox": "/var/tmp/agents"},
+            "names each rollout's with {rollout_id}",
+        ),
+        (
+            {"command": "agent", "capability": "sandbox_snapshot", "sandbox": "tree:/a/{rollout_id}/{who}"},
+            "only {rollout_id} and {attempt} are filled in",
+        ),
+        ({"command": "agent", "sandbox": "nosuch:x"}, "nosuch"),
         ({"command": "agent", "capability": "whatever"}, "unknown capability 'whatever'"),
         ({"command": "agent", "on_divergence": "mix"}, "use fresh_dispatch or go_live"),
         ({"command": "agent", "run_timeout": -1.0}, "--run-timeout -1.0: seconds, 0 for none"),

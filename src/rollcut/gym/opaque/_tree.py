@@ -45,7 +45,7 @@ class TreeSnapshot:
             template.format(rollout_id="r", attempt=1)
         except (KeyError, IndexError, ValueError) as exc:
             raise ConfigError(
-                f"--sandbox {template!r}: only {{rollout_id}} and {{attempt}}: {exc!r}"
+                f"--sandbox {template!r}: only {{rollout_id}} and {{attempt}} are filled in: {exc!r}"
             ) from None
         self.template = template
         self._log: EventLog | None = None

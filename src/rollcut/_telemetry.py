@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["PhaseTimer", "count_outcome", "percentile"]
+__all__ = ["PhaseTimer", "count_outcome", "ms", "percentile"]
 
 try:  # pragma: no cover - exercised only where the package is installed
     from opentelemetry import trace as _trace
@@ -43,6 +43,11 @@ except ImportError:  # pragma: no cover
     _PHASE = _PARTICIPANT = _OUTCOMES = None  # type: ignore[assignment]
 
 
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, to the microsecond: how every phase is reported."""
+    return round(seconds * 1000, 3)
+
+
 class PhaseTimer:
     """Times the phases of one checkpoint; ``ms`` holds the results."""
 
@@ -67,14 +72,14 @@ class PhaseTimer:
             yield
         finally:
             dt = time.perf_counter() - t0
-            self.ms[name] = round(self.ms.get(name, 0.0) + dt * 1000, 3)
+            self.ms[name] = round(self.ms.get(name, 0.0) + ms(dt), 3)
             if _PHASE is not None:
                 _PHASE.labels(phase=name).observe(dt)
             if span_cm is not None:
                 span_cm.__exit__(None, None, None)
 
     def participant(self, op: str, instance: str, seconds: float) -> None:
-        self.ms[f"{op}:{instance}"] = round(seconds * 1000, 3)
+        self.ms[f"{op}:{instance}"] = ms(seconds)
         if _PARTICIPANT is not None:
             _PARTICIPANT.labels(op=op, instance=instance).observe(seconds)
 

@@ -71,13 +71,28 @@ async def _cut_mid_episode(dep: Deployment, proc: Any, timeout: float = 90) -> N
         await log.close()
 
 
-async def _sandbox_events(dep: Deployment) -> list[Any]:
+_SANDBOX_KINDS = (ResourcesMutated, ResourcesSeeded, ResourcesSnapshot)
+
+
+async def _events(dep: Deployment, *kinds: type) -> list[Any]:
+    """Every event of ``kinds`` on the stream, in order."""
     log = await _admin(dep)
     try:
-        kinds = (ResourcesMutated, ResourcesSeeded, ResourcesSnapshot)
         return [s.event async for s in log.read() if isinstance(s.event, kinds)]
     finally:
         await log.close()
+
+
+def _crash_mid_episode(dep: Deployment) -> None:
+    """A collection checkpointing every 0.5 s, every Gym process SIGKILLed once a committed
+    checkpoint has cut an episode mid-way, the collector stopped (SIGTERM) after them."""
+    dep.every_s = 0.5
+    dep._write_config()
+    proc = dep.collect()
+    asyncio.run(_cut_mid_episode(dep, proc))
+    dep.crash()  # SIGKILL every Gym process, sandboxes mid-episode
+    proc.send_signal(SIGTERM)
+    finish(proc)
 
 
 def _manifest(state: bytes | None) -> str:
@@ -95,18 +110,12 @@ def test_sandbox_sessions_continue_from_the_files_of_their_cut_after_every_gym_p
         _collect(ref)
         verdicts = {r["rollout_id"]: r["reward"] for r in ref.rows()}
     with deploy(tmp_path / "crashed", tasks, **_OPTIONS) as dep:
-        dep.every_s = 0.5
-        dep._write_config()
-        proc = dep.collect()
-        asyncio.run(_cut_mid_episode(dep, proc))
-        dep.crash()  # SIGKILL every Gym process, sandboxes mid-episode
-        proc.send_signal(SIGTERM)
-        finish(proc)
+        _crash_mid_episode(dep)
         dep.restart()
         code, summary = finish(dep.collect("--resume"), timeout=240)
         assert code == 0, summary
         rows = dep.rows()
-        events = asyncio.run(_sandbox_events(dep))
+        events = asyncio.run(_events(dep, *_SANDBOX_KINDS))
 
     assert sorted(r["rollout_id"] for r in rows) == sorted(verdicts)  # each row once
     assert {r["rollout_id"]: r["reward"] for r in rows} == verdicts  # the same verdicts
@@ -164,20 +173,14 @@ async def _tamper_cut_trees(dep: Deployment) -> dict[str, set[str]]:
 def test_a_tree_altered_in_the_bucket_starts_its_rollout_over_and_nothing_is_mixed(tmp_path: Path) -> None:
     tasks = demo_tasks(8, seed=1, envs=("sandbox",))
     with deploy(tmp_path, tasks, **_OPTIONS) as dep:
-        dep.every_s = 0.5
-        dep._write_config()
-        proc = dep.collect()
-        asyncio.run(_cut_mid_episode(dep, proc))
-        dep.crash()
-        proc.send_signal(SIGTERM)
-        finish(proc)
+        _crash_mid_episode(dep)
         tampered = asyncio.run(_tamper_cut_trees(dep))
         dep.restart()
         code, summary = finish(dep.collect("--resume"), timeout=240)
         assert code == 0, summary
         rows = dep.rows()
-        events = asyncio.run(_sandbox_events(dep))
-        opened = asyncio.run(_attempts_opened(dep))
+        events = asyncio.run(_events(dep, *_SANDBOX_KINDS))
+        opened = asyncio.run(_events(dep, AttemptOpened))
 
     assert tampered
     ids = Counter(r["rollout_id"] for r in rows)
@@ -195,14 +198,6 @@ def test_a_tree_altered_in_the_bucket_starts_its_rollout_over_and_nothing_is_mix
     # at revision 0 from its task, whose tree a read-only call's snapshot may name too)
     restored = [e for e in events if isinstance(e, ResourcesSeeded) and e.attempt > 1 and e.revision > 0]
     assert not {_manifest(e.state) for e in restored} & set().union(*tampered.values())
-
-
-async def _attempts_opened(dep: Deployment) -> list[AttemptOpened]:
-    log = await _admin(dep)
-    try:
-        return [s.event async for s in log.read() if isinstance(s.event, AttemptOpened)]
-    finally:
-        await log.close()
 
 
 async def _bucket_against_the_stream(dep: Deployment) -> tuple[set[str], set[str], set[str]]:

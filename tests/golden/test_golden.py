@@ -90,7 +90,7 @@ def test_a_v0_record_is_read_as_v1_through_its_upcaster() -> None:
 def test_sandbox_records_read_back_and_name_their_trees() -> None:
     """A sandbox session's state records and an opaque agent's ``agent.sandbox`` of schema 1 still
     decode, and still name the trees blob compaction must keep (a tree no record names is freed)."""
-    from rollcut.gym.resources import Sandbox
+    from rollcut.gym.resources._sandbox import _Snapshot
     from rollcut.sandbox._collect import _manifest_in
 
     codec = Codec()
@@ -98,7 +98,7 @@ def test_sandbox_records_read_back_and_name_their_trees() -> None:
     events = [codec.decode(f, seq=seq, subject=subj) for seq, subj, f in frames]
     states = [e.state for e in events if isinstance(e, ResourcesSeeded | ResourcesSnapshot)]
     assert [_manifest_in(s) for s in states] == [SEEDED_TREE, CUT_TREE]
-    records = [msgspec.json.decode(s, type=Sandbox.record_type()) for s in states if s is not None]
+    records = [msgspec.json.decode(s, type=_Snapshot) for s in states if s is not None]
     assert [(r.pristine, r.task.name) for r in records] == [(True, "hello_file"), (False, "hello_file")]
     (agent,) = [e for e in events if isinstance(e, AgentSandbox)]
     assert (agent.provider, agent.ref, agent.exchanges, agent.checkpoint_id) == ("tree", AGENT_TREE, 3, "ck1")

@@ -93,8 +93,7 @@ async def _rollcut_checkpoint(store: BlobStore, trees: list[Path]) -> tuple[floa
     stored = 0
     for root in trees:
         tree = await asyncio.to_thread(scan, root)
-        put = await store.put_tree(tree)
-        stored += put.bytes_put + await store.put_manifest(tree.manifest)
+        stored += (await store.put_snapshot(tree)).bytes_put
     return time.perf_counter() - t0, stored
 
 

@@ -10,14 +10,9 @@ import contextlib
 from ..bus import Component, EventLog, ParticipantLeaseExpired, ParticipantReplied
 from ._protocol import ControlReply
 
-__all__ = ["ms", "record_expiry", "record_reply"]
+__all__ = ["record_expiry", "record_reply"]
 
 _MAX_UNREPRODUCIBLE = 100  # reasons a reply record keeps (the reply itself has them all)
-
-
-def ms(seconds: float) -> float:
-    """Seconds as milliseconds, to the microsecond."""
-    return round(seconds * 1000, 3)
 
 
 async def record_reply(log: EventLog, component: Component, reply: ControlReply) -> None:

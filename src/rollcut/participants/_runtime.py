@@ -34,6 +34,7 @@ from nats.micro.service import Service
 
 from .._bounded import remember
 from .._errors import ConfigError
+from .._telemetry import ms as _ms
 from .._version import __version__
 from ..bus import (
     COORDINATOR_LANE,
@@ -44,7 +45,6 @@ from ..bus import (
 )
 from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
-from ._lane import ms as _ms
 from ._lane import record_expiry, record_reply
 from ._protocol import (
     CallDisposition,

@@ -6,7 +6,7 @@ makes a manifest's tree again, every blob checked against its name; :func:`compa
 (run by the ledger's compaction) deletes the blobs no tree the stream still names needs.
 """
 
-from ._blobs import BlobStore, Stored, bucket_of
+from ._blobs import BlobStore, LazyBlobStore, Stored, bucket_of
 from ._collect import TREE_PROVIDER, BlobCompaction, compact_blobs, named_manifests
 from ._manifest import (
     MAX_FILES,
@@ -17,6 +17,7 @@ from ._manifest import (
     SnapshotError,
     Tree,
     decode_manifest,
+    is_digest,
     scan,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "BlobCompaction",
     "BlobStore",
     "Entry",
+    "LazyBlobStore",
     "Manifest",
     "SnapshotError",
     "Stored",
@@ -35,6 +37,7 @@ __all__ = [
     "bucket_of",
     "compact_blobs",
     "decode_manifest",
+    "is_digest",
     "named_manifests",
     "scan",
 ]

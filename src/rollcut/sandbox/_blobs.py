@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +27,16 @@ from nats.js.api import ObjectStoreConfig, StorageType, StoreCompression
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
-from ..bus import Subjects
-from ._manifest import Manifest, SnapshotError, Tree
+from .._errors import ConfigError
+from ..bus import EventLog, Subjects
+from ._manifest import Manifest, SnapshotError, Tree, decode_manifest, is_digest
 
-__all__ = ["BlobStore", "Stored", "bucket_of"]
+__all__ = ["BlobStore", "LazyBlobStore", "Stored", "bucket_of"]
 
 _PARALLEL = 16  # blobs asked for at once: one round trip each
 _EPOCH = "compaction"
 """The object a compaction rewrites before it deletes anything: a writer that sees it changed
 forgets which blobs it had seen (they may be gone). Not a digest, so never a blob."""
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def bucket_of(namespace: str) -> str:
@@ -113,6 +113,17 @@ class BlobStore:
         """Every blob of ``tree`` the bucket lacks, put; each read again and checked first (a file
         changed since the scan is refused, not stored under a name that is not its content's)."""
         await self._fresh()
+        return await self._put_blobs(tree)
+
+    async def put_snapshot(self, tree: Tree) -> Stored:
+        """What a checkpoint stores of a tree: its blobs the bucket lacks, then its manifest (a
+        tree's record names only that); ``bytes_put`` counts the manifest's bytes when it was put."""
+        await self._fresh()
+        stored = await self._put_blobs(tree)
+        manifest_bytes = await self._put_manifest(tree.manifest)
+        return dataclasses.replace(stored, bytes_put=stored.bytes_put + manifest_bytes)
+
+    async def _put_blobs(self, tree: Tree) -> Stored:
         sizes = {e.digest: e.size for e in tree.manifest.entries if e.kind == "file"}
         present = await asyncio.gather(*(self.has(d) for d in sizes))
         missing = [d for d, there in zip(sizes, present, strict=True) if not there]
@@ -125,11 +136,9 @@ class BlobStore:
             bytes_reused=sum(sizes[d] for d in reused),
         )
 
-    async def put_manifest(self, manifest: Manifest) -> int:
-        """The manifest itself, as a blob named by its digest (a tree's record names only that):
-        the bytes put, 0 when the bucket already held it."""
+    async def _put_manifest(self, manifest: Manifest) -> int:
+        """The manifest as a blob named by its digest: the bytes put, 0 when the bucket held it."""
         name = manifest.digest()
-        await self._fresh()
         if await self.has(name):
             return 0
         encoded = manifest.encode()
@@ -193,6 +202,14 @@ class BlobStore:
             await sub.unsubscribe()
         return bytes(data)
 
+    async def manifest(self, digest: str) -> Manifest:
+        """The manifest named ``digest``, checked against its name and decoded bounded."""
+        return decode_manifest(await self.fetch(digest, path="(manifest)"))
+
+    async def make(self, digest: str, dest: Path) -> int:
+        """Make the tree whose manifest is named ``digest`` at ``dest``, as :meth:`materialise`."""
+        return await self.materialise(await self.manifest(digest), dest)
+
     async def materialise(self, manifest: Manifest, dest: Path) -> int:
         """Make the tree of ``manifest`` at ``dest`` (a new directory, 0700), every file checked
         against its digest before it is written; the bytes written. On any failure ``dest`` is left
@@ -208,7 +225,7 @@ class BlobStore:
         """Every blob in the bucket."""
         with contextlib.suppress(NotFoundError):
             listed = await self.store.list(ignore_deletes=True)
-            return {i.name for i in listed if i.name and not i.deleted and _DIGEST.fullmatch(i.name)}
+            return {i.name for i in listed if i.name and not i.deleted and is_digest(i.name)}
         return set()
 
     async def compact(self, keep: Iterable[Manifest], *, also: Iterable[str] = ()) -> tuple[int, int]:
@@ -223,6 +240,27 @@ class BlobStore:
             await self.store.delete(name)
             self._known.discard(name)
         return len(gone), len(have & needed)
+
+
+class LazyBlobStore:
+    """The namespace's bucket, opened on its first use from a log bound later: an environment or a
+    sandbox provider is made before the worker's log exists, and most never store a tree."""
+
+    def __init__(self) -> None:
+        self.log: EventLog | None = None
+        self._store: BlobStore | None = None
+        self._lock = asyncio.Lock()
+
+    def bind(self, log: EventLog) -> None:
+        self.log = log
+
+    async def get(self) -> BlobStore:
+        async with self._lock:
+            if self._store is None:
+                if self.log is None:
+                    raise ConfigError("trees are stored beside the log: no log bound")
+                self._store = await BlobStore.open(self.log.nc.jetstream(), self.log.subjects.namespace)
+            return self._store
 
 
 def _write_tree(manifest: Manifest, dest: Path, contents: dict[str, bytes]) -> None:

@@ -19,21 +19,20 @@ fails closed either way.
 
 from __future__ import annotations
 
-import re
+import asyncio
 from dataclasses import dataclass
 
 import msgspec
 
 from ..bus import AgentSandbox, EventLog, ResourcesMutated, ResourcesSeeded, ResourcesSnapshot
 from ._blobs import BlobStore
-from ._manifest import Manifest, SnapshotError, decode_manifest
+from ._manifest import Manifest, SnapshotError, is_digest
 
 __all__ = ["TREE_PROVIDER", "BlobCompaction", "compact_blobs", "named_manifests"]
 
 TREE_PROVIDER = "tree"
 """The built-in opaque-agent sandbox provider whose ``agent.sandbox`` records name manifests."""
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 _MAX_RECORD = 64 * 1024  # a state record that names a manifest is small; a larger state is not one
 
 
@@ -57,7 +56,7 @@ def _manifest_in(state: bytes | None) -> str | None:
         name = msgspec.json.decode(state, type=_Names).manifest
     except msgspec.DecodeError:
         return None
-    return name if _DIGEST.fullmatch(name) else None
+    return name if is_digest(name) else None
 
 
 async def named_manifests(log: EventLog) -> set[str]:
@@ -73,7 +72,7 @@ async def named_manifests(log: EventLog) -> set[str]:
     async for page in log.read_pages(component="agent", strict=False):
         for stored in page:
             ev = stored.event
-            if isinstance(ev, AgentSandbox) and ev.provider == TREE_PROVIDER and _DIGEST.fullmatch(ev.ref):
+            if isinstance(ev, AgentSandbox) and ev.provider == TREE_PROVIDER and is_digest(ev.ref):
                 names.add(ev.ref)
     return names
 
@@ -84,11 +83,13 @@ async def compact_blobs(log: EventLog) -> BlobCompaction | None:
     if blobs is None:
         return None
     roots = await named_manifests(log)
-    trees: list[Manifest] = []
-    for name in sorted(roots):
+
+    async def tree(name: str) -> Manifest | None:
         try:
-            trees.append(decode_manifest(await blobs.fetch(name, path="(manifest)")))
+            return await blobs.manifest(name)
         except SnapshotError:
-            continue  # missing or not a manifest: nothing to keep for it but its name
-    deleted, kept = await blobs.compact(trees, also=roots)
+            return None  # missing or not a manifest: nothing to keep for it but its name
+
+    read = await asyncio.gather(*(tree(name) for name in roots))  # the store bounds how many at once
+    deleted, kept = await blobs.compact([m for m in read if m is not None], also=roots)
     return BlobCompaction(manifests=len(roots), blobs_deleted=deleted, blobs_kept=kept)

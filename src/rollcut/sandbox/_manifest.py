@@ -35,6 +35,7 @@ __all__ = [
     "SnapshotError",
     "Tree",
     "decode_manifest",
+    "is_digest",
     "scan",
 ]
 
@@ -152,6 +153,11 @@ def decode_manifest(data: bytes) -> Manifest:
     return manifest
 
 
+def is_digest(name: str) -> bool:
+    """Whether ``name`` is a SHA-256 in lowercase hex: a blob's or a manifest's name."""
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
+
+
 def _check(manifest: Manifest) -> None:
     """Every path relative, normal and once; every parent a directory of the tree; every symlink's
     target inside the tree; every file's digest a SHA-256."""
@@ -168,7 +174,7 @@ def _check(manifest: Manifest) -> None:
         kinds[p] = e.kind
         if not 0 <= e.mode <= 0o7777 or e.size < 0:
             raise SnapshotError(f"{p!r} has mode {e.mode:o} and size {e.size}", path=p)
-        if e.kind == "file" and (len(e.digest) != 64 or any(c not in "0123456789abcdef" for c in e.digest)):
+        if e.kind == "file" and not is_digest(e.digest):
             raise SnapshotError(f"{p!r} has no SHA-256 digest", path=p, digest=e.digest)
         if e.kind == "symlink":
             t = e.target

@@ -171,8 +171,11 @@ class OpaqueAgent:
     async def export(self, checkpoint_id: str) -> ExportReport:
         report = await self.relay.export(checkpoint_id)
         if self.sandbox is not None:  # after the relay's: the journal each snapshot goes with is settled
-            for ident, run in list(self.relay.runs.items()):
-                await self._snapshot(self.sandbox, ident, len(run.journal), checkpoint_id)
+            sandbox = self.sandbox  # every run's at once: the prepare, and the pause, wait for them all
+            runs = list(self.relay.runs.items())
+            await asyncio.gather(
+                *(self._snapshot(sandbox, ident, len(run.journal), checkpoint_id) for ident, run in runs)
+            )
         return report
 
     async def _snapshot(self, sandbox: SandboxSnapshot, ident: Identity, exchanges: int, ck: str) -> None:

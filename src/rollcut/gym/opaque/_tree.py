@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..._errors import ConfigError
 from ...bus import AgentSandbox, EventLog
-from ...sandbox import TREE_PROVIDER, BlobStore, decode_manifest, scan
+from ...sandbox import TREE_PROVIDER, LazyBlobStore, scan
 from ..wire import Identity
 from ._launcher import SandboxRef
 
@@ -48,52 +48,42 @@ class TreeSnapshot:
                 f"--sandbox {template!r}: only {{rollout_id}} and {{attempt}} are filled in: {exc!r}"
             ) from None
         self.template = template
-        self._log: EventLog | None = None
-        self._blobs: BlobStore | None = None
-        self._lock = asyncio.Lock()
+        self._bucket = LazyBlobStore()
 
     def bind(self, log: EventLog) -> None:
-        self._log = log
+        self._bucket.bind(log)
 
-    async def _store(self) -> BlobStore:
-        async with self._lock:
-            if self._blobs is None:
-                if self._log is None:
-                    raise ConfigError("the tree provider stores its snapshots beside the log: no log bound")
-                self._blobs = await BlobStore.open(self._log.nc.jetstream(), self._log.subjects.namespace)
-            return self._blobs
+    def _path(self, ident: Identity) -> Path:
+        """Where the template puts the attempt's directory. The identity's tokens are subject
+        tokens (no ``/``, no ``..``), so it stays there."""
+        return Path(self.template.format(rollout_id=ident.rollout_id, attempt=ident.attempt))
 
     def workdir(self, ident: Identity) -> Path:
-        """The attempt's working directory, made if missing (0700, as every directory it makes). The
-        identity's tokens are subject tokens (no ``/``, no ``..``), so the path stays where the
-        template puts it."""
-        path = Path(self.template.format(rollout_id=ident.rollout_id, attempt=ident.attempt))
+        """The attempt's working directory, made if missing (0700, as every directory it makes)."""
+        path = self._path(ident)
         for made in reversed([p for p in (path, *path.parents) if not p.exists()]):
             made.mkdir(mode=0o700, exist_ok=True)  # what it makes, only its user can enter
         return path
 
     async def snapshot(self, ident: Identity, checkpoint_id: str) -> SandboxRef:
-        blobs = await self._store()
         tree = await asyncio.to_thread(scan, self.workdir(ident))
-        await blobs.put_tree(tree)
-        await blobs.put_manifest(tree.manifest)
+        await (await self._bucket.get()).put_snapshot(tree)
         manifest = tree.manifest
         return SandboxRef(manifest.digest(), len(manifest.entries), manifest.size())
 
     async def restore(self, ident: Identity, record: AgentSandbox) -> None:
-        blobs = await self._store()
-        manifest = decode_manifest(await blobs.fetch(record.ref, path="(manifest)"))
+        blobs = await self._bucket.get()
         dest = self.workdir(ident)
         staging = Path(tempfile.mkdtemp(prefix=".rollcut-restore-", dir=dest.parent))
         try:
-            await blobs.materialise(manifest, staging / "tree")
+            await blobs.make(record.ref, staging / "tree")
             await asyncio.to_thread(_swap, staging / "tree", dest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
     def close(self, ident: Identity) -> None:
         """The attempt is over: its directory goes (its snapshots stay in the store)."""
-        shutil.rmtree(self.workdir(ident), ignore_errors=True)
+        shutil.rmtree(self._path(ident), ignore_errors=True)
 
 
 def _swap(made: Path, dest: Path) -> None:

@@ -27,8 +27,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ..._errors import ConfigError
-from ...sandbox import BlobStore, SnapshotError, decode_manifest, scan
+from ...sandbox import BlobStore, LazyBlobStore, SnapshotError, scan
 from ._env import Environment, ToolResult
 from ._sandbox_exec import OUTPUT_CAP, Runner
 from ._sandbox_tasks import TASKS, Task, task_of
@@ -80,20 +79,13 @@ class Sandbox(Environment):
     runner: ClassVar[Runner | None] = None
 
     def __init__(self) -> None:
-        self._log: Any = None
-        self._blobs: BlobStore | None = None
-        self._blobs_lock = asyncio.Lock()
-
-    @staticmethod
-    def record_type() -> type[msgspec.Struct]:
-        """The struct a session's state record decodes to (what the log holds for its tree)."""
-        return _Snapshot
+        self._bucket = LazyBlobStore()
 
     def open(self, *, unisolated: bool = False) -> None:
         type(self).runner = Runner.find(unisolated=unisolated)
 
     def bind(self, log: Any) -> None:
-        self._log = log
+        self._bucket.bind(log)
 
     def _runner(self) -> Runner:
         if self.runner is None:  # a service made without a server (a test): isolated or refused
@@ -102,13 +94,7 @@ class Sandbox(Environment):
         return self.runner
 
     async def blobs(self) -> BlobStore:
-        async with self._blobs_lock:
-            if self._blobs is None:
-                if self._log is None:
-                    raise ConfigError("the sandbox stores its snapshots beside the log: no log bound")
-                namespace = self._log.subjects.namespace
-                self._blobs = await BlobStore.open(self._log.nc.jetstream(), namespace)
-            return self._blobs
+        return await self._bucket.get()
 
     # --- sessions ------------------------------------------------------------------------
 
@@ -211,9 +197,7 @@ class Sandbox(Environment):
         tree = await asyncio.to_thread(scan, state.root)
         manifest = tree.manifest
         if not state.pristine:
-            blobs = await self.blobs()
-            await blobs.put_tree(tree)
-            await blobs.put_manifest(manifest)
+            await (await self.blobs()).put_snapshot(tree)
         record = _Snapshot(
             manifest.digest(), state.task, len(manifest.entries), manifest.size(), pristine=state.pristine
         )
@@ -226,10 +210,9 @@ class Sandbox(Environment):
         if record.pristine:
             return await self._reseeded(record)
         blobs = await self.blobs()
-        manifest = decode_manifest(await blobs.fetch(record.manifest, path="(manifest)"))
         root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
         try:
-            await blobs.materialise(manifest, root / "tree")
+            await blobs.make(record.manifest, root / "tree")
             await asyncio.to_thread(_adopt, root)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)

@@ -10,10 +10,12 @@ store. 120 rollouts here (the whole suite has 30 minutes on 2 cores);
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
 
+from rollcut.collect import _index
 from rollcut.demo import run_demo
 from rollcut.gym.resources import ENVIRONMENTS
 
@@ -22,7 +24,19 @@ pytestmark = pytest.mark.slow
 ROLLOUTS = 120  # each published checkpoint is verified from scratch: the cost grows faster than the count
 
 
-def test_a_mixed_collection_at_scale_crashes_resumes_and_every_checkpoint_verifies(tmp_path: Path) -> None:
+def test_a_mixed_collection_at_scale_crashes_resumes_and_every_checkpoint_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the collection's index past its spill point, as a collection of millions has it: on disk
+    monkeypatch.setattr(_index, "SPILL_AT", 32)
+    made: list[Path] = []
+    disk_init = _index._Disk.__init__
+
+    def spied(self: _index._Disk, near: Path) -> None:
+        disk_init(self, near)
+        made.append(Path(self.folder))
+
+    monkeypatch.setattr(_index._Disk, "__init__", spied)
     report = asyncio.run(
         run_demo(
             rollouts=ROLLOUTS,
@@ -40,3 +54,5 @@ def test_a_mixed_collection_at_scale_crashes_resumes_and_every_checkpoint_verifi
     assert report["recovery"]["continue"] >= 1
     assert report["checkpoints_published"] >= 2 and report["checkpoint_problems"] == []
     assert set(report["peak_rss_mb"]) == {"model", *ENVIRONMENTS, "agent", "environment"}
+    gc.collect()  # the demo's collectors are garbage now (a CLI's go at exit)
+    assert len(made) >= 2 and not any(p.exists() for p in made)  # before and after the crash; gone after

@@ -12,7 +12,7 @@ import pytest
 
 from rollcut import LedgerCorruptError, LedgerError, LedgerSchemaError
 from rollcut.bus import CheckpointCommitted, EventLog, ResultAccepted, RolloutCompleted
-from rollcut.ledger import LEDGER_SCHEMA_VERSION, Ledger, Projector, rebuild_ledger
+from rollcut.ledger import LEDGER_SCHEMA_VERSION, Ledger, Projector, RolloutIndex, rebuild_ledger
 
 from ..helpers import boundary_event, counter_event, model_event
 
@@ -173,3 +173,27 @@ async def test_rebuild_keeps_the_old_ledger_beside_the_new(log: EventLog, tmp_pa
     with Ledger(path) as led:
         assert led.rollout("r3") is not None
         assert msgspec.msgpack.decode(led.dump()["meta"][b"schema_version"]) == LEDGER_SCHEMA_VERSION
+
+
+def test_compaction_finds_the_rollouts_accepted_in_its_range_without_reading_the_rest(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger") as ledger:
+        with ledger.write() as wb:
+            for i, seq in enumerate([40, 7, None, 12, 99]):
+                wb.put_rollout(RolloutIndex(rollout_id=f"r{i}", accepted_seq=seq))
+        assert ledger.accepted_between(0, 1000) == ["r1", "r3", "r0", "r4"]  # in log order
+        assert ledger.accepted_between(7, 40) == ["r3", "r0"]  # after the first, up to the second
+        assert ledger.accepted_between(99, 1000) == []
+
+
+def test_a_ledger_from_before_the_accepted_index_is_indexed_when_opened(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger") as ledger:
+        with ledger.write() as wb:
+            wb.put_rollout(RolloutIndex(rollout_id="old", accepted_seq=3))
+        with ledger.env.begin(write=True) as txn:  # as such a ledger is: neither the index nor its mark
+            txn.drop(ledger._db["accepted"], delete=True)
+            txn.delete(b"accepted_index", db=ledger._db["meta"])
+    with Ledger(tmp_path / "ledger", readonly=True) as ledger:
+        assert ledger.accepted_between(0, 10) == ["old"]  # read only: found by reading every rollout
+        assert "accepted" not in ledger.dump()  # ... and nothing written
+    with Ledger(tmp_path / "ledger") as ledger:
+        assert ledger.accepted_between(0, 10) == ["old"]

@@ -40,7 +40,16 @@ from ._read import RawMessage
 from ._stream import ERR_WRONG_LAST_SEQUENCE
 from ._subjects import Subjects
 
-__all__ = ["EXPECT_SEQ", "EXPECT_SUBJ", "MSG_ID", "FenceOps", "FenceState", "Opening", "input_digest"]
+__all__ = [
+    "EXPECT_SEQ",
+    "EXPECT_SUBJ",
+    "MSG_ID",
+    "FenceOps",
+    "FenceState",
+    "OpenFences",
+    "Opening",
+    "input_digest",
+]
 
 
 class Opening(TypedDict):
@@ -71,6 +80,21 @@ class FenceState(msgspec.Struct, frozen=True):
     seq: int  # stream sequence of the latest fence message
     open: bool  # False once that attempt is tombstoned
     retired: bool = False  # terminal: no attempt opens again
+
+
+class OpenFences(dict[str, tuple[int, int]]):
+    """Rollout id -> (attempt, fence sequence) of the attempts this process saw open: a cache of the
+    most recent ``limit`` rollouts, oldest out first. A miss costs one direct get; an unbounded one
+    made a process that appends for millions of rollouts hold every one it ever touched."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, rollout_id: str, fence: tuple[int, int]) -> None:
+        if rollout_id not in self and len(self) >= self.limit:
+            del self[next(iter(self))]
+        super().__setitem__(rollout_id, fence)
 
 
 class FenceOps:

@@ -43,7 +43,7 @@ from ._events import (
 from ._fence import EXPECT_SEQ as _EXPECT_SEQ
 from ._fence import EXPECT_SUBJ as _EXPECT_SUBJ
 from ._fence import MSG_ID as _MSG_ID
-from ._fence import FenceOps, FenceState, input_digest
+from ._fence import FenceOps, FenceState, OpenFences, input_digest
 from ._read import RawMessage, scan, scan_merged
 from ._stream import (
     ERR_WRONG_LAST_SEQUENCE,
@@ -133,7 +133,7 @@ class EventLog(StreamApi, FenceOps):
             denials=denials,
         )
         # rollout_id -> (attempt, fence seq) for attempts this process saw open.
-        self._open: dict[str, tuple[int, int]] = {}
+        self._open = OpenFences()
         # the highest sequence this log appended: a participant's "last appended" at prepare
         self.last_appended = 0
         self._replicated(config.replicas)

@@ -316,6 +316,13 @@ def bench_soak_cmd(
     keep: Annotated[int, typer.Option(help="Checkpoints kept restorable (0: no compaction).")] = 2,
     every: Annotated[float, typer.Option("--every", help="Seconds between checkpoints.")] = 2.0,
     sample: Annotated[float, typer.Option("--sample", help="Seconds between samples.")] = 10.0,
+    instant: Annotated[
+        bool,
+        typer.Option(
+            help="Through an environment that finishes every rollout at once, distinct tasks streamed: "
+            "the collector's own memory and rate (a million rollouts in minutes)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """A long collection with compaction: stream bytes, disk and memory over time, against what the
@@ -331,4 +338,5 @@ def bench_soak_cmd(
         keep=keep,
         checkpoint_every_s=every,
         sample_s=sample,
+        instant=instant,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,12 +35,12 @@ def collect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
-    from ..collect import Collector, CollectorHooks, load_config, load_rows, summary_dict
+    from ..collect import Collector, CollectorHooks, load_config, read_rows, summary_dict
 
     async def go() -> Summary:
         cfg, base = load_config(config)
-        numbered = load_rows(cfg.path(cfg.tasks, base))
-        tasks = [row for _, row in numbered]
+        # streamed into the collection's on-disk index: a million tasks need not be in memory
+        numbered, lines = itertools.tee(read_rows(cfg.path(cfg.tasks, base)))
         home = cfg.path(cfg.home, base)
         target = Target(
             url=cfg.nats_url,
@@ -52,7 +53,7 @@ def collect_cmd(
         )
         async with target.opened() as o:
             with progress_bar(disable=as_json) as prog:
-                bar = prog.add_task("collecting", total=len(tasks) * cfg.num_repeats)
+                bar = prog.add_task("collecting", total=None)
 
                 def progress(summary: Summary, total: int, running: int) -> None:
                     prog.update(
@@ -68,8 +69,8 @@ def collect_cmd(
                     o.ledger,
                     o.tokens,
                     environment_url=cfg.environment_url,
-                    tasks=tasks,
-                    task_lines=[n for n, _ in numbered],
+                    tasks=(row for _, row in numbered),
+                    task_lines=(n for n, _ in lines),
                     output=cfg.path(cfg.output, base),
                     num_repeats=cfg.num_repeats,
                     concurrency=cfg.concurrency,
@@ -80,6 +81,7 @@ def collect_cmd(
                     compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
                     hooks=CollectorHooks(progress=progress),
                 )
+                prog.update(bar, total=len(col.rows.inputs))
                 col.install_signals(
                     on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm
                 )

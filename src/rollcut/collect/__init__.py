@@ -5,7 +5,7 @@ from ._collector import EXIT_REQUEUE, Collector
 from ._config import CheckpointPolicy, CollectConfig, CompactionPolicy, load_config
 from ._export import ExportError, Turn, padded, read_turns
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
-from ._rows import RolloutInput, Rows, failures_path, is_nemo_row, load_rows
+from ._rows import RolloutInput, Rows, failures_path, is_nemo_row, load_rows, read_rows
 from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "load_config",
     "load_rows",
     "padded",
+    "read_rows",
     "read_turns",
     "summary_dict",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,10 @@ from .._errors import (
 from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
-from ..ledger import Ledger, Projector, compact
+from ..ledger import Ledger, compact
 from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
-from ._handoff import refuse_foreign, write_row
+from ._handoff import refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows, row_kept
 from ._signals import install_signals
@@ -62,9 +63,9 @@ class Collector:
         tokens: TokenStore,
         *,
         environment_url: str,
-        tasks: list[dict[str, Any]],
+        tasks: Iterable[dict[str, Any]],
         output: Path,
-        task_lines: list[int] | None = None,
+        task_lines: Iterable[int] | None = None,
         num_repeats: int = 1,
         concurrency: int = 16,
         max_attempts: int = 5,
@@ -94,7 +95,6 @@ class Collector:
             checkpoint_lock=self._ck_lock,
         )
         self.env_url = environment_url.rstrip("/")
-        self.tasks = tasks
         self.output = output
         self.num_repeats = num_repeats
         self.concurrency = concurrency
@@ -109,10 +109,12 @@ class Collector:
         self._recovery_checkpoint = recovery_checkpoint
         self.hooks = hooks or CollectorHooks()
         self.summary = Summary()
+        # the rollouts and the rows written for them live on disk (collect/_index.py): the collector's
+        # memory follows the rollouts it is running, not every one it has seen
         self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
         # rollout id -> (its row's digest, its reward): what the acknowledgement binds. Not the row: a
         # row holds the whole episode with its token ids, and a week's rows do not fit in memory
-        self._written: dict[str, tuple[str, float]] = {}
+        self._written = self.rows.inputs.written()
         self._stop = asyncio.Event()
         self._running = 0
         self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
@@ -131,12 +133,11 @@ class Collector:
         return list(self.rows.inputs)
 
     def _load_written(self) -> None:
-        counts: dict[str, int] = {}
-        for row in self.rows.written():
-            rid = row["rollout_id"]
-            counts[rid] = counts.get(rid, 0) + 1
-            self._written.setdefault(rid, row_kept(row))
-        self.summary.duplicate_results = sum(c - 1 for c in counts.values())
+        self._written.clear()
+        # every row beyond a rollout's first is a duplicate
+        self.summary.duplicate_results = sum(
+            not self._written.add(row["rollout_id"], row_kept(row)) for row in self.rows.written()
+        )
 
     async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
         kept = self._written.get(rid)
@@ -243,6 +244,22 @@ class Collector:
 
     # --- the run -------------------------------------------------------------------------
 
+    def _finished(self, rid: str) -> bool:
+        """Whether a rollout needs no run: its row is written, or the namespace accepted or retired it."""
+        if rid in self._written:
+            return True
+        rec = self.ledger.rollout(rid)
+        return rec is not None and (rec.accepted_seq is not None or rec.retired_seq is not None)
+
+    async def _dispatch(self, rid: str) -> None:
+        """Dispatch a rollout as it starts (its original input on the log, attempt 1 open), unless an
+        earlier run did."""
+        rec = self.ledger.rollout(rid)
+        if rec is not None and rec.dispatch_seq:
+            return
+        with contextlib.suppress(RolloutExistsError):
+            await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
+
     async def _heal(self, rid: str, client: httpx.AsyncClient) -> bool:
         """A run broke off (a Gym process died under it). Posting the same attempt again would start
         it over and redo completed work, so: wait until the environment answers, then recover every
@@ -341,40 +358,36 @@ class Collector:
 
     async def _collect(self, resume: bool) -> Summary:
         t0 = time.perf_counter()
-        rollouts = self.rollout_ids()
-        self.summary.rollouts = len(rollouts)
+        inputs = self.rows.inputs
+        self.summary.rollouts = len(inputs)
         self.rows.claim(self.log.subjects.namespace)
         self._load_written()
         self.summary.torn_bytes_cut = self.rows.torn_bytes
         self.summary.results_written = len(self._written)  # progress counts rows already in the output
-        await refuse_foreign(self.log, self.ledger, rollouts, self._written)
-        for rid in rollouts:
-            with contextlib.suppress(RolloutExistsError):
-                await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
-        await Projector(self.ledger, self.log).catch_up()
-        accepted = {r.rollout_id for r in self.ledger.rollouts() if r.accepted_seq is not None}
-        for rid in set(self._written) - accepted:  # a row written, its acknowledgement lost: acknowledge only
-            st = await self.log.fence_state(rid)
-            if st is not None and st.open:
-                await self._accept(rid, st.attempt, self._written[rid])
-                accepted.add(rid)
-        retired = {
-            r.rollout_id: r.current_attempt
-            for r in self.ledger.rollouts()
-            if r.retired_seq is not None and r.rollout_id in self.rows.inputs
-        }
-        for rid, attempt in retired.items():  # retired, its row lost in a crash: write the row only
-            if rid not in accepted:
-                self._hand_off_retired(rid, attempt, "retired")
-        accepted |= set(retired)
-        self.summary.accepted_before = len(accepted)
+        await refuse_foreign(self.log, self.ledger, inputs, self._written)  # the ledger caught up
+        for rid in self._written:  # a row written, its acknowledgement lost: acknowledge only
+            rec = self.ledger.rollout(rid)
+            if rec is None or rec.accepted_seq is None:
+                st = await self.log.fence_state(rid)
+                if st is not None and st.open:
+                    await self._accept(rid, st.attempt, self._written[rid])
+        was = standing(self.ledger, inputs, self._written, self._hand_off_retired)
+        self.summary.accepted_before = was.completed + was.retired
         if resume:
-            await self._recover(rollouts)
-        pending: asyncio.Queue[str] = asyncio.Queue()
-        for rid in rollouts:
-            if rid not in accepted:
-                pending.put_nowait(rid)
-        total = len(rollouts)
+            await self._recover(was.unfinished)
+            # what the recovery did not need to plan, counted as its plan would: the ended ones, and
+            # the ones never dispatched before the stop (they start from their input on attempt 1, as
+            # the plan's unstarted fresh dispatches do)
+            fresh = len(inputs) - was.dispatched
+            for kind, n in (
+                ("completed", was.completed),
+                ("retired", was.retired),
+                ("fresh_dispatch", fresh),
+            ):
+                self.summary.recovery[kind] = self.summary.recovery.get(kind, 0) + n
+            self.summary.never_started += fresh
+        pending = (rid for rid in inputs if not self._finished(rid))
+        total = len(inputs)
         periodic_done = asyncio.Event()
         periodic = asyncio.ensure_future(self._periodic(periodic_done)) if self.every_s else None
         if self.every_s:  # projection and reference checks keep up between checkpoints
@@ -386,12 +399,12 @@ class Collector:
 
             async def worker() -> None:
                 while not self._stop.is_set():
-                    try:
-                        rid = pending.get_nowait()
-                    except asyncio.QueueEmpty:
+                    rid = next(pending, None)
+                    if rid is None:
                         return
                     self._running += 1
                     try:
+                        await self._dispatch(rid)
                         await self._run_one(client, rid)
                     except Exception:
                         self._stop.set()  # a fault stops the collection; run() raises it
@@ -415,10 +428,9 @@ class Collector:
             periodic_done.set()
             await periodic  # at most one checkpoint in flight, bounded by its deadline
         await self.coordinator.validator.stop()
-        self._written.clear()
         self._load_written()
         self.summary.results_written = len(self._written)
-        self.summary.pending = [rid for rid in rollouts if rid not in self._written]
+        self.summary.pending = [rid for rid in inputs if rid not in self._written]
         self.summary.wall_s = round(time.perf_counter() - t0, 3)
         faults = [o for o in outcomes if isinstance(o, Exception)]
         if faults:  # never swallowed: the first one, with how many there were

@@ -8,6 +8,8 @@ rollout still pending and nothing acknowledged for it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Container
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from .._files import append_private
 from ..bus import EventLog
 from ..ledger import Ledger, Projector
 
-__all__ = ["refuse_foreign", "write_row"]
+__all__ = ["Standing", "refuse_foreign", "standing", "write_row"]
 
 
 def write_row(path: Path, row: dict[str, Any]) -> None:
@@ -31,12 +33,13 @@ def write_row(path: Path, row: dict[str, Any]) -> None:
         ) from exc
 
 
-async def refuse_foreign(log: EventLog, ledger: Ledger, rollouts: list[str], written: dict[str, Any]) -> None:
+async def refuse_foreign(
+    log: EventLog, ledger: Ledger, mine: Container[str], written: Container[str]
+) -> None:
     """A rollout this collection names that the namespace already accepted, with no row in this
     output, was collected by another collection (the same task ids again): refused before anything
     is dispatched, naming them, instead of ending with rows the collection can never write."""
     await Projector(ledger, log).catch_up()
-    mine = set(rollouts)
     foreign = sorted(
         r.rollout_id
         for r in ledger.rollouts()
@@ -49,3 +52,37 @@ async def refuse_foreign(log: EventLog, ledger: Ledger, rollouts: list[str], wri
             f"collected in namespace {log.subjects.namespace!r}, and their rows are not in this output: "
             "another collection used the same task ids; use a new namespace or new task ids"
         )
+
+
+@dataclass
+class Standing:
+    """Where a collection's rollouts stood when it started, as the namespace knows them."""
+
+    dispatched: int = 0
+    completed: int = 0
+    retired: int = 0
+    unfinished: list[str] = field(default_factory=list)  # dispatched, neither written nor ended
+
+
+def standing(
+    ledger: Ledger,
+    inputs: Container[str],
+    written: Container[str],
+    hand_off_retired: Callable[[str, int, str], None],
+) -> Standing:
+    """One pass over the ledger (caught up). What it keeps is bounded by the rollouts that were running
+    when the last run stopped: rollouts are dispatched as they start, not all at once. A rollout retired
+    whose row a crash lost gets its row now (``hand_off_retired``)."""
+    out = Standing()
+    for r in ledger.rollouts():
+        if r.rollout_id not in inputs or not r.dispatch_seq:
+            continue
+        out.dispatched += 1
+        if r.retired_seq is not None and r.accepted_seq is None:
+            out.retired += 1
+            hand_off_retired(r.rollout_id, r.current_attempt, "retired")
+        elif r.accepted_seq is not None or r.rollout_id in written:  # (its acknowledgement just appended)
+            out.completed += 1
+        else:
+            out.unfinished.append(r.rollout_id)
+    return out

@@ -25,23 +25,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .._errors import ConfigError
 from .._files import write_private
 from ..bus import input_digest
-from ..gym.wire import NG_ATTEMPT_INDEX, NG_ROLLOUT_ID, NG_ROLLOUT_INDEX, NG_TASK_INDEX
+from ._index import Inputs, RolloutInput, is_nemo_row
 
-__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row", "load_rows", "row_kept"]
-
-
-def is_nemo_row(row: dict[str, Any]) -> bool:
-    """Whether a row is in NeMo Gym's shape."""
-    return "responses_create_params" in row
+__all__ = ["RolloutInput", "Rows", "failures_path", "is_nemo_row", "load_rows", "read_rows", "row_kept"]
 
 
 def failures_path(output: Path) -> Path:
@@ -49,17 +42,20 @@ def failures_path(output: Path) -> Path:
     return output.with_name(output.stem + "_failures.jsonl")
 
 
-_TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
-
-
 def load_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """A tasks file's rows with their line numbers; a line that is not a JSON object is a ConfigError
     naming it."""
+    return list(read_rows(path))
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`load_rows` one line at a time (a million tasks need not be in memory at once)."""
     try:
-        text = path.read_text()
+        f = path.open("rb")
     except OSError as exc:
         raise ConfigError(f"cannot read tasks {path}: {exc.strerror or exc}") from exc
-    return list(_objects(path, text, "a JSON object"))
+    with f:
+        yield from _lines(path, f, "a JSON object")
 
 
 def _cut_torn_tail(path: Path, chunk: int = 1 << 16) -> int:
@@ -86,10 +82,14 @@ def _cut_torn_tail(path: Path, chunk: int = 1 << 16) -> int:
     return size - keep
 
 
-def _objects(path: Path, text: str, what: str, first: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each non-blank line's JSON object with its line number; any other line is a ConfigError
-    naming the file, the line and ``what`` it should have been."""
-    for n, line in enumerate(text.splitlines(), start=first):
+def _lines(path: Path, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line's JSON object with its line number, read one line at a time; any other
+    line is a ConfigError naming the file, the line and ``what`` it should have been."""
+    for n, raw in enumerate(f, start=1):
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path} line {n} is not UTF-8 text: {exc.reason}") from exc
         if not line.strip():
             continue
         try:
@@ -101,64 +101,27 @@ def _objects(path: Path, text: str, what: str, first: int = 1) -> Iterator[tuple
         yield n, row
 
 
-@dataclass(frozen=True)
-class RolloutInput:
-    """One rollout to collect: its row, and where it came from."""
-
-    rollout_id: str
-    row: dict[str, Any]
-    task_index: int
-    repeat: int
-
-    @property
-    def nemo(self) -> bool:
-        """Whether the row is NeMo Gym-shaped."""
-        return is_nemo_row(self.row)
-
-    def ng_fields(self, attempt: int) -> dict[str, Any]:
-        """NeMo Gym's identity fields for ``attempt`` (rollcut's attempt 1 is NeMo Gym's index 0)."""
-        return {
-            NG_TASK_INDEX: self.task_index,
-            NG_ROLLOUT_INDEX: self.repeat,
-            NG_ROLLOUT_ID: self.rollout_id,
-            NG_ATTEMPT_INDEX: attempt - 1,
-        }
-
-
 class Rows:
     """The rollouts of a collection's input rows, and the rows it writes for them."""
 
     def __init__(
-        self, tasks: list[dict[str, Any]], num_repeats: int, output: Path, *, lines: list[int] | None = None
+        self,
+        tasks: Iterable[dict[str, Any]],
+        num_repeats: int,
+        output: Path,
+        *,
+        lines: Iterable[int] | None = None,
     ) -> None:
         self.output = output
         self.failures = failures_path(output)
         self.ownership = output.with_name(output.name + ".collection.json")
         self.torn_bytes = 0  # a torn last row cut off the output at load (it was never acknowledged)
-        self.inputs: dict[str, RolloutInput] = {}
-        distinct: dict[str, int] = {}
-        repeats: dict[str, int] = {}  # NeMo Gym numbers a task's rollouts on, across identical rows
-        seen: dict[str, int] = {}  # a rollcut row's id -> its line
-        for position, row in enumerate(tasks):
-            line = lines[position] if lines else position + 1
-            if is_nemo_row(row):
-                key = json.dumps(row, sort_keys=True)
-                task = int(row.get(NG_TASK_INDEX, distinct.setdefault(key, len(distinct))))
-                base = str(task)
-            else:
-                task, base = position, str(row.get("id", input_digest(row)[:12]))
-                if not _TASK_ID.match(base):  # refused, not rewritten: a rewritten id can collide
-                    raise ConfigError(f"task id {base!r} on line {line}: use 1-100 of A-Z a-z 0-9 _ -")
-                if base in seen:
-                    raise ConfigError(
-                        f"task id {base!r} is on lines {seen[base]} and {line}: ids must be unique"
-                    )
-                seen[base] = line
-            for _ in range(num_repeats):
-                k = repeats.get(base, 0)
-                repeats[base] = k + 1
-                rid = f"{base}-{k}"
-                self.inputs[rid] = RolloutInput(rid, row, task, k)
+        # spilled to disk beside the output when large: a week's inputs do not fit in memory
+        self.inputs = Inputs(tasks, num_repeats, lines=lines, near=output.parent)
+
+    def close(self) -> None:
+        """Delete the index of the inputs."""
+        self.inputs.close()
 
     def run_body(self, rid: str, attempt: int) -> dict[str, Any]:
         """What the environment server's ``/run`` gets for this attempt."""
@@ -242,15 +205,10 @@ class Rows:
                 continue
             self.torn_bytes += _cut_torn_tail(path)
             with path.open("rb") as f:
-                for n, line in enumerate(f, start=1):
-                    try:
-                        text = line.decode()
-                    except UnicodeDecodeError as exc:
-                        raise ConfigError(f"{path} line {n} is not UTF-8 text: {exc.reason}") from exc
-                    for _, row in _objects(path, text, "a row", first=n):
-                        if row.get("rollout_id") not in self.inputs:
-                            raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
-                        yield row
+                for n, row in _lines(path, f, "a row"):
+                    if row.get("rollout_id") not in self.inputs:
+                        raise ConfigError(f"{path} line {n} is not a row of this collection's rollouts")
+                    yield row
 
 
 def policy_span(result: dict[str, Any]) -> dict[str, int]:

@@ -75,11 +75,7 @@ async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> Compaction
         return out
     out.horizon = horizon = kept[0].cut
     done_to = int(ledger.meta(_COMPACTED_TO, 0))
-    rollouts = [
-        r.rollout_id
-        for r in ledger.rollouts()
-        if r.accepted_seq is not None and done_to < r.accepted_seq <= horizon
-    ]
+    rollouts = ledger.accepted_between(done_to, horizon)  # the range this run frees, not every rollout
     s = log.subjects
     purges: list[tuple[str, int | None, int | None]] = [
         (f"{s.prefix}.ev.{rid}.*.{component}", None, None)

@@ -38,7 +38,10 @@ from ._records import LEDGER_SCHEMA_VERSION, CheckpointRecord, RolloutIndex
 __all__ = ["Ledger"]
 
 T = TypeVar("T")
-_DBS = ("meta", "checkpoints", "checkpoint_cuts", "rollouts", "calls", "revisions")
+_DBS = ("meta", "checkpoints", "checkpoint_cuts", "rollouts", "calls", "revisions", "accepted")
+# rollouts by the sequence of their acceptance (issue 33): compaction reads the range it frees, not
+# every rollout the namespace ever had
+_ACCEPTED_INDEXED = "accepted_index"
 _enc = msgspec.msgpack.Encoder()
 
 
@@ -79,7 +82,13 @@ class Ledger(LmdbFile):
                 metasync=True,
                 sync=True,
             )
-            self._db = {name: self.env.open_db(name.encode(), create=not readonly) for name in _DBS}
+            self._db = {}
+            for name in _DBS:
+                try:
+                    self._db[name] = self.env.open_db(name.encode(), create=not readonly)
+                except lmdb.NotFoundError:
+                    if name != "accepted":  # a ledger from before the index, read only: scanned instead
+                        raise
         except lmdb.Error as exc:
             raise LedgerCorruptError(
                 f"cannot open the ledger at {self.path}: {exc}; it was left untouched. "
@@ -87,6 +96,19 @@ class Ledger(LmdbFile):
                 path=str(self.path),
             ) from exc
         self._check_schema()
+        if not readonly:
+            self._index_accepted()
+
+    def _index_accepted(self) -> None:
+        """Index a ledger written before the accepted index existed, once."""
+        with self.env.begin(write=True) as txn:
+            if txn.get(_ACCEPTED_INDEXED.encode(), db=self._db["meta"]) is not None:
+                return
+            for k, v in txn.cursor(db=self._db["rollouts"]):
+                rec = self._decode(v, RolloutIndex, "rollouts", k)
+                if rec.accepted_seq is not None:
+                    txn.put(_cut_key(rec.accepted_seq, rec.rollout_id), b"", db=self._db["accepted"])
+            txn.put(_ACCEPTED_INDEXED.encode(), _enc.encode(True), db=self._db["meta"])
 
     def _check_schema(self) -> None:
         with self.env.begin(db=self._db["meta"], write=not self.readonly) as txn:
@@ -141,6 +163,25 @@ class Ledger(LmdbFile):
             for k, v in txn.cursor():
                 yield self._decode(v, RolloutIndex, "rollouts", k)
 
+    def accepted_between(self, after: int, up_to: int) -> list[str]:
+        """The rollouts whose acceptance lies in ``(after, up_to]``, in log order."""
+        db = self._db.get("accepted")
+        if db is None:  # a read-only ledger from before the index
+            return [
+                r.rollout_id
+                for r in self.rollouts()
+                if r.accepted_seq is not None and after < r.accepted_seq <= up_to
+            ]
+        out = []
+        with self.env.begin(db=db) as txn:
+            cur = txn.cursor()
+            if cur.set_range(struct.pack(">Q", after + 1)):
+                for key in cur.iternext(values=False):
+                    if struct.unpack(">Q", key[:8])[0] > up_to:
+                        break
+                    out.append(bytes(key[8:]).decode())
+        return out
+
     def checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         with self.env.begin(db=self._db["checkpoints"]) as txn:
             raw = txn.get(checkpoint_id.encode())
@@ -188,8 +229,8 @@ class Ledger(LmdbFile):
         """Every key and value of every named database (for equality checks)."""
         out: dict[str, dict[bytes, bytes]] = {}
         with self.env.begin() as txn:
-            for name in _DBS:
-                out[name] = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._db[name])}
+            for name, db in self._db.items():
+                out[name] = {bytes(k): bytes(v) for k, v in txn.cursor(db=db)}
         return out
 
     # --- writes -----------------------------------------------------------------
@@ -224,9 +265,11 @@ class _WriteBatch:
         if exc_type is not None:
             txn.abort()
             return
-        db = self.ledger._db["rollouts"]
+        db, accepted = self.ledger._db["rollouts"], self.ledger._db["accepted"]
         for rid, rec in self._rollouts.items():
             txn.put(rid.encode(), _enc.encode(rec), db=db)
+            if rec.accepted_seq is not None:
+                txn.put(_cut_key(rec.accepted_seq, rid), b"", db=accepted)
         try:
             txn.commit()
         except lmdb.Error as exc:

@@ -87,8 +87,6 @@ async def plan_recovery(
     """One disposition per rollout (default: every rollout the ledger knows), from a checkpoint
     (default: the latest published one)."""
     await Projector(ledger, log).catch_up()
-    accepted = {r.rollout_id for r in ledger.rollouts() if r.accepted_seq is not None}
-    retired = {r.rollout_id for r in ledger.rollouts() if r.retired_seq is not None}
     if rollouts is None:
         rollouts = [r.rollout_id for r in ledger.rollouts()]
     ck = ledger.checkpoint(checkpoint_id) if checkpoint_id else ledger.latest_checkpoint()
@@ -98,17 +96,19 @@ async def plan_recovery(
     # a finished rollout is never rebuilt: the streaming fold holds only the running ones
     at_cut = await replay(log, up_to=plan.cut, keep_finished=False) if ck else None
     bad = dict(ck.quarantined) if ck else {}
-    for rid in rollouts:
+    for rid in rollouts:  # each looked up, not every rollout the namespace ever had held in sets
         rec = ledger.rollout(rid)
-        if rec is not None and not rec.dispatch_seq and rid not in accepted and rid not in retired:
+        accepted = rec is not None and rec.accepted_seq is not None
+        retired = rec is not None and rec.retired_seq is not None
+        if rec is not None and not rec.dispatch_seq and not accepted and not retired:
             # records on a rollout's subjects with no dispatch before them (written by a participant
             # role, or left by a purge): there is no attempt to open; they cost nothing else
             plan.quarantined[rid] = "never dispatched: its records are skipped"
             continue
-        if rid in accepted:
+        if accepted:
             plan.completed.append(rid)
             continue
-        if rid in retired:
+        if retired:
             plan.retired.append(rid)
             continue
         st = at_cut.rollouts.get(rid) if at_cut else None

@@ -41,10 +41,13 @@ def _rss_mb(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
-def _disk_bytes(root: Path) -> int:
-    """Bytes of the files under ``root`` now; the server deletes emptied blocks as we walk."""
+def _disk_bytes(root: Path, prefix: str = "") -> int:
+    """Bytes of the files under ``root`` now (under its folders named ``prefix``… only, if given); the
+    server deletes emptied blocks as we walk."""
     total = 0
     for folder, _, files in os.walk(root):
+        if prefix and not os.path.relpath(folder, root).startswith(prefix):
+            continue
         for name in files:
             with contextlib.suppress(FileNotFoundError):
                 total += os.stat(os.path.join(folder, name)).st_size
@@ -140,6 +143,8 @@ async def bench_soak(
                             "disk_mb": round(_disk_bytes(root / "nats") / 2**20, 1),
                             "collector_rss_mb": _rss_mb(os.getpid()),
                             "collector_anon_mb": _rss_mb(os.getpid(), "RssAnon"),
+                            # what moved out of the collector's memory: its index of the collection
+                            "index_mb": round(_disk_bytes(root, ".rollcut-index-") / 2**20, 1),
                             "nats_rss_mb": round(sum(_rss_mb(p) for p in pids), 1),
                             "compacted": col.summary.compacted_rollouts,
                             # the baseline: what the stream would hold had nothing been compacted
@@ -176,5 +181,6 @@ async def bench_soak(
         else [],
         "uncompacted_mb_end": samples[-1]["uncompacted_mb"] if samples else 0,
         "collector_anon_bytes_per_rollout": _growth(samples),
+        "index_mb_end": samples[-1]["index_mb"] if samples else 0,
         "samples": samples,
     }

@@ -86,3 +86,17 @@ async def test_a_holder_whose_lease_is_taken_over_is_told_to_stop(log: EventLog)
     await holder.release()
     last = await log.last_on(log.subjects.mark("collector"))
     assert last is not None and isinstance(last.event, CollectorLease) and last.event.instance == "usurper"
+
+
+async def test_a_release_that_meets_a_renewal_in_flight_still_frees_the_namespace(log: EventLog) -> None:
+    # a renewal every millisecond: a release often lands while one is being appended. Cancelling the renewer
+    # there let the renewal land with its sequence lost, and the release, expecting the old one, left
+    # the lease held for a whole TTL (CI saw the gemma demo's next phase refused)
+    for i in range(200):
+        holder = NamespaceLease(log, instance=f"h{i}", ttl_s=0.5, renew_every_s=0.001)
+        await holder.acquire()
+        await asyncio.sleep((i % 7) * 0.0007)
+        await holder.release()
+        successor = NamespaceLease(log, instance=f"s{i}", ttl_s=3600)
+        await successor.acquire()  # free at once, not after the holder's TTL
+        await successor.release()

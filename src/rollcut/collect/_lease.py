@@ -32,7 +32,8 @@ class NamespaceLease:
     """Held for the life of one collection: ``async with NamespaceLease(log, instance=...)``.
 
     ``on_lost`` is called (once) if a renewal finds the lease taken: the collection must stop, as
-    another collector now drives the namespace.
+    another collector now drives the namespace. ``renew_every_s``: how often it renews (default a
+    third of the TTL).
     """
 
     def __init__(
@@ -42,6 +43,7 @@ class NamespaceLease:
         instance: str,
         ttl_s: float = DEFAULT_LEASE_TTL_S,
         on_lost: Callable[[RollcutError], None] | None = None,
+        renew_every_s: float | None = None,
     ) -> None:
         self.log = log
         self.instance = instance
@@ -52,6 +54,8 @@ class NamespaceLease:
         self.seq = 0
         self._valid_until = 0.0
         self._renewer: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._renew_every_s = ttl_s / 3 if renew_every_s is None else renew_every_s
 
     def _record(self, *, released: bool = False) -> CollectorLease:
         return CollectorLease(
@@ -81,13 +85,17 @@ class NamespaceLease:
                 "another collector took this namespace's lease first", namespace=self.log.subjects.namespace
             )
         self.seq, self._valid_until = seq, time.time() + self.ttl_s
+        self._stopping.clear()
         self._renewer = asyncio.ensure_future(self._renew())
 
     async def release(self) -> None:
         if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+            # ended by the flag, never by cancelling: a cancel that lands in a renewal's publish can let
+            # the renewal land on the server with its sequence lost here, and the release below would
+            # then expect a stale sequence and leave the lease held for a whole TTL (seen in CI: the
+            # gemma demo's next phase refused)
+            self._stopping.set()
+            await self._renewer
             self._renewer = None
         if self.seq:
             # a lost lease is not ours to release; a failed release expires by itself
@@ -104,7 +112,9 @@ class NamespaceLease:
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(self.ttl_s / 3)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._renew_every_s)
+                return
             try:
                 seq = await self.log.append_expecting(self._record(), self.seq)
             except (RollcutError, OSError, TimeoutError) as exc:  # the bus is away: retry until expiry

@@ -6,6 +6,9 @@ written once with the same verdict as a run without the crash."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,25 +49,45 @@ async def _admin(dep: Deployment) -> EventLog:
     return await EventLog.connect(config)
 
 
+async def _mid_episode_at_a_cut(log: EventLog) -> bool:
+    """Whether a committed checkpoint has cut a session mid-episode (a snapshot at revision 1 or more
+    before the commit) whose rollout the environment has not completed."""
+    snapshots: dict[str, int] = {}
+    completed: set[str] = set()
+    committed = 0
+    async for s in log.read():
+        if isinstance(s.event, ResourcesSnapshot) and s.event.revision >= 1:
+            snapshots[s.event.rollout_id] = s.seq
+        elif isinstance(s.event, RolloutCompleted):
+            completed.add(s.event.rollout_id)
+        elif isinstance(s.event, CheckpointCommitted):
+            committed = s.seq
+    return any(seq < committed and rid not in completed for rid, seq in snapshots.items())
+
+
+def _signal_stack(dep: Deployment, sig: int) -> None:
+    for p in dep.stack:
+        if p.p is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.p.pid, sig)
+
+
 async def _cut_mid_episode(dep: Deployment, proc: Any, timeout: float = 90) -> None:
-    """Until a committed checkpoint has cut a session mid-episode (a snapshot at revision 1 or
-    more before the commit) whose rollout has no row yet: the crash then has something to
-    continue. Bounded: the collection makes progress or the test fails."""
+    """Until a committed checkpoint has cut a session mid-episode whose rollout is not completed:
+    the crash then has something to continue. Seen, it is looked at again with every Gym process
+    stopped (SIGSTOP), so the episode cannot finish between the look and the crash (under CI's load it
+    did, and the crash had nothing mid-episode left to continue). Bounded: the collection makes
+    progress or the test fails."""
     give_up = time.monotonic() + timeout
     log = await _admin(dep)
     try:
         while True:
             assert proc.poll() is None, "the collection ended before a checkpoint cut an episode"
-            snapshots: dict[str, int] = {}
-            committed = 0
-            async for s in log.read():
-                if isinstance(s.event, ResourcesSnapshot) and s.event.revision >= 1:
-                    snapshots[s.event.rollout_id] = s.seq
-                elif isinstance(s.event, CheckpointCommitted):
-                    committed = s.seq
-            done = {r["rollout_id"] for r in dep.rows()}
-            if any(seq < committed and rid not in done for rid, seq in snapshots.items()):
-                return
+            if await _mid_episode_at_a_cut(log):
+                _signal_stack(dep, signal.SIGSTOP)
+                if await _mid_episode_at_a_cut(log):
+                    return  # left stopped: the crash SIGKILLs them as they are
+                _signal_stack(dep, signal.SIGCONT)
             assert time.monotonic() < give_up, f"no episode cut mid-way after {timeout}s"
             await asyncio.sleep(0.05)
     finally:

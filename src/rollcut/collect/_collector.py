@@ -38,7 +38,7 @@ from .._errors import (
 from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
-from ..ledger import Ledger, compact
+from ..ledger import Ledger, RolloutIndex, compact
 from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._handoff import refuse_foreign, standing, write_row
@@ -244,17 +244,16 @@ class Collector:
 
     # --- the run -------------------------------------------------------------------------
 
-    def _finished(self, rid: str) -> bool:
-        """Whether a rollout needs no run: its row is written, or the namespace accepted or retired it."""
+    def _finished(self, rid: str, rec: RolloutIndex | None) -> bool:
+        """Whether a rollout needs no run: its row is written, or the namespace accepted or retired it
+        (``rec``: its ledger record)."""
         if rid in self._written:
             return True
-        rec = self.ledger.rollout(rid)
         return rec is not None and (rec.accepted_seq is not None or rec.retired_seq is not None)
 
-    async def _dispatch(self, rid: str) -> None:
+    async def _dispatch(self, rid: str, rec: RolloutIndex | None) -> None:
         """Dispatch a rollout as it starts (its original input on the log, attempt 1 open), unless an
-        earlier run did."""
-        rec = self.ledger.rollout(rid)
+        earlier run did (``rec``: its ledger record, as :meth:`_finished` read it)."""
         if rec is not None and rec.dispatch_seq:
             return
         with contextlib.suppress(RolloutExistsError):
@@ -364,14 +363,14 @@ class Collector:
         self._load_written()
         self.summary.torn_bytes_cut = self.rows.torn_bytes
         self.summary.results_written = len(self._written)  # progress counts rows already in the output
-        await refuse_foreign(self.log, self.ledger, inputs, self._written)  # the ledger caught up
-        for rid in self._written:  # a row written, its acknowledgement lost: acknowledge only
-            rec = self.ledger.rollout(rid)
-            if rec is None or rec.accepted_seq is None:
-                st = await self.log.fence_state(rid)
-                if st is not None and st.open:
-                    await self._accept(rid, st.attempt, self._written[rid])
-        was = standing(self.ledger, inputs, self._written, self._hand_off_retired)
+        was = await standing(self.log, self.ledger, inputs, self._written)  # one pass over the ledger
+        refuse_foreign(self.log, was.foreign)
+        for rid in was.unacknowledged:  # a row written, its acknowledgement lost: acknowledge only
+            st = await self.log.fence_state(rid)
+            if st is not None and st.open:
+                await self._accept(rid, st.attempt, self._written[rid])
+        for rid, attempt in was.rowless:  # retired, its row lost in a crash: write the row only
+            self._hand_off_retired(rid, attempt, "retired")
         self.summary.accepted_before = was.completed + was.retired
         if resume:
             await self._recover(was.unfinished)
@@ -386,7 +385,7 @@ class Collector:
             ):
                 self.summary.recovery[kind] = self.summary.recovery.get(kind, 0) + n
             self.summary.never_started += fresh
-        pending = (rid for rid in inputs if not self._finished(rid))
+        pending = ((rid, rec) for rid in inputs if not self._finished(rid, rec := self.ledger.rollout(rid)))
         total = len(inputs)
         periodic_done = asyncio.Event()
         periodic = asyncio.ensure_future(self._periodic(periodic_done)) if self.every_s else None
@@ -399,12 +398,13 @@ class Collector:
 
             async def worker() -> None:
                 while not self._stop.is_set():
-                    rid = next(pending, None)
-                    if rid is None:
+                    nxt = next(pending, None)
+                    if nxt is None:
                         return
+                    rid, rec = nxt
                     self._running += 1
                     try:
-                        await self._dispatch(rid)
+                        await self._dispatch(rid, rec)
                         await self._run_one(client, rid)
                     except Exception:
                         self._stop.set()  # a fault stops the collection; run() raises it

@@ -8,7 +8,7 @@ rollout still pending and nothing acknowledged for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,56 +33,60 @@ def write_row(path: Path, row: dict[str, Any]) -> None:
         ) from exc
 
 
-async def refuse_foreign(
-    log: EventLog, ledger: Ledger, mine: Container[str], written: Container[str]
-) -> None:
+@dataclass
+class Standing:
+    """Where a collection's rollouts stood when it started, as the namespace knows them: one pass over
+    the ledger. What it lists is bounded by the rollouts a stop interrupted (rollouts are dispatched
+    as they start, not all at once), except ``foreign``, which refuses the collection."""
+
+    dispatched: int = 0
+    completed: int = 0
+    retired: int = 0
+    unfinished: list[str] = field(default_factory=list)  # dispatched, neither written nor ended
+    unacknowledged: list[str] = field(default_factory=list)  # a row written, its acceptance lost
+    rowless: list[tuple[str, int]] = field(default_factory=list)  # retired, its row lost: (rid, attempt)
+    foreign: list[str] = field(default_factory=list)  # accepted, and no row in this output
+
+
+async def standing(
+    log: EventLog, ledger: Ledger, inputs: Container[str], written: Container[str]
+) -> Standing:
+    """Where this collection's rollouts stand, from the ledger caught up with the log."""
+    await Projector(ledger, log).catch_up()
+    out = Standing()
+    for r in ledger.rollouts():
+        rid = r.rollout_id
+        if rid not in inputs:
+            continue
+        if r.accepted_seq is not None and rid not in written:
+            out.foreign.append(rid)
+        if not r.dispatch_seq:
+            continue
+        out.dispatched += 1
+        if r.retired_seq is not None and r.accepted_seq is None:
+            out.retired += 1
+            if rid not in written:
+                out.rowless.append((rid, r.current_attempt))
+        elif rid in written:
+            out.completed += 1
+            if r.accepted_seq is None:
+                out.unacknowledged.append(rid)
+        elif r.accepted_seq is not None:
+            out.completed += 1
+        else:
+            out.unfinished.append(rid)
+    return out
+
+
+def refuse_foreign(log: EventLog, foreign: list[str]) -> None:
     """A rollout this collection names that the namespace already accepted, with no row in this
     output, was collected by another collection (the same task ids again): refused before anything
     is dispatched, naming them, instead of ending with rows the collection can never write."""
-    await Projector(ledger, log).catch_up()
-    foreign = sorted(
-        r.rollout_id
-        for r in ledger.rollouts()
-        if r.rollout_id in mine and r.accepted_seq is not None and r.rollout_id not in written
-    )
     if foreign:
+        foreign = sorted(foreign)
         more = ", …" if len(foreign) > 5 else ""
         raise ConfigError(
             f"{len(foreign)} of this collection's rollout ids ({', '.join(foreign[:5])}{more}) were already "
             f"collected in namespace {log.subjects.namespace!r}, and their rows are not in this output: "
             "another collection used the same task ids; use a new namespace or new task ids"
         )
-
-
-@dataclass
-class Standing:
-    """Where a collection's rollouts stood when it started, as the namespace knows them."""
-
-    dispatched: int = 0
-    completed: int = 0
-    retired: int = 0
-    unfinished: list[str] = field(default_factory=list)  # dispatched, neither written nor ended
-
-
-def standing(
-    ledger: Ledger,
-    inputs: Container[str],
-    written: Container[str],
-    hand_off_retired: Callable[[str, int, str], None],
-) -> Standing:
-    """One pass over the ledger (caught up). What it keeps is bounded by the rollouts that were running
-    when the last run stopped: rollouts are dispatched as they start, not all at once. A rollout retired
-    whose row a crash lost gets its row now (``hand_off_retired``)."""
-    out = Standing()
-    for r in ledger.rollouts():
-        if r.rollout_id not in inputs or not r.dispatch_seq:
-            continue
-        out.dispatched += 1
-        if r.retired_seq is not None and r.accepted_seq is None:
-            out.retired += 1
-            hand_off_retired(r.rollout_id, r.current_attempt, "retired")
-        elif r.accepted_seq is not None or r.rollout_id in written:  # (its acknowledgement just appended)
-            out.completed += 1
-        else:
-            out.unfinished.append(r.rollout_id)
-    return out

@@ -107,8 +107,8 @@ class _Memory:
     def delete(self, db: str, key: bytes) -> bool:
         return self.dbs[db].pop(key, None) is not None
 
-    def keys(self, db: str) -> Iterator[bytes]:
-        return iter(list(self.dbs[db]))  # a snapshot: puts meanwhile do not break the iteration
+    def items(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self.dbs[db].items()))  # a snapshot: puts meanwhile do not break the iteration
 
     def count(self, db: str) -> int:
         return len(self.dbs[db])
@@ -195,21 +195,21 @@ class _Disk:
         with self._write() as txn:
             return bool(txn.delete(key, db=self.db[db]))
 
-    def keys(self, db: str) -> Iterator[bytes]:
-        """Every key of ``db`` in order, read in short transactions (a long one would pin every page
-        written meanwhile)."""
+    def items(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every key and value of ``db`` in key order, read in short transactions (a long one would pin
+        every page written meanwhile)."""
         after: bytes | None = None
         while True:
             with self.env.begin(db=self.db[db]) as txn:
                 cur = txn.cursor()
                 if not (cur.set_range(after) if after is not None else cur.first()):
                     return
-                chunk = [bytes(k) for k in itertools.islice(cur.iternext(values=False), _CHUNK + 1)]
-            chunk = [k for k in chunk if k != after][:_CHUNK]
+                chunk = [(bytes(k), bytes(v)) for k, v in itertools.islice(cur.iternext(), _CHUNK + 1)]
+            chunk = [kv for kv in chunk if kv[0] != after][:_CHUNK]
             if not chunk:
                 return
             yield from chunk
-            after = chunk[-1]
+            after = chunk[-1][0]
 
     def count(self, db: str) -> int:
         with self.env.begin() as txn:
@@ -340,10 +340,8 @@ class Inputs(Mapping[str, RolloutInput]):
         return isinstance(rid, str) and self._store.get("where", rid.encode()) is not None
 
     def __iter__(self) -> Iterator[str]:
-        for key in self._store.keys("order"):
-            rid = self._store.get("order", key)
-            if rid is not None:
-                yield rid.decode()
+        for _, rid in self._store.items("order"):
+            yield rid.decode()
 
     def __len__(self) -> int:
         return self._len
@@ -377,7 +375,7 @@ class Written(MutableMapping[str, tuple[str, float]]):
             raise KeyError(rid)
 
     def __iter__(self) -> Iterator[str]:
-        return (rid.decode() for rid in self._store.keys("written"))
+        return (rid.decode() for rid, _ in self._store.items("written"))
 
     def __len__(self) -> int:
         return self._store.count("written")

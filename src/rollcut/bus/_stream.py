@@ -24,6 +24,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from .._errors import BusError, ConfigError
 from ._auth import Credentials
 from ._jwt import decode_claims
+from ._parser import FastParser
 from ._patience import Patience
 from ._server import check_version, parse_version
 from ._subjects import Subjects
@@ -165,6 +166,7 @@ class _Client(NATS):
         super().__init__()
         self.raw_handlers: dict[int, RawHandler] = {}
         """Subscriptions (by sid) whose messages skip nats-py's message objects, see :meth:`_process_msg`."""
+        self._ps = FastParser(self, self.raw_handlers)
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         """Hand a page reader's messages over as raw bytes.

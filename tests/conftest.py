@@ -19,8 +19,33 @@ from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 
 from .bubblewrap import bubblewrap
 from .engine import Engine
+from .leftovers import mark_run, sweep
 
 _ns = itertools.count()
+_run_mark: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _run_mark
+    _run_mark = mark_run()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """Once everything has ended (pytest's workers too), no process the run started may be left:
+    one that is gets killed, named, and fails the run (``tests/leftovers.py``)."""
+    yield
+    if _run_mark is None:
+        return
+    left = sweep(_run_mark)
+    if left:
+        lines = "\n".join(f"  pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items()))
+        writer = session.config.get_terminal_writer()
+        writer.line("")
+        writer.line(
+            f"processes left behind by the test run (killed now):\n{lines}", red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,12 +1,46 @@
 """Processes of this host: whether one still exists (a lease or a harness asks before it trusts a pid),
-and a free loopback port for one to listen on."""
+a free loopback port for one to listen on, and children that die with their parent."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
+import sys
+import threading
+from collections.abc import Callable
 
-__all__ = ["free_port", "pid_alive"]
+__all__ = ["free_port", "lifeline", "pid_alive"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def lifeline() -> Callable[[], None] | None:
+    """A ``preexec_fn`` under which a child is SIGKILLed when this process dies; None where that
+    cannot be promised.
+
+    Why: a server's workers, an engine, a nats-server or an agent program left running by a
+    parent that was SIGKILLed (a fault test, the OOM killer, a node's agent) lives on as an orphan
+    with its ports, files and CPU; one such pair of workers ran for over an hour after a test. The
+    kernel's parent-death signal (``PR_SET_PDEATHSIG``) survives ``exec``, so it covers children
+    that are not Python too. It is cleared in a child's own children (a grandchild needs its own
+    lifeline) and it fires when the *thread* that forked the child ends, so it is only armed from
+    the main thread, whose end is the process's; elsewhere (and off Linux) this returns None and
+    the child is the caller's to stop. A parent that dies between the fork and the ``prctl`` is
+    caught by the child itself: its parent is no longer the one that forked it.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    parent = os.getpid()
+
+    def arm() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def pid_alive(pid: int) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from .._process import lifeline
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
 
@@ -38,7 +39,7 @@ __all__ = ["bench_model"]
 
 
 def _spawn(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=lifeline())
     url = ""
     while True:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]

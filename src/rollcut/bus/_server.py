@@ -27,6 +27,7 @@ import msgspec
 
 from .._errors import ConfigError, ServerStartError, ServerVersionError
 from .._files import private_dir, write_private
+from .._process import lifeline
 from ._auth import Credentials, server_authorization
 
 __all__ = [
@@ -208,6 +209,7 @@ class EmbeddedServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=lifeline(),  # a node dies with whoever started it (docs/cluster.md)
         )
         self.port = self._await_port(
             self.data_dir / "ports" / f"{Path(self.binary).name}_{self._proc.pid}.ports"
@@ -232,6 +234,7 @@ class EmbeddedServer:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=lifeline(),
             )
         assert self._authority.stdin is not None
         self._authority.stdin.write(msgspec.json.encode(creds))  # never in a file of its own

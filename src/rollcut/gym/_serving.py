@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from .._errors import ServerStartError
+from .._process import lifeline
 from ._peers import Peers, bind_peer_sockets
 
 __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
@@ -140,6 +141,7 @@ class Supervisor:
             pass_fds=fds,
             stdout=subprocess.PIPE,
             text=True,
+            preexec_fn=lifeline(),  # a worker dies with its parent, never left serving alone
         )
 
     def _ready(self, i: int) -> str:

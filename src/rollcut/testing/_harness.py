@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import pid_alive
+from .._process import lifeline, pid_alive
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -95,6 +95,7 @@ class ServerProcess:
             stderr=err,
             text=True,
             start_new_session=True,
+            preexec_fn=lifeline(),  # a test process that dies takes its servers with it
         )
         self.pids, self.instances = [], {}
         return self

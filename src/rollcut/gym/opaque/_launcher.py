@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import httpx
 
 from ..._errors import ConfigError, RollcutError
+from ..._process import lifeline
 from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews, JournalGap
@@ -42,7 +43,7 @@ from .._http import append_or_refuse, envelope
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
-from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, die_with_parent, read_capped
+from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, read_capped
 from ._relay import DivergencePolicy, Relay
 from ._sandbox import SANDBOX_PORT, Isolation
 
@@ -384,7 +385,7 @@ class OpaqueAgent:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=child_env,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=lifeline(),  # a left-over agent must not outlive its attempt
         )
 
         def kill() -> None:

@@ -1,31 +1,22 @@
-"""An opaque agent's program as the launcher sees it from outside: it dies with its launcher, its
-output is read to the end but kept bounded, and its answer is its last line, decoded strictly."""
+"""An opaque agent's program as the launcher sees it from outside: its output is read to the end
+but kept bounded, and its answer is its last line, decoded strictly. (It dies with its launcher:
+``_process.lifeline``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
-import signal
 from typing import Any
 
 import msgspec
 
 from ..wire import ErrorKind, GymError
 
-__all__ = ["MAX_ANSWER_BYTES", "STDERR_TAIL", "answer_of", "die_with_parent", "read_capped"]
+__all__ = ["MAX_ANSWER_BYTES", "STDERR_TAIL", "answer_of", "read_capped"]
 
 MAX_ANSWER_BYTES = 1024 * 1024
 """What is read of the agent's stdout."""
 STDERR_TAIL = 4000
 """What of its stderr a failure quotes."""
-
-
-def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """The agent dies with its launcher (PR_SET_PDEATHSIG): a left-over agent must not outlive the
-    attempt it belonged to (the relay refuses it anyway, but it would burn a CPU)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
 async def read_capped(stream: asyncio.StreamReader, limit: int, *, tail: bool = False) -> bytes:

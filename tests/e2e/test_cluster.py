@@ -12,20 +12,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rollcut._home import credentials_for
-from rollcut.bus import Credentials, EmbeddedCluster
+from rollcut.bus import EmbeddedCluster
 from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.demo import demo_tasks
-from rollcut.ledger import Ledger
 
-from ..cluster import ACK_JOURNAL_ENV, acks_told, leader, missing_acks, stream_health
+from ..cluster import ACK_JOURNAL_ENV, acks_told, leader, stream_health
 from ..helpers import until
 from .conftest import SIGTERM, Deployment, deploy, finish
+from .faults import collect_through, creds_of, exactly_once, rows_grow
 
 pytestmark = pytest.mark.slow
 
@@ -50,60 +50,27 @@ def on_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OnCl
         cluster.kill()
 
 
-def _creds(dep: Deployment) -> Credentials:
-    return credentials_for(dep.root / "nats", NS)
-
-
-def _published_since(dep: Deployment, t: float) -> int:
-    with Ledger(dep.root / "ledger", readonly=True) as led:
-        return sum(1 for rec in led.checkpoints() if rec.ts >= t)
-
-
-def _collect_through(dep: Deployment, cluster: EmbeddedCluster, fault: Callable[[], None]) -> None:
-    """Run the collection, inject ``fault`` once it is under way, and check what every test checks."""
-    proc = dep.collect()
-    dep.wait_rows(3, proc, timeout=120)
-    t_fault = time.time()
-    fault()
-    code, summary = finish(proc, timeout=300)
-    assert code == 0, summary
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1
-    assert _published_since(dep, t_fault) >= 1, "no checkpoint published after the fault"
-    told, wrong = missing_acks(cluster.url, _creds(dep), dep.root / "acks")
-    assert told > dep.rollouts * 10 and wrong == []
-
-
-def _rows_grow(dep: Deployment, by: int) -> None:
-    have = len(dep.rows())
-    until_rows(dep, have + by)
-
-
-def until_rows(dep: Deployment, n: int) -> None:
-    asyncio.run(until(lambda: len(dep.rows()) >= min(n, dep.rollouts), timeout=120, what=f"{n} rows"))
-
-
 def test_a_follower_then_the_stream_leader_killed(on_cluster: OnCluster) -> None:
     dep, cluster = on_cluster
-    creds = _creds(dep)
+    creds = creds_of(dep)
 
     def fault() -> None:
         lead = leader(cluster, creds)
         follower = next(n for n in cluster.nodes if n is not lead)
         follower.kill()
-        _rows_grow(dep, 3)  # the collection goes on with two of three
+        rows_grow(dep, 3)  # the collection goes on with two of three
         follower.start()
         lead = leader(cluster, creds)
         lead.kill()  # a new leader is elected under running appends
-        _rows_grow(dep, 3)
+        rows_grow(dep, 3)
         lead.start()
 
-    _collect_through(dep, cluster, fault)
+    collect_through(dep, cluster, fault)
 
 
 def test_a_rolling_restart_of_all_three_nodes(on_cluster: OnCluster) -> None:
     dep, cluster = on_cluster
-    creds = _creds(dep)
+    creds = creds_of(dep)
 
     def fault() -> None:
         for node in cluster.nodes:
@@ -117,7 +84,7 @@ def test_a_rolling_restart_of_all_three_nodes(on_cluster: OnCluster) -> None:
 
             asyncio.run(until(rejoined, timeout=60, what=f"{node.name} back in the stream's group"))
 
-    _collect_through(dep, cluster, fault)
+    collect_through(dep, cluster, fault)
 
 
 def test_two_nodes_down_stalls_the_collection_until_quorum_returns(
@@ -139,12 +106,12 @@ def test_two_nodes_down_stalls_the_collection_until_quorum_returns(
         cluster.nodes[0].start()
         cluster.nodes[1].start()
 
-    _collect_through(dep, cluster, fault)
+    collect_through(dep, cluster, fault)
 
 
 def test_a_wiped_node_catches_up_and_nothing_is_lost(on_cluster: OnCluster) -> None:
     dep, cluster = on_cluster
-    creds = _creds(dep)
+    creds = creds_of(dep)
     wiped: list[str] = []
 
     def fault() -> None:
@@ -152,10 +119,10 @@ def test_a_wiped_node_catches_up_and_nothing_is_lost(on_cluster: OnCluster) -> N
         node.kill()
         cluster.wipe(cluster.nodes.index(node))
         wiped.append(node.name)
-        _rows_grow(dep, 2)
+        rows_grow(dep, 2)
         node.start()
 
-    _collect_through(dep, cluster, fault)
+    collect_through(dep, cluster, fault)
 
     async def caught_up() -> bool:
         peers = await asyncio.to_thread(stream_health, cluster, creds)
@@ -177,3 +144,28 @@ def test_sigterm_on_a_cluster_checkpoints_exits_75_and_resume_finishes(
     assert code == 0, summary
     ids = Counter(r["rollout_id"] for r in dep.rows())
     assert len(ids) == dep.rollouts and max(ids.values()) == 1
+
+
+def test_a_bus_without_quorum_stops_the_collection_with_75_and_the_requeue_finishes_once(
+    on_cluster: OnCluster,
+) -> None:
+    """Two of three nodes gone for good: the collection does not wait out every stalled request and
+    end with 74 ("storage failed"); it stops once the bus has not answered for ``bus_outage_s``, exits
+    75 naming the outage, and the requeued job finishes with every row once, nothing acknowledged lost."""
+    dep, cluster = on_cluster
+    dep.extra_config = [*dep.extra_config, "bus_outage_s: 5"]
+    dep._write_config()
+    proc = dep.collect()
+    dep.wait_rows(3, proc, timeout=120)
+    cluster.nodes[0].kill()
+    cluster.nodes[1].kill()
+    code, summary = finish(proc, timeout=240)
+    assert code == 75, summary
+    assert summary["bus_outage"].startswith("the bus did not answer for ")
+    assert summary["interrupted"] and len(summary["pending"]) > 0
+    assert summary["results_written"] + len(summary["pending"]) == dep.rollouts
+    cluster.nodes[0].start()
+    cluster.nodes[1].start()
+    code, summary = finish(dep.collect("--resume"), timeout=300)
+    assert code == 0, summary
+    exactly_once(dep, cluster)

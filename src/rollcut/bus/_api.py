@@ -16,9 +16,10 @@ from nats.errors import Error as NatsError
 from nats.js.api import StreamInfo
 
 from .._errors import BusError
-from ._patience import Patience
+from ._patience import Patience, gone_flag
 from ._read import RawMessage
 from ._stream import ApiError, BusConfig
+from ._subjects import COLLECTOR_LANE, Subjects
 
 __all__ = ["StreamApi"]
 
@@ -52,6 +53,7 @@ class StreamApi:
     nc: NATS
     config: BusConfig
     replicas: int
+    subjects: Subjects
 
     @property
     def stream(self) -> str:
@@ -60,7 +62,7 @@ class StreamApi:
     async def stream_info(self, subjects_filter: str | None = None) -> StreamInfo:
         """The stream's state and config, riding out a bus between servers for ``outage_s``; with
         ``subjects_filter``, ``state.subjects`` counts the messages on each subject matching it."""
-        patience = Patience(self.config.outage_s)
+        patience = Patience(self.config.outage_s, gone=gone_flag(self.nc))
         js = self.nc.jetstream(timeout=min(2.0, self.config.request_timeout_s))
         while True:
             try:
@@ -73,6 +75,29 @@ class StreamApi:
                     stream=self.stream,
                 )
             )
+
+    async def probe(self, timeout_s: float) -> str | None:
+        """Ask the stream's leader once, for at most ``timeout_s``: None if it answered, else why
+        not. Not patient, on purpose: this is how a collection notices that the bus has lost its
+        quorum (``collect/_buswatch.py``), where every other request rides the outage out.
+
+        What is asked is the last record on the collector's lease lane through the message-get
+        API, which only a stream leader answers (a record or "none": either is an answer). Stream
+        info is not a probe: a replica left alone without a quorum answers it from its own state
+        after a few seconds (measured: two of three nodes SIGKILLed, answered again after 10 s).
+        """
+        req = msgspec.json.encode({"last_by_subj": self.subjects.mark(COLLECTOR_LANE)})
+        try:
+            msg = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{self.stream}", req, timeout=timeout_s)
+        except (NatsError, OSError) as exc:  # timeouts, no responders, a connection being re-made
+            return f"{type(exc).__name__}: {exc}"[:200]
+        try:
+            reply = _msg_get_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return "an unreadable answer from the stream's API"
+        if reply.error is not None and reply.error.code != 404:
+            return f"{reply.error.code} {reply.error.description}"[:200]
+        return None
 
     async def purge(self, subject: str, *, below: int | None = None, keep: int | None = None) -> int:
         """Delete the stream's records on ``subject`` (a filter; wildcards allowed): all of them, those
@@ -148,7 +173,7 @@ class StreamApi:
     async def _ask(self, api: str, req: dict[str, object], what: str) -> Msg:
         """A JetStream API request, asked again while nobody answers (no leader yet, a node
         restarting) for up to ``outage_s``: a read is as patient as an append."""
-        patience = Patience(self.config.outage_s)
+        patience = Patience(self.config.outage_s, gone=gone_flag(self.nc))
         body = msgspec.json.encode(req)
         while True:
             try:

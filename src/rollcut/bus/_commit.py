@@ -37,7 +37,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from .._errors import BusError, PermissionDeniedError
 from .._files import private_dir
 from ._events import new_event_id
-from ._patience import Patience
+from ._patience import Patience, gone_flag
 from ._stream import Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
@@ -261,7 +261,7 @@ class GroupCommit:
         ``outage_s`` (the server stores it once, whichever try got through); past that the append
         fails naming what the bus last said, and nothing was acknowledged.
         """
-        patience = Patience(self._outage_s, first_s=0.005)
+        patience = Patience(self._outage_s, first_s=0.005, gone=gone_flag(self._nc))
         while True:
             try:
                 ack = parse_ack(await self._request(it.subject, it.payload, it.headers, [it.subject]))

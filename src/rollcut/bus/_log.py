@@ -44,6 +44,7 @@ from ._fence import EXPECT_SEQ as _EXPECT_SEQ
 from ._fence import EXPECT_SUBJ as _EXPECT_SUBJ
 from ._fence import MSG_ID as _MSG_ID
 from ._fence import FenceOps, FenceState, OpenFences, input_digest
+from ._patience import gone_flag
 from ._read import RawMessage, scan, scan_merged
 from ._stream import (
     ERR_WRONG_LAST_SEQUENCE,
@@ -157,11 +158,23 @@ class EventLog(StreamApi, FenceOps):
         self.replicas = replicas
         self._commit.one_in_flight_per_subject = replicas > 1
 
+    def give_up(self) -> None:
+        """Declare the bus gone: every request of this log still riding an outage out fails now,
+        naming what the bus last said, instead of after ``outage_s`` each (a collection that stops
+        for a requeue, ``collect/_buswatch.py``). Not undone: the log is to be closed."""
+        flag = gone_flag(self.nc)
+        if flag is not None:
+            flag.set()
+
     async def close(self) -> None:
         await self._commit.close()
         if self._owns:
+            flag = gone_flag(self.nc)
             try:
-                await self.nc.drain()
+                if flag is not None and flag.is_set():
+                    await self.nc.close()  # nothing to drain into a bus that is gone
+                else:
+                    await self.nc.drain()
             except NatsError:
                 await self.nc.close()
 

@@ -10,16 +10,28 @@ last said.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-__all__ = ["Patience"]
+__all__ = ["Patience", "gone_flag"]
+
+
+def gone_flag(nc: object) -> asyncio.Event | None:
+    """A connection's "the bus is gone" flag: set (``EventLog.give_up``) when its owner has decided
+    the outage will not end in time, so that every request still riding it out fails at once
+    instead of each spending the whole ``outage_s``. rollcut's connections have one; others, none."""
+    flag = getattr(nc, "bus_gone", None)
+    return flag if isinstance(flag, asyncio.Event) else None
 
 
 class Patience:
     """``await patience.again(error)`` between tries: sleeps, or raises ``error`` (what the last try
     met, in the operator's words) once the outage budget would be spent."""
 
-    def __init__(self, outage_s: float, *, first_s: float = 0.05, cap_s: float = 1.0) -> None:
+    def __init__(
+        self, outage_s: float, *, first_s: float = 0.05, cap_s: float = 1.0, gone: asyncio.Event | None = None
+    ) -> None:
         self.outage_s = outage_s
+        self._gone = gone
         self._loop = asyncio.get_running_loop()
         self._give_up = self._loop.time() + outage_s
         self._delay = first_s
@@ -32,5 +44,13 @@ class Patience:
     async def again(self, error: Exception) -> None:
         if self._loop.time() + self._delay > self._give_up:
             raise error
-        await asyncio.sleep(self._delay)
+        if self._gone is None:
+            await asyncio.sleep(self._delay)
+        else:
+            if not self._gone.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._gone.wait(), self._delay)
+            if self._gone.is_set():
+                error.add_note("given up before outage_s: the bus was declared gone (EventLog.give_up)")
+                raise error
         self._delay = min(self._delay * 2, self._cap)

@@ -19,7 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .._errors import BusError
-from ._patience import Patience
+from ._patience import Patience, gone_flag
 from ._stream import parse_headers
 
 __all__ = ["RawMessage", "scan", "scan_merged"]
@@ -111,7 +111,7 @@ async def _fetch_riding_out(
     elected), for up to ``outage_s``: a read is as patient as an append. Each try keeps the whole
     ``timeout``: a page of 2,048 events on a busy machine may take seconds, and a page asked again
     too soon is read twice (a dead server's "no responders" comes back at once anyway)."""
-    patience = Patience(outage_s)
+    patience = Patience(outage_s, gone=gone_flag(nc))
     while True:
         try:
             return await _fetch(nc, api, req, limit, timeout, stream)

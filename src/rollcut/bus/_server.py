@@ -149,6 +149,9 @@ class EmbeddedServer:
         self.version: tuple[int, int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._authority: subprocess.Popen[bytes] | None = None
+        self.wrap: list[str] = []
+        """A command prefix the server runs under (``ip netns exec <host>``: a node on a host of its
+        own in the partition tests); it must exec the server, so that its pid is the server's."""
 
     @property
     def url(self) -> str:
@@ -204,7 +207,7 @@ class EmbeddedServer:
         private_dir(self.data_dir)  # the stream's files hold every prompt and output
         conf = self._write_config()
         self._proc = subprocess.Popen(
-            [self.binary, "-c", str(conf)],
+            [*self.wrap, self.binary, "-c", str(conf)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -48,6 +48,10 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``replicas`` is how many copies the stream is created with (3 on a three-node cluster).
     ``outage_s`` is how long an append rides out a bus that does not answer (a stream leader
     being elected, a node restarting, a cluster without quorum) before it fails.
+    ``ping_interval_s`` is how often the client checks that its server still answers; three
+    unanswered checks and it moves to another server. nats-py's default, 120 s with two
+    outstanding, left every client of a node cut off by a partition (no connection reset ever
+    arrives) hanging for minutes while the rest of the cluster went on (issue 34).
     """
 
     url: str | None = None
@@ -64,6 +68,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     outage_s: float = 60.0
+    ping_interval_s: float = 5.0
 
     @property
     def identity_name(self) -> str | None:
@@ -167,6 +172,8 @@ class _Client(NATS):
         self.raw_handlers: dict[int, RawHandler] = {}
         """Subscriptions (by sid) whose messages skip nats-py's message objects, see :meth:`_process_msg`."""
         self._ps = FastParser(self, self.raw_handlers)
+        self.bus_gone = asyncio.Event()
+        """Set when its owner gives the bus up (``EventLog.give_up``, ``_patience.gone_flag``)."""
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         """Hand a page reader's messages over as raw bytes.
@@ -249,6 +256,8 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         "allow_reconnect": True,
         "reconnect_time_wait": 0.2,
         "pending_size": 64 * 1024 * 1024,
+        "ping_interval": config.ping_interval_s,
+        "max_outstanding_pings": 3,
     }
     nc = _Client()
     servers = [u.strip() for u in config.url.split(",") if u.strip()]

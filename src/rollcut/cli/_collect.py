@@ -76,6 +76,7 @@ def collect_cmd(
                     concurrency=cfg.concurrency,
                     max_attempts=cfg.max_attempts,
                     heal_timeout_s=cfg.heal_timeout_s,
+                    bus_outage_s=cfg.bus_outage_s,
                     checkpoint_every_s=cfg.checkpoint.every_s,
                     checkpoint_deadline_s=cfg.checkpoint.deadline_s,
                     compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
@@ -101,6 +102,9 @@ def collect_cmd(
 
 def collect_exit(summary: Summary) -> int:
     """The collection's exit code (see ``ExitCode``), saying why on stderr when it is not 0."""
+    if summary.bus_outage is not None:
+        fail(f"stopped: {summary.bus_outage}; requeue the job, it goes on with --resume once the bus is back")
+        return ExitCode.REQUEUE
     if summary.interrupted:
         if summary.requeue_checkpoint is None:
             fail(

@@ -65,7 +65,8 @@ class ExitCode(IntEnum):
     STORAGE = 74
     """Storage or the bus failed (disk full or unwritable, server unreachable or out of space)."""
     REQUEUE = 75
-    """Checkpointed after SIGTERM: requeue the job and run it again with ``--resume``."""
+    """Checkpointed after SIGTERM, or stopped because the bus stopped answering: requeue the job and
+    run it again with ``--resume``."""
 
 
 EXIT_CODES = "\n".join(f"{int(c):>3}  {(c.__doc__ or '').strip()}" for c in ExitCode)

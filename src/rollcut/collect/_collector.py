@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 
 from .._errors import (
-    CheckpointError,
     RollcutError,
     RolloutExistsError,
     StaleAttemptError,
@@ -38,9 +37,11 @@ from .._errors import (
 from .._telemetry import percentile
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
-from ..ledger import Ledger, RolloutIndex, compact
+from ..ledger import Ledger, RolloutIndex
 from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
+from ._buswatch import OUTAGE_FLOOR_S, BusWatch
+from ._checkpointing import Checkpointing
 from ._handoff import refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._rows import Rows, row_kept
@@ -53,7 +54,7 @@ EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
 """Exit code after a checkpoint on SIGTERM: requeue the job (EX_TEMPFAIL)."""
 
 
-class Collector:
+class Collector(Checkpointing):
     """The reference framework integration: dispatch, hand off exactly once, checkpoint, recover."""
 
     def __init__(
@@ -78,6 +79,7 @@ class Collector:
         recovery_checkpoint: str | None = None,
         heal_timeout_s: float = 120.0,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        bus_outage_s: float | None = None,
     ) -> None:
         self.log = log
         self.ledger = ledger
@@ -123,6 +125,11 @@ class Collector:
         self.lease = NamespaceLease(log, instance=instance, ttl_s=lease_ttl_s, on_lost=self._lease_lost)
         self._lost: RollcutError | None = None
         self.heal_timeout_s = heal_timeout_s
+        # a bus without an answer for this long stops the collection for a requeue (_buswatch.py)
+        outage_s = bus_outage_s or max(checkpoint_deadline_s, OUTAGE_FLOOR_S)
+        self.watch = BusWatch(log, outage_s, self._bus_lost)
+        self._collecting: asyncio.Future[Summary] | None = None
+        self._working = False  # the workers run: the stop flag reaches them
 
     # --- identity and hand-off ---------------------------------------------------------
 
@@ -179,48 +186,6 @@ class Collector:
                 reward=reward,
             )
         )
-
-    # --- checkpoints -------------------------------------------------------------------
-
-    async def checkpoint(self) -> str | None:
-        async with self._ck_lock:
-            t0 = time.perf_counter()
-            try:
-                res = await self.coordinator.checkpoint(deadline_s=self.deadline_s)
-            except CheckpointError as exc:
-                self.summary.checkpoints_failed += 1
-                self.summary.failed.setdefault("checkpoint", str(exc)[:300])
-                return None
-            # a checkpoint that failed (a deadline passed on a loaded machine) and was followed by one
-            # that published lost nothing: the newest cut is what a restore uses; it stays counted
-            self.summary.failed.pop("checkpoint", None)
-            self.checkpoint_ms.append((time.perf_counter() - t0) * 1000)
-            self.pause_ms.append(res.pause_ms)
-            self.pauses.add(res)
-            self.summary.checkpoints_published += 1
-            self.summary.last_checkpoint = res.record.checkpoint_id
-            if self.hooks.checkpoint:
-                self.hooks.checkpoint(res)
-            return res.record.checkpoint_id
-
-    async def _periodic(self, done: asyncio.Event) -> None:
-        # ended by ``done``, never by cancelling: nats-py swallows a CancelledError that lands
-        # inside a publish, and a swallowed cancel would leave this loop (and run()) waiting forever
-        while self.every_s and not done.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(done.wait(), self.every_s)
-                return
-            if self._stop.is_set():  # stopping: no new checkpoint (SIGTERM's own was taken before)
-                return
-            if await self.checkpoint() and self.compact_keep:
-                async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
-                    done_ = await compact(self.log, self.ledger, keep=self.compact_keep)
-                self.summary.compacted_rollouts += done_.rollouts_compacted
-                self.summary.compaction_freed_blobs += done_.blobs_deleted
-                self.summary.compaction_freed_bytes += max(
-                    0, done_.stream_bytes_before - done_.stream_bytes_after
-                )
-                self.summary.compaction_s = round(self.summary.compaction_s + done_.seconds, 3)
 
     # --- recovery ----------------------------------------------------------------------
 
@@ -340,23 +305,62 @@ class Collector:
 
     async def run(self, *, resume: bool = False) -> Summary:
         """Collect every rollout that has no row yet, holding the namespace's collector lease."""
-        async with self.lease:  # before anything is dispatched: a second collector changes nothing
-            summary = await self._collect(resume)
+        await self.lease.acquire()  # before anything is dispatched: a second collector changes nothing
+        self.watch.start()
+        try:
+            summary = await self._watched(resume)
+        finally:
+            await self.watch.stop()
+            if self.watch.outage is None:
+                await self.lease.release()
+            else:
+                self.lease.abandon()  # a release would only wait on the bus that is gone
         summary.checkpoint_ms_p50 = percentile(self.checkpoint_ms, 50)
         summary.checkpoint_ms_p99 = percentile(self.checkpoint_ms, 99)
         summary.checkpoint_pause_ms_p50 = percentile(self.pause_ms, 50)
         summary.checkpoint_pause_ms_p99 = percentile(self.pause_ms, 99)
         summary.checkpoint_pause_breakdown = self.pauses.summary()
-        if self._lost is not None:
+        if self._lost is not None and self.watch.outage is None:
             raise self._lost
         return summary
+
+    async def _watched(self, resume: bool) -> Summary:
+        """The collection, stopped by the bus watch when the bus is gone: before the workers run (a
+        recovery waiting on the bus) by cancelling it, after by the stop flag. A failure the outage
+        caused is said in the summary; the exit is the outage's."""
+        t0 = time.perf_counter()
+        self._collecting = asyncio.ensure_future(self._collect(resume, t0))
+        try:
+            return await self._collecting
+        except asyncio.CancelledError:
+            if self.watch.outage is None or not self._collecting.cancelled():
+                raise
+        except RollcutError as exc:
+            if self.watch.outage is None:
+                raise
+            self.summary.failed.setdefault("bus", "; ".join([str(exc), *getattr(exc, "__notes__", [])])[:400])
+        self._tally(t0)
+        return self.summary
+
+    def _tally(self, t0: float) -> None:
+        """The rows written (the output is the truth), the rollouts left without one, the wall time."""
+        self._load_written()
+        self.summary.results_written = len(self._written)
+        self.summary.pending = [rid for rid in self.rows.inputs if rid not in self._written]
+        self.summary.wall_s = round(time.perf_counter() - t0, 3)
+
+    def _bus_lost(self, reason: str) -> None:
+        self.summary.bus_outage = reason
+        self.stop()
+        self.log.give_up()  # what still waits on the bus fails now, not after outage_s each
+        if self._collecting is not None and not self._working:
+            self._collecting.cancel()
 
     def _lease_lost(self, exc: RollcutError) -> None:
         self._lost = exc
         self._stop.set()
 
-    async def _collect(self, resume: bool) -> Summary:
-        t0 = time.perf_counter()
+    async def _collect(self, resume: bool, t0: float) -> Summary:
         inputs = self.rows.inputs
         self.summary.rollouts = len(inputs)
         self.rows.claim(self.log.subjects.namespace)
@@ -414,6 +418,7 @@ class Collector:
                     if self.hooks.progress:
                         self.hooks.progress(self.summary, total, self._running)
 
+            self._working = True
             workers = [asyncio.ensure_future(worker()) for _ in range(self.concurrency)]
             gathered = asyncio.gather(*workers, return_exceptions=True)
             stopper = asyncio.ensure_future(self._stop.wait())
@@ -428,10 +433,7 @@ class Collector:
             periodic_done.set()
             await periodic  # at most one checkpoint in flight, bounded by its deadline
         await self.coordinator.validator.stop()
-        self._load_written()
-        self.summary.results_written = len(self._written)
-        self.summary.pending = [rid for rid in inputs if rid not in self._written]
-        self.summary.wall_s = round(time.perf_counter() - t0, 3)
+        self._tally(t0)
         faults = [o for o in outcomes if isinstance(o, Exception)]
         if faults:  # never swallowed: the first one, with how many there were
             if len(faults) > 1:

@@ -57,6 +57,9 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 5
     # how long a run that broke off waits for the environment to answer again
     heal_timeout_s: Seconds = 120.0
+    # how long the bus may not answer before the collection stops for a requeue (exit 75); default:
+    # the checkpoint deadline, at least 30 s (collect/_buswatch.py)
+    bus_outage_s: Seconds | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     compaction: CompactionPolicy = CompactionPolicy()
 

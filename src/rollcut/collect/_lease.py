@@ -103,6 +103,16 @@ class NamespaceLease:
                 await self.log.append_expecting(self._record(released=True), self.seq)
             self.seq = 0
 
+    def abandon(self) -> None:
+        """Stop renewing without a release: the bus is gone and a release would only wait on it. The
+        lease expires by its TTL, or the next collector of this host takes it over (its holder is
+        gone)."""
+        self._stopping.set()
+        if self._renewer is not None:
+            self._renewer.cancel()  # its sequence no longer matters: nothing is released after it
+            self._renewer = None
+        self.seq = 0
+
     async def __aenter__(self) -> NamespaceLease:
         await self.acquire()
         return self

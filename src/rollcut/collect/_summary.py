@@ -34,6 +34,7 @@ class Summary:
     pending: list[str] = field(default_factory=list)  # rollouts left without a row at the end
     gave_up: list[str] = field(default_factory=list)  # rollouts out of attempts, retired by this run
     interrupted: bool = False
+    bus_outage: str | None = None  # why the collection stopped for a requeue: its bus did not answer
     requeue_checkpoint: str | None = None  # after SIGTERM: the checkpoint to resume from, if it published
     torn_bytes_cut: int = 0  # a torn last row cut off the output at start (it was never acknowledged)
     wall_s: float = 0.0

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from rollcut._home import credentials_for
 from rollcut.bus import Credentials, EmbeddedCluster
@@ -20,7 +22,7 @@ from ..cluster import missing_acks
 from ..helpers import until
 from .conftest import Deployment, finish
 
-__all__ = ["cli", "collect_through", "creds_of", "exactly_once", "rows_grow", "until_rows"]
+__all__ = ["cli", "collect_through", "creds_of", "exactly_once", "rows_grow", "slurm_job", "until_rows"]
 
 
 def creds_of(dep: Deployment) -> Credentials:
@@ -75,3 +77,29 @@ def rows_grow(dep: Deployment, by: int) -> None:
 
 def until_rows(dep: Deployment, n: int) -> None:
     asyncio.run(until(lambda: len(dep.rows()) >= min(n, dep.rollouts), timeout=120, what=f"{n} rows"))
+
+
+SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "collect.sbatch"
+
+
+def slurm_job(dep: Deployment, tmp: Path, **env: str) -> subprocess.Popen[str]:
+    """The Slurm recipe (deploy/slurm/collect.sbatch) as Slurm runs it, with ``scontrol`` a recorder
+    on PATH (what it was asked goes to ``tmp/scontrol.calls``)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scontrol = bin_dir / "scontrol"  # records what the job asks Slurm to do
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp / "scontrol.calls"}\n')
+    scontrol.chmod(0o755)
+    return subprocess.Popen(
+        ["bash", str(SLURM_SCRIPT)],
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "ROLLCUT_CONFIG": str(dep.config),
+            "ROLLCUT": f"{sys.executable} -m rollcut",
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

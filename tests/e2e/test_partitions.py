@@ -15,7 +15,6 @@ qdisc kind is unknown"), see docs/cluster.md.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +28,8 @@ from rollcut.demo import demo_tasks
 
 from ..cluster import ACK_JOURNAL_ENV, leader
 from ..hosts import Hosts
-from .conftest import Deployment, deploy, finish
-from .faults import collect_through, creds_of, exactly_once, rows_grow
+from .conftest import Deployment, deploy
+from .faults import collect_through, creds_of, exactly_once, rows_grow, slurm_job
 
 pytestmark = pytest.mark.slow
 
@@ -106,21 +105,24 @@ def test_an_asymmetric_split_where_the_leader_hears_a_follower_that_does_not_hea
     collect_through(dep, cluster, fault)
 
 
-def test_the_collectors_host_cut_off_exits_75_and_the_requeue_finishes_once(split: Split) -> None:
-    """The collector and its Gym servers lose the whole cluster (which keeps itself): the collection
-    stops once the bus has not answered for ``bus_outage_s`` and exits 75; the requeued job, run
-    once the network is back, finishes every rollout once."""
+def test_the_collectors_host_cut_off_exits_75_and_the_slurm_requeue_finishes_once(
+    split: Split, tmp_path: Path
+) -> None:
+    """The Slurm recipe with a partition instead of SIGTERM: the job's host (collector and Gym
+    servers) loses the whole cluster, which keeps itself. The collection stops once the bus has not
+    answered for ``bus_outage_s``, exits 75 naming the outage, the recipe requeues the job, and the
+    requeued run (once the network is back) finishes every rollout once."""
     dep, cluster, hosts = split
     dep.extra_config = [*dep.extra_config, "bus_outage_s: 5"]
     dep._write_config()
-    proc = dep.collect()
-    dep.wait_rows(3, proc, timeout=120)
+    job = slurm_job(dep, tmp_path, SLURM_JOB_ID="4343")
+    dep.wait_rows(3, job)  # type: ignore[arg-type]
     with hosts.cut_off_here():
-        code, summary = finish(proc, timeout=240)
-    assert code == 75, summary
-    assert summary["bus_outage"].startswith("the bus did not answer for ")
-    t_healed = time.time()
-    code, summary = finish(dep.collect("--resume"), timeout=300)
-    assert code == 0, summary
-    assert summary["checkpoints_published"] >= 1 and t_healed > 0
+        _, err = job.communicate(timeout=240)
+    assert job.returncode == 75, err[-2000:]
+    assert "stopped: the bus did not answer for " in err
+    assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", "4343"]
+    again = slurm_job(dep, tmp_path, SLURM_JOB_ID="4343", SLURM_RESTART_COUNT="1")
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-2000:]
     exactly_once(dep, cluster)

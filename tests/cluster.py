@@ -12,6 +12,7 @@ from typing import Any
 
 from rollcut.bus import BusConfig, Credentials, EmbeddedCluster, EventLog
 from rollcut.bus._commit import ACK_JOURNAL_ENV
+from rollcut.testing import acked, missing_acks
 
 from .helpers import until
 
@@ -54,32 +55,6 @@ def leader(cluster: EmbeddedCluster, creds: Credentials) -> Any:
 def stream_health(cluster: EmbeddedCluster, creds: Credentials) -> list[tuple[str, bool, int]]:
     """Each follower of the stream: its name, whether it is current, and how far behind it is."""
     return asyncio.run(_info(cluster.url, creds))[1]
-
-
-def acked(journal: Path) -> dict[int, str]:
-    """Every acknowledgement the writers of a run were given (``<seq> <msg id>`` lines), by seq."""
-    out: dict[int, str] = {}
-    for f in journal.glob("*.acks"):
-        for line in f.read_text().splitlines():
-            seq, _, eid = line.partition(" ")
-            assert out.setdefault(int(seq), eid) == eid, f"seq {seq} acknowledged for two events"
-    return out
-
-
-async def _stored(url: str, creds: Credentials) -> dict[int, str]:
-    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
-    try:
-        return {s.seq: s.event.event_id async for s in log.read(strict=False) if s.event is not None}
-    finally:
-        await log.close()
-
-
-def missing_acks(url: str, creds: Credentials, journal: Path) -> tuple[int, list[str]]:
-    """How many acknowledgements the journal holds, and each one the stream does not hold as acked."""
-    told = acked(journal)
-    stored = asyncio.run(_stored(url, creds))
-    wrong = [f"seq {n}: acked {e}, stored {stored.get(n)}" for n, e in told.items() if stored.get(n) != e]
-    return len(told), wrong
 
 
 def journal_env(path: Path) -> dict[str, str]:

@@ -14,7 +14,6 @@ qdisc kind is unknown"), see docs/cluster.md.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,12 +21,11 @@ import pytest
 
 from rollcut._home import credentials_for
 from rollcut.bus import EmbeddedCluster
-from rollcut.bus._cluster import ClusterLayout, ClusterNode
 from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.demo import demo_tasks
 
 from ..cluster import ACK_JOURNAL_ENV, leader
-from ..hosts import Hosts
+from ..hosts import Hosts, hosts_available, netns_cluster
 from .conftest import Deployment, deploy
 from .faults import collect_through, creds_of, exactly_once, rows_grow, slurm_job
 
@@ -42,15 +40,9 @@ Split = tuple[Deployment, EmbeddedCluster, Hosts]
 def split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Split]:
     monkeypatch.setenv(ACK_JOURNAL_ENV, str(tmp_path / "acks"))
     creds = credentials_for(tmp_path / "nats", NS)
+    hosts_available()
     with Hosts(NODES) as hosts:
-        ClusterLayout(
-            nodes=[ClusterNode(name=n, host=hosts.addr[n], client_port=4222, route_port=6222) for n in NODES],
-            route_password=secrets.token_urlsafe(24),
-        ).save(tmp_path / "nats" / "cluster.json")
-        cluster = EmbeddedCluster(tmp_path / "nats", size=3, credentials=creds)
-        for node in cluster.nodes:
-            node.wrap = hosts.on(node.name)
-        cluster.start()
+        cluster = netns_cluster(hosts, tmp_path / "nats", creds).start()
         try:
             with deploy(
                 tmp_path, demo_tasks(ROLLOUTS, seed=1), nats=cluster, replicas=3, token_delay=0.01

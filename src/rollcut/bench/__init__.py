@@ -1,6 +1,7 @@
 """Benchmarks behind ``rollcut bench``: each measures rollcut against a raw baseline in the same run."""
 
 from ._baselines import BASELINES
+from ._chaos import FAULTS, bench_chaos
 from ._checkpoint import bench_checkpoint
 from ._durability import bench_durability
 from ._e2e import WAYS, bench_e2e
@@ -15,7 +16,9 @@ from ._workers import bench_workers
 
 __all__ = [
     "BASELINES",
+    "FAULTS",
     "WAYS",
+    "bench_chaos",
     "bench_checkpoint",
     "bench_durability",
     "bench_e2e",

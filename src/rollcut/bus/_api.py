@@ -76,6 +76,15 @@ class StreamApi:
                 )
             )
 
+    async def next_stored(self, seq: int, subject: str | None) -> int | None:
+        """The sequence of the first record at or after ``seq`` on ``subject`` (None: the whole
+        stream), as the stream's leader sees it; None if there is none. What a read up to a cut asks
+        where a replica's pages ended early (``_read.scan``)."""
+        got = await self._leader_get(
+            {"seq": seq, "next_by_subj": subject or ">"}, f"the record after seq {seq}"
+        )
+        return None if got is None else got.seq
+
     async def probe(self, timeout_s: float) -> str | None:
         """Ask the stream's leader once, for at most ``timeout_s``: None if it answered, else why
         not. Not patient, on purpose: this is how a collection notices that the bus has lost its

@@ -157,6 +157,8 @@ class EventLog(StreamApi, FenceOps):
         flight (``_commit``)."""
         self.replicas = replicas
         self._commit.one_in_flight_per_subject = replicas > 1
+        # a read up to a cut asks the leader where a replica's pages end early (``_read.scan``)
+        self._confirm = self.next_stored if replicas > 1 else None
 
     def give_up(self) -> None:
         """Declare the bus gone: every request of this log still riding an outage out fails now,
@@ -310,9 +312,16 @@ class EventLog(StreamApi, FenceOps):
             subject = None
             if component is not None:
                 subject = f"{self.subjects.prefix}.ev.*.*.{check_token(component, 'component')}"
-            async for pg in scan(
-                self.nc, self.stream, start=start, up_to=up_to, subject=subject, outage_s=self.config.outage_s
-            ):
+            pages = scan(
+                self.nc,
+                self.stream,
+                start=start,
+                up_to=up_to,
+                subject=subject,
+                outage_s=self.config.outage_s,
+                confirm=self._confirm,
+            )
+            async for pg in pages:
                 with paused():
                     decoded = [self._decode(m, strict) for m in pg]
                 yield decoded
@@ -322,7 +331,13 @@ class EventLog(StreamApi, FenceOps):
         else:
             filters = self.subjects.rollout_filters(rollout_id)
         msgs = await scan_merged(
-            self.nc, self.stream, filters, start=start, up_to=up_to, outage_s=self.config.outage_s
+            self.nc,
+            self.stream,
+            filters,
+            start=start,
+            up_to=up_to,
+            outage_s=self.config.outage_s,
+            confirm=self._confirm,
         )
         with paused():
             decoded = [self._decode(m, strict) for m in msgs]
@@ -357,4 +372,6 @@ class EventLog(StreamApi, FenceOps):
         return StoredEvent(m.seq, m.subject, ev, None, self.subjects)
 
     async def _fence_history(self, fence: str, up_to: int) -> list[RawMessage]:
-        return await scan_merged(self.nc, self.stream, [fence], up_to=up_to, outage_s=self.config.outage_s)
+        return await scan_merged(
+            self.nc, self.stream, [fence], up_to=up_to, outage_s=self.config.outage_s, confirm=self._confirm
+        )

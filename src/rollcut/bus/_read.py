@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -22,9 +22,13 @@ from .._errors import BusError
 from ._patience import Patience, gone_flag
 from ._stream import parse_headers
 
-__all__ = ["RawMessage", "scan", "scan_merged"]
+__all__ = ["Confirm", "RawMessage", "scan", "scan_merged"]
 
 DEFAULT_PAGE = 2048
+
+Confirm = Callable[[int, "str | None"], Awaitable["int | None"]]
+"""The next stored sequence at or after ``seq`` on a filter (None: the whole stream), as the stream's
+leader sees it; None if there is none."""
 
 
 class RawMessage(msgspec.Struct, frozen=True, gc=False):
@@ -162,12 +166,22 @@ async def scan(
     page: int = DEFAULT_PAGE,
     timeout: float = 10.0,
     outage_s: float = 60.0,
+    confirm: Confirm | None = None,
 ) -> AsyncIterator[list[RawMessage]]:
     """Yield pages of messages with ``start <= seq <= up_to``, in stream order.
 
     Every message comes with its headers, because the subject it is stored on
     is where its authority comes from (``_authority.py``); the connection's
     header parser is made for this (``_stream._Client``).
+
+    On a replicated stream any replica answers a direct get, and a follower that is behind (one
+    just back from a partition, catching up) answers from what it has: its pages end early, and
+    it has "nothing more". A read up to a cut must not take that for the end, or a restore would
+    rebuild a session from part of its history. So with ``up_to`` and ``confirm`` (the next stored
+    sequence at or after a given one on the filter, as the stream's *leader* sees it), where the
+    pages end before ``up_to`` the leader is asked whether anything is left; if it is, the pages
+    are asked again from there (another replica, or the same one caught up), for up to
+    ``outage_s`` without progress.
     """
     api = f"$JS.API.DIRECT.GET.{stream}"
 
@@ -186,19 +200,34 @@ async def scan(
     # reads it from disk while the caller decodes
     pending: asyncio.Task[_Page] | None = start_fetch(start) if up_to is None or start <= up_to else None
     seq = start
+    behind: Patience | None = None  # asking again after a replica that was behind, since the last progress
     try:
         while pending is not None:
             pg = await pending
             pending = None
-            if pg.messages and pg.pending > 0:
+            if pg.messages:
                 seq = pg.messages[-1].seq + 1
-                if up_to is None or seq <= up_to:
+                behind = None
+                if pg.pending > 0 and (up_to is None or seq <= up_to):
                     pending = start_fetch(seq)
             msgs = pg.messages
             if up_to is not None and msgs and msgs[-1].seq > up_to:
                 msgs = [m for m in msgs if m.seq <= up_to]
             if msgs:
                 yield msgs
+            if pending is None and confirm is not None and up_to is not None and seq <= up_to:
+                nxt = await confirm(seq, subject)
+                if nxt is not None and nxt <= up_to:  # the replica that answered is behind the leader
+                    behind = behind or Patience(outage_s, gone=gone_flag(nc))
+                    await behind.again(
+                        BusError(
+                            f"every replica that answered a read of {stream} is behind its leader "
+                            f"(seq {nxt} is stored, not served) for {outage_s:.0f} s",
+                            stream=stream,
+                            seq=nxt,
+                        )
+                    )
+                    pending = start_fetch(nxt)
     finally:
         if pending is not None:
             pending.cancel()
@@ -212,12 +241,16 @@ async def scan_merged(
     start: int = 1,
     up_to: int | None = None,
     outage_s: float = 60.0,
+    confirm: Confirm | None = None,
 ) -> list[RawMessage]:
     """Everything matching any of ``subjects``, merged into stream order."""
     runs: list[list[RawMessage]] = []
     for subject in subjects:
         run: list[RawMessage] = []
-        async for pg in scan(nc, stream, start=start, up_to=up_to, subject=subject, outage_s=outage_s):
+        scanning = scan(
+            nc, stream, start=start, up_to=up_to, subject=subject, outage_s=outage_s, confirm=confirm
+        )
+        async for pg in scanning:
             run.extend(pg)
         runs.append(run)
     if len(runs) == 1:

@@ -340,3 +340,31 @@ def bench_soak_cmd(
         sample_s=sample,
         instant=instant,
     )
+
+
+@bench_app.command("chaos")
+def bench_chaos_cmd(
+    trials: Annotated[int, typer.Option(help="Short collections, one random fault each.")] = 10,
+    rollouts: Annotated[int, typer.Option(help="Rollouts per collection.")] = 8,
+    seed: Annotated[int, typer.Option(help="Draws the faults, their moments and each trial's seed.")] = 0,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault", help="Only these fault kinds (repeatable); default: every one possible here."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Random faults (node and leader kills, an agent worker killed, and as root: the leader or a follower
+    cut off, an asymmetric split, the collector's host cut off) over many short collections on a
+    three-node cluster; invariant violations per fault kind. Exits 1 if any invariant was violated."""
+    from ..bench import FAULTS, bench_chaos
+
+    unknown = sorted(set(fault or ()) - set(FAULTS))
+    if unknown:
+        raise fail(f"--fault {', '.join(unknown)}: the kinds are {', '.join(FAULTS)}")
+    with console.status(f"{trials} trials of random faults", spinner="dots"):
+        out = bench_chaos(trials=trials, rollouts=rollouts, seed=seed, faults=tuple(fault or FAULTS))
+    report("rollcut bench chaos", out, as_json)
+    if out["violations"]:
+        raise typer.Exit(1)

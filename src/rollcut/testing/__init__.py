@@ -3,9 +3,22 @@ benchmarks run them (as ``temporalio.testing`` gives users the environment the S
 
 :class:`ServerProcess` starts one server from its options and reads its readiness lines;
 ``kill()`` is a SIGKILL of every process of it. :func:`start_stack` starts a whole stack (model,
-resources, agent, environment) on a bus.
+resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own on this machine
+(network namespaces on a bridge) to split a cluster's network; :func:`missing_acks` checks, after a
+fault, that every acknowledgement a writer was told is in the stream.
 """
 
+from ._acks import acked, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
+from ._hosts import Hosts, hosts_possible, netns_cluster
 
-__all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
+__all__ = [
+    "DEMO_ENVIRONMENTS",
+    "Hosts",
+    "ServerProcess",
+    "acked",
+    "hosts_possible",
+    "missing_acks",
+    "netns_cluster",
+    "start_stack",
+]

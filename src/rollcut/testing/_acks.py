@@ -1,0 +1,42 @@
+"""What a fault trial checks afterwards: every acknowledgement a writer was told is in the stream.
+
+Every rollcut process started with ``$ROLLCUT_ACK_JOURNAL`` naming a directory keeps a journal of
+the acknowledgements it received (``<seq> <event id>`` lines, ``bus/_commit.py``); after the run,
+each must be in the stream at the sequence it was told, holding that event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from ..bus import BusConfig, Credentials, EventLog
+
+__all__ = ["acked", "missing_acks"]
+
+
+def acked(journal: Path) -> dict[int, str]:
+    """Every acknowledgement the writers of a run were given, by seq."""
+    out: dict[int, str] = {}
+    for f in journal.glob("*.acks"):
+        for line in f.read_text().splitlines():
+            seq, _, eid = line.partition(" ")
+            if out.setdefault(int(seq), eid) != eid:
+                raise AssertionError(f"seq {seq} acknowledged for two events")
+    return out
+
+
+async def _stored(url: str, creds: Credentials) -> dict[int, str]:
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    try:
+        return {s.seq: s.event.event_id async for s in log.read(strict=False) if s.event is not None}
+    finally:
+        await log.close()
+
+
+def missing_acks(url: str, creds: Credentials, journal: Path) -> tuple[int, list[str]]:
+    """How many acknowledgements the journal holds, and each one the stream does not hold as acked."""
+    told = acked(journal)
+    stored = asyncio.run(_stored(url, creds))
+    wrong = [f"seq {n}: acked {e}, stored {stored.get(n)}" for n, e in told.items() if stored.get(n) != e]
+    return len(told), wrong

@@ -1,0 +1,138 @@
+"""Hosts of the project's own: network namespaces on one bridge, made by the test and removed after.
+
+Each host is a network namespace with one address on a private /24, joined to a bridge in this
+(root) namespace through a veth pair; the root namespace has the bridge's own address, so the test
+itself and whatever it runs here (the collector, the Gym servers) form one more host. Processes
+start on a host under ``ip netns exec``. Faults are the network's, not the processes':
+
+- :meth:`Hosts.cut` takes a host's link down: nobody reaches it, it reaches nobody;
+- :meth:`Hosts.block` drops what one host sends to another (a blackhole route in the sender's
+  namespace), the other direction untouched: an asymmetric split;
+- :meth:`Hosts.cut_off_here` blackholes every host from the root namespace: this host (the
+  collector's) loses the cluster while the cluster keeps itself.
+
+Only the namespaces, links and routes made here are ever touched; their names carry a random tag,
+so two runs on one machine never meet. Needs root and iproute2 (``ip``), as in CI
+(:func:`hosts_possible` says why not, where not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..bus import Credentials, EmbeddedCluster
+from ..bus._cluster import ClusterLayout, ClusterNode
+
+__all__ = ["Hosts", "hosts_possible", "netns_cluster"]
+
+
+def hosts_possible() -> str | None:
+    """None where hosts can be made here, else why not."""
+    if shutil.which("ip") is None:
+        return "no `ip` (Debian's iproute2) on PATH"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    return None
+
+
+def _ip(*args: str, ns: str | None = None) -> None:
+    cmd = ["ip", *args] if ns is None else ["ip", "netns", "exec", ns, "ip", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+
+
+class Hosts:
+    """Namespaces ``names`` on a bridge; a context manager that removes all it made."""
+
+    def __init__(self, names: list[str]) -> None:
+        tag = secrets.token_hex(3)
+        net = f"10.{random.randint(64, 250)}.{random.randint(1, 250)}"
+        self.bridge = f"rcb{tag}"
+        self.here = f"{net}.254"
+        self.ns = {name: f"rc{tag}-{name}" for name in names}
+        self.addr = {name: f"{net}.{i + 1}" for i, name in enumerate(names)}
+        self._port = {name: f"rc{tag}p{i}" for i, name in enumerate(names)}
+        self._blocked: set[tuple[str | None, str]] = set()
+
+    def __enter__(self) -> Hosts:
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.here}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for name, ns in self.ns.items():
+                port, inside = self._port[name], "eth0"
+                _ip("netns", "add", ns)
+                _ip("link", "add", port, "type", "veth", "peer", "name", f"{port}x")
+                _ip("link", "set", f"{port}x", "netns", ns)
+                _ip("link", "set", f"{port}x", "name", inside, ns=ns)
+                _ip("addr", "add", f"{self.addr[name]}/24", "dev", inside, ns=ns)
+                _ip("link", "set", inside, "up", ns=ns)
+                _ip("link", "set", "lo", "up", ns=ns)
+                _ip("link", "set", port, "master", self.bridge)
+                _ip("link", "set", port, "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for src, dst in list(self._blocked):
+            with contextlib.suppress(RuntimeError):
+                self.unblock(src, dst)
+        for ns in self.ns.values():  # its end of the veth pair goes with it, and the other end too
+            with contextlib.suppress(RuntimeError):
+                _ip("netns", "del", ns)
+        with contextlib.suppress(RuntimeError):
+            _ip("link", "del", self.bridge)
+
+    def on(self, name: str) -> list[str]:
+        """The command prefix that runs a program on host ``name``."""
+        return ["ip", "netns", "exec", self.ns[name]]
+
+    def cut(self, name: str) -> None:
+        _ip("link", "set", self._port[name], "down")
+
+    def heal(self, name: str) -> None:
+        _ip("link", "set", self._port[name], "up")
+
+    def block(self, src: str | None, dst: str) -> None:
+        """Drop everything host ``src`` (None: the root namespace) sends to host ``dst``."""
+        _ip("route", "add", "blackhole", f"{self.addr[dst]}/32", ns=None if src is None else self.ns[src])
+        self._blocked.add((src, dst))
+
+    def unblock(self, src: str | None, dst: str) -> None:
+        _ip("route", "del", "blackhole", f"{self.addr[dst]}/32", ns=None if src is None else self.ns[src])
+        self._blocked.discard((src, dst))
+
+    @contextlib.contextmanager
+    def cut_off_here(self) -> Iterator[None]:
+        """The root namespace (the collector's host) reaches no host while inside."""
+        for name in self.ns:
+            self.block(None, name)
+        try:
+            yield
+        finally:
+            for name in self.ns:
+                self.unblock(None, name)
+
+
+def netns_cluster(hosts: Hosts, data_dir: Path, credentials: Credentials) -> EmbeddedCluster:
+    """A cluster with one node on each host (not started): nodes on their host's address, on the
+    standard ports, each process started under ``ip netns exec``."""
+    names = list(hosts.ns)
+    ClusterLayout(
+        nodes=[ClusterNode(name=n, host=hosts.addr[n], client_port=4222, route_port=6222) for n in names],
+        route_password=secrets.token_urlsafe(24),
+    ).save(data_dir / "cluster.json")
+    cluster = EmbeddedCluster(data_dir, size=len(names), credentials=credentials)
+    for node in cluster.nodes:
+        node.wrap = hosts.on(node.name)
+    return cluster

@@ -17,6 +17,7 @@ from rollcut._home import credentials_for
 from rollcut.bus import Credentials, EmbeddedCluster
 from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.ledger import Ledger
+from rollcut.testing import generated_twice
 
 from ..cluster import missing_acks
 from ..helpers import until
@@ -53,6 +54,7 @@ def exactly_once(dep: Deployment, cluster: EmbeddedCluster) -> None:
     assert len(ids) == dep.rollouts and max(ids.values()) == 1
     told, wrong = missing_acks(cluster.url, creds_of(dep), dep.root / "acks")
     assert told > dep.rollouts * 10 and wrong == []
+    assert generated_twice(cluster.url, creds_of(dep)) == []  # nothing completed was generated again
     with Ledger(dep.root / "ledger", readonly=True) as led:
         newest = max(led.checkpoints(), key=lambda c: c.cut).checkpoint_id
     ok = cli(dep, "checkpoints", "verify", newest)

@@ -11,6 +11,7 @@ an asymmetric split, and the collector's host cut off from the cluster for a ran
 - ``exit``: the collection ended 0, or 75 and then its requeue (``--resume``) 0; nothing else;
 - ``rows``: every rollout has exactly one row;
 - ``acks``: every acknowledgement any process was told is in the stream at that sequence;
+- ``generated``: no model call that completed was generated again (same rollout, same request);
 - ``verify``: the newest checkpoint verifies against the stream and the token store.
 
 A violation is counted per fault kind and invariant, with the trial's seed and what was seen, so
@@ -40,7 +41,15 @@ from ..bus._commit import ACK_JOURNAL_ENV
 from ..demo import DEMO_NAMESPACE as NS
 from ..demo import demo_tasks
 from ..ledger import Ledger
-from ..testing import Hosts, ServerProcess, hosts_possible, missing_acks, netns_cluster, start_stack
+from ..testing import (
+    Hosts,
+    ServerProcess,
+    generated_twice,
+    hosts_possible,
+    missing_acks,
+    netns_cluster,
+    start_stack,
+)
 
 __all__ = ["FAULTS", "bench_chaos"]
 
@@ -48,7 +57,7 @@ NODE_FAULTS = ("node_kill", "leader_kill", "agent_worker_kill")
 NET_FAULTS = ("leader_cut", "follower_cut", "asymmetric", "collector_cut")
 FAULTS = NODE_FAULTS + NET_FAULTS
 """Every fault kind; the network ones only where hosts can be made."""
-INVARIANTS = ("exit", "rows", "acks", "verify")
+INVARIANTS = ("exit", "rows", "acks", "generated", "verify")
 
 
 def bench_chaos(
@@ -193,6 +202,10 @@ def _violations(root: Path, url: str, creds: Credentials, seen: dict[str, Any], 
     if told == 0 or wrong:
         bad.append("acks")
         seen["acks"] = {"told": told, "wrong": wrong[:5]}
+    twice = generated_twice(url, creds)
+    if twice:
+        bad.append("generated")
+        seen["generated"] = twice[:5]
     with Ledger(root / "ledger", readonly=True) as led:
         newest = max(led.checkpoints(), key=lambda c: c.cut, default=None)
     why = "no checkpoint published" if newest is None else _unverified(root, url, newest.checkpoint_id)

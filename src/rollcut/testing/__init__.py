@@ -8,7 +8,7 @@ resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own
 fault, that every acknowledgement a writer was told is in the stream.
 """
 
-from ._acks import acked, missing_acks
+from ._acks import acked, generated_twice, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster
 
@@ -17,6 +17,7 @@ __all__ = [
     "Hosts",
     "ServerProcess",
     "acked",
+    "generated_twice",
     "hosts_possible",
     "missing_acks",
     "netns_cluster",

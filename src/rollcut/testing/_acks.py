@@ -1,4 +1,5 @@
-"""What a fault trial checks afterwards: every acknowledgement a writer was told is in the stream.
+"""What a fault trial checks afterwards: every acknowledgement a writer was told is in the stream,
+and no model call completed was generated again.
 
 Every rollcut process started with ``$ROLLCUT_ACK_JOURNAL`` naming a directory keeps a journal of
 the acknowledgements it received (``<seq> <event id>`` lines, ``bus/_commit.py``); after the run,
@@ -10,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ..bus import BusConfig, Credentials, EventLog
+from ..bus import BusConfig, Credentials, EventLog, ModelCallCompleted
 
-__all__ = ["acked", "missing_acks"]
+__all__ = ["acked", "generated_twice", "missing_acks"]
 
 
 def acked(journal: Path) -> dict[int, str]:
@@ -40,3 +41,24 @@ def missing_acks(url: str, creds: Credentials, journal: Path) -> tuple[int, list
     stored = asyncio.run(_stored(url, creds))
     wrong = [f"seq {n}: acked {e}, stored {stored.get(n)}" for n, e in told.items() if stored.get(n) != e]
     return len(told), wrong
+
+
+async def _generated(url: str, creds: Credentials) -> list[tuple[str, str]]:
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    try:
+        return [
+            (s.event.rollout_id, s.event.request_digest)
+            async for s in log.read(strict=False)
+            if isinstance(s.event, ModelCallCompleted)
+        ]
+    finally:
+        await log.close()
+
+
+def generated_twice(url: str, creds: Credentials) -> list[str]:
+    """Each request of a rollout the model server generated more than once (``rollout: digest``):
+    a call that completed is served from the log after any fault, never generated again."""
+    seen: dict[tuple[str, str], int] = {}
+    for key in asyncio.run(_generated(url, creds)):
+        seen[key] = seen.get(key, 0) + 1
+    return [f"{rid}: {digest}" for (rid, digest), n in seen.items() if n > 1]

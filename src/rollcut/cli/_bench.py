@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
@@ -363,6 +365,8 @@ def bench_chaos_cmd(
     unknown = sorted(set(fault or ()) - set(FAULTS))
     if unknown:
         raise fail(f"--fault {', '.join(unknown)}: the kinds are {', '.join(FAULTS)}")
+    # a SIGTERM unwinds like an exception: the trial in progress removes its hosts and processes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with console.status(f"{trials} trials of random faults", spinner="dots"):
         out = bench_chaos(trials=trials, rollouts=rollouts, seed=seed, faults=tuple(fault or FAULTS))
     report("rollcut bench chaos", out, as_json)

@@ -12,7 +12,8 @@ an asymmetric split, and the collector's host cut off from the cluster for a ran
 - ``rows``: every rollout has exactly one row;
 - ``acks``: every acknowledgement any process was told is in the stream at that sequence;
 - ``generated``: no model call that completed was generated again (same rollout, same request);
-- ``verify``: the newest checkpoint verifies against the stream and the token store.
+- ``verify``: the newest checkpoint verifies against the stream and the token store (a collection
+  that ended before any checkpoint published has none to verify: counted as ``no_checkpoint``).
 
 A violation is counted per fault kind and invariant, with the trial's seed and what was seen, so
 that a trial can be run again alone (``--seed``, ``--trials 1``).
@@ -81,9 +82,12 @@ def bench_chaos(
         kind, trial_seed = order.pop(), rng.randrange(1 << 30)
         with tempfile.TemporaryDirectory(prefix="rollcut-chaos-") as tmp:
             seen = _trial(Path(tmp), kind, trial_seed, rollouts)
-        row = per.setdefault(kind, {"trials": 0, "requeued": 0, "violations": dict.fromkeys(INVARIANTS, 0)})
+        row = per.setdefault(
+            kind, {"trials": 0, "requeued": 0, "no_checkpoint": 0, "violations": dict.fromkeys(INVARIANTS, 0)}
+        )
         row["trials"] += 1
         row["requeued"] += int(seen["exits"][:1] == [75])
+        row["no_checkpoint"] += int(seen.get("no_checkpoint", False))
         for name in seen["violated"]:
             row["violations"][name] += 1
         if seen["violated"]:
@@ -208,7 +212,10 @@ def _violations(root: Path, url: str, creds: Credentials, seen: dict[str, Any], 
         seen["generated"] = twice[:5]
     with Ledger(root / "ledger", readonly=True) as led:
         newest = max(led.checkpoints(), key=lambda c: c.cut, default=None)
-    why = "no checkpoint published" if newest is None else _unverified(root, url, newest.checkpoint_id)
+    if newest is None:  # finished before any checkpoint could publish: nothing to verify, nothing wrong
+        seen["no_checkpoint"] = True
+        return bad
+    why = _unverified(root, url, newest.checkpoint_id)
     if why is not None:
         bad.append("verify")
         seen["verify"] = why

@@ -75,8 +75,9 @@ async def test_admission_closes_in_every_worker_a_dead_worker_comes_back_or_is_n
         assert srv.kill_worker("model-w1") != old  # SIGKILL; its parent starts it again, same name
         res = await coord.checkpoint(deadline_s=10)
         assert {"model-w0", "model-w1"} <= set(res.record.participants)
-        # with its parent gone too, nobody restarts it: the next checkpoint names it and publishes nothing
-        os.kill(srv.p.pid if srv.p else 0, signal.SIGKILL)
+        # with its parent stopped, nobody restarts it: the next checkpoint names it and publishes nothing
+        # (stopped, not killed: a worker dies with its parent, and worker 0 must live on here)
+        os.kill(srv.p.pid if srv.p else 0, signal.SIGSTOP)
         os.kill(srv.instances["model-w1"], signal.SIGKILL)
         with pytest.raises(CheckpointFailedError, match="model worker 1 of 2"):
             await coord.checkpoint(deadline_s=3)

@@ -308,6 +308,9 @@ class EventLog(StreamApi, FenceOps):
         """Like :meth:`read`, a page at a time: bulk consumers skip a hop per event."""
         if attempt is not None and rollout_id is None:
             raise FenceError("reading one attempt needs its rollout_id too")
+        if up_to is None and self._confirm is not None:
+            # "to the end" is the end the leader has now: a replica that is behind would end sooner
+            up_to = await self.last_seq()
         if rollout_id is None:
             subject = None
             if component is not None:

@@ -12,9 +12,7 @@ from typing import Any
 
 from rollcut.bus import BusConfig, Credentials, EmbeddedCluster, EventLog
 from rollcut.bus._commit import ACK_JOURNAL_ENV
-from rollcut.testing import acked, missing_acks
-
-from .helpers import until
+from rollcut.testing import acked, missing_acks, stream_leader
 
 __all__ = ["ACK_JOURNAL_ENV", "acked", "acks_told", "journal_env", "leader", "missing_acks", "stream_health"]
 
@@ -38,18 +36,7 @@ async def _info(url: str, creds: Credentials) -> tuple[str, list[tuple[str, bool
 
 def leader(cluster: EmbeddedCluster, creds: Credentials) -> Any:
     """The node that leads the namespace's stream now (after an election, the new one)."""
-    holder: list[str] = []
-
-    async def elected() -> bool:
-        try:
-            name, _ = await _info(cluster.url, creds)
-        except Exception:  # no leader yet: the request is not answered
-            return False
-        holder[:] = [name]
-        return bool(name)
-
-    asyncio.run(until(elected, timeout=60, what="a stream leader"))
-    return cluster.node(holder[0])
+    return stream_leader(cluster, creds)
 
 
 def stream_health(cluster: EmbeddedCluster, creds: Credentials) -> list[tuple[str, bool, int]]:

@@ -14,7 +14,7 @@ qdisc kind is unknown"), see docs/cluster.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,46 +55,41 @@ def split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Split]:
             cluster.kill()
 
 
-def test_the_stream_leader_cut_off_from_everyone(split: Split) -> None:
-    """The majority elects a leader and goes on; the old one, healed, rejoins as a follower and takes
-    nothing it accepted alone (it could accept nothing: no quorum)."""
+Move = Callable[[Hosts, str, str], None]
+"""A change to the network, given the stream leader's and one follower's names."""
+
+
+def _split_while_collecting(split: Split, apply: Move, undo: Move) -> None:
+    """``apply`` once the collection is under way, ``undo`` once it has written 3 more rows, then what
+    every fault trial checks (``faults.collect_through``)."""
     dep, cluster, hosts = split
 
     def fault() -> None:
         lead = leader(cluster, creds_of(dep))
-        hosts.cut(lead.name)
+        follower = next(n for n in cluster.nodes if n is not lead)
+        apply(hosts, lead.name, follower.name)
         rows_grow(dep, 3)
-        hosts.heal(lead.name)
+        undo(hosts, lead.name, follower.name)
 
     collect_through(dep, cluster, fault)
+
+
+def test_the_stream_leader_cut_off_from_everyone(split: Split) -> None:
+    """The majority elects a leader and goes on; the old one, healed, rejoins as a follower and takes
+    nothing it accepted alone (it could accept nothing: no quorum)."""
+    _split_while_collecting(split, lambda h, lead, _: h.cut(lead), lambda h, lead, _: h.heal(lead))
 
 
 def test_one_node_alone_while_the_majority_goes_on_and_heals_under_checkpoints(split: Split) -> None:
     """A follower in a minority of one; healed while checkpoints run every second."""
-    dep, cluster, hosts = split
-
-    def fault() -> None:
-        lead = leader(cluster, creds_of(dep))
-        alone = next(n for n in cluster.nodes if n is not lead)
-        hosts.cut(alone.name)
-        rows_grow(dep, 3)
-        hosts.heal(alone.name)
-
-    collect_through(dep, cluster, fault)
+    _split_while_collecting(split, lambda h, _, alone: h.cut(alone), lambda h, _, alone: h.heal(alone))
 
 
 def test_an_asymmetric_split_where_the_leader_hears_a_follower_that_does_not_hear_it(split: Split) -> None:
     """Everything one follower sends to the leader is dropped; the leader's packets still arrive."""
-    dep, cluster, hosts = split
-
-    def fault() -> None:
-        lead = leader(cluster, creds_of(dep))
-        deaf = next(n for n in cluster.nodes if n is not lead)
-        hosts.block(deaf.name, lead.name)
-        rows_grow(dep, 3)
-        hosts.unblock(deaf.name, lead.name)
-
-    collect_through(dep, cluster, fault)
+    _split_while_collecting(
+        split, lambda h, lead, deaf: h.block(deaf, lead), lambda h, lead, deaf: h.unblock(deaf, lead)
+    )
 
 
 def test_the_collectors_host_cut_off_exits_75_and_the_slurm_requeue_finishes_once(

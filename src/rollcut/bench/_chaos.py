@@ -50,6 +50,7 @@ from ..testing import (
     missing_acks,
     netns_cluster,
     start_stack,
+    stream_leader,
 )
 
 __all__ = ["FAULTS", "bench_chaos"]
@@ -233,29 +234,11 @@ def _unverified(root: Path, url: str, checkpoint_id: str) -> str | None:
     return f"{checkpoint_id}: exit {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}"
 
 
-def _leader(cluster: EmbeddedCluster, creds: Credentials, timeout_s: float = 60.0) -> Any:
-    async def ask() -> str:
-        log = await EventLog.connect(BusConfig(url=cluster.url).as_role(creds, "admin"))
-        try:
-            info = await log.nc.jetstream(timeout=2).stream_info(log.stream)
-            return str(info.cluster.leader or "") if info.cluster else ""
-        finally:
-            await log.close()
-
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        with contextlib.suppress(Exception):  # no leader yet: the request is not answered
-            if name := asyncio.run(ask()):
-                return cluster.node(name)
-        time.sleep(0.2)  # an election under way: nothing to wait on but asking again
-    raise TimeoutError("no stream leader within 60 s")
-
-
 Heal = Callable[[], object]
 
 
 def _node_kill(cluster: EmbeddedCluster, creds: Credentials, rng: random.Random, *, leader: bool) -> Heal:
-    node = _leader(cluster, creds) if leader else rng.choice(cluster.nodes)
+    node = stream_leader(cluster, creds) if leader else rng.choice(cluster.nodes)
     node.kill()
     return node.start
 
@@ -269,14 +252,14 @@ def _worker_kill(stack: list[ServerProcess], rng: random.Random) -> Heal:
 def _cut(
     hosts: Hosts, cluster: EmbeddedCluster, creds: Credentials, rng: random.Random, *, leader: bool
 ) -> Heal:
-    lead = _leader(cluster, creds)
+    lead = stream_leader(cluster, creds)
     node = lead if leader else rng.choice([n for n in cluster.nodes if n is not lead])
     hosts.cut(node.name)
     return lambda: hosts.heal(node.name)
 
 
 def _asymmetric(hosts: Hosts, cluster: EmbeddedCluster, creds: Credentials, rng: random.Random) -> Heal:
-    lead = _leader(cluster, creds)
+    lead = stream_leader(cluster, creds)
     deaf = rng.choice([n for n in cluster.nodes if n is not lead])
     hosts.block(deaf.name, lead.name)  # the follower's packets to the leader are dropped, not the reverse
     return lambda: hosts.unblock(deaf.name, lead.name)

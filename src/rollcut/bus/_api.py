@@ -95,17 +95,15 @@ class StreamApi:
         info is not a probe: a replica left alone without a quorum answers it from its own state
         after a few seconds (measured: two of three nodes SIGKILLed, answered again after 10 s).
         """
-        req = msgspec.json.encode({"last_by_subj": self.subjects.mark(COLLECTOR_LANE)})
+        lane = self.subjects.mark(COLLECTOR_LANE)
+        req = msgspec.json.encode({"last_by_subj": lane})
         try:
             msg = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{self.stream}", req, timeout=timeout_s)
+            self._stored_msg(msg, lane)
         except (NatsError, OSError) as exc:  # timeouts, no responders, a connection being re-made
             return f"{type(exc).__name__}: {exc}"[:200]
-        try:
-            reply = _msg_get_decoder.decode(msg.data)
-        except msgspec.DecodeError:
-            return "an unreadable answer from the stream's API"
-        if reply.error is not None and reply.error.code != 404:
-            return f"{reply.error.code} {reply.error.description}"[:200]
+        except BusError as exc:  # answered, but not by a leader: 503, no quorum
+            return str(exc)[:200]
         return None
 
     async def purge(self, subject: str, *, below: int | None = None, keep: int | None = None) -> int:
@@ -146,7 +144,10 @@ class StreamApi:
         return await self._direct_get({"last_by_subj": subject}, subject)
 
     async def _leader_get(self, req: dict[str, object], what: str) -> RawMessage | None:
-        msg = await self._ask(f"$JS.API.STREAM.MSG.GET.{self.stream}", req, what)
+        return self._stored_msg(await self._ask(f"$JS.API.STREAM.MSG.GET.{self.stream}", req, what), what)
+
+    def _stored_msg(self, msg: Msg, what: str) -> RawMessage | None:
+        """A message-get answer: the record, None for "no such record", or why it is neither."""
         try:
             reply = _msg_get_decoder.decode(msg.data)
         except msgspec.DecodeError as exc:

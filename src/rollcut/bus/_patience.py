@@ -47,9 +47,8 @@ class Patience:
         if self._gone is None:
             await asyncio.sleep(self._delay)
         else:
-            if not self._gone.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._gone.wait(), self._delay)
+            with contextlib.suppress(TimeoutError):  # the back-off, cut short when the bus is declared gone
+                await asyncio.wait_for(self._gone.wait(), self._delay)
             if self._gone.is_set():
                 error.add_note("given up before outage_s: the bus was declared gone (EventLog.give_up)")
                 raise error

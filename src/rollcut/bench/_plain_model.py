@@ -41,7 +41,7 @@ class PlainModelService(ModelService):
             out.append(tok)
             if on_token is not None:
                 await on_token(tok, "")
-        self.stats["calls_generated"] += 1
+        self.stats.inc("calls_generated")
         return CallResult(call_id, plan, out, _NO_RECEIPT)
 
 

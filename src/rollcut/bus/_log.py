@@ -32,6 +32,7 @@ from .._errors import (
     StaleAttemptError,
 )
 from .._gc import paused
+from .._tracing import TRACEPARENT, traceparent
 from ._api import StreamApi
 from ._authority import authority_error
 from ._codec import Codec
@@ -223,6 +224,10 @@ class EventLog(StreamApi, FenceOps):
         else:
             headers = {_MSG_ID: eid}
             lines = f"{_MSG_ID}: {eid}\r\n".encode()
+        tp = traceparent()  # the span this event was written under (rollcut._tracing), when tracing
+        if tp:
+            headers[TRACEPARENT] = tp
+            lines += f"{TRACEPARENT}: {tp}\r\n".encode()
         out = await self._commit.submit(subject, frame, headers, lines)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE and isinstance(event, RolloutEvent):
             self._open.pop(event.rollout_id, None)

@@ -130,6 +130,14 @@ def bench_model_cmd(
             "server directly, and tokens regenerated after a crash with cuts and without."
         ),
     ] = "local",
+    tracing: Annotated[
+        bool,
+        typer.Option(
+            "--tracing",
+            help="Also the model server exporting every span over OTLP/HTTP (to a sink in this process): "
+            "tracing's cost, as its ratio to the server without.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Throughput and latency of the model server with custody against the same server without."""
@@ -140,6 +148,8 @@ def bench_model_cmd(
     counts = tuple(clients or ((1, 8) if engine else (1, 8, 64)))
     if any(c < 1 for c in counts) or repeat < 1 or n < 1:
         raise fail("--calls, --clients and --repeat take positive numbers")
+    if tracing and engine:
+        raise fail("--tracing measures the local backend's server (an engine's own time would hide it)")
     status = f"benchmarking {n} model calls per run at {', '.join(map(str, counts))} clients"
     _measure(
         "bench_model_engine" if engine else "bench_model",
@@ -148,6 +158,7 @@ def bench_model_cmd(
         calls=n,
         clients=counts,
         repeat=repeat,
+        **({"tracing": True} if tracing else {}),
     )
 
 

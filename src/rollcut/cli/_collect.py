@@ -32,10 +32,26 @@ def collect_cmd(
             "--replicas", envvar="ROLLCUT_REPLICAS", min=1, help="Copies of the stream (default: config)."
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="ROLLCUT_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve /metrics (Prometheus) and /rollcut/stats (rollcut top) here; 0: a free port.",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="The address --metrics-port binds.")
+    ] = "127.0.0.1",
     as_json: JsonOpt = False,
 ) -> None:
     """Collect rollouts with checkpoints; exits 75 after a checkpoint on SIGTERM (requeue me)."""
-    from ..collect import Collector, CollectorHooks, load_config, read_rows, summary_dict
+    from .._tracing import configure
+    from ..collect import Collector, CollectorHooks, load_config, read_rows, serve_metrics, summary_dict
+
+    configure("rollcut-collector")  # spans exported if OTEL_EXPORTER_OTLP_ENDPOINT asks
 
     async def go() -> Summary:
         cfg, base = load_config(config)
@@ -86,7 +102,10 @@ def collect_cmd(
                 col.install_signals(
                     on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm
                 )
-                return await col.run(resume=resume)
+                if metrics_port is None:
+                    return await col.run(resume=resume)
+                async with serve_metrics(col.metrics, metrics_host, metrics_port, home):
+                    return await col.run(resume=resume)
 
     summary = run(go())
     if as_json:

@@ -5,16 +5,19 @@ from ._collector import EXIT_REQUEUE, Collector
 from ._config import CheckpointPolicy, CollectConfig, CompactionPolicy, load_config
 from ._export import ExportError, Turn, padded, read_turns
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
+from ._metrics import METRICS_FILE, CollectorMetrics, serve_metrics
 from ._rows import RolloutInput, Rows, failures_path, is_nemo_row, load_rows, read_rows
 from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = [
     "DEFAULT_LEASE_TTL_S",
     "EXIT_REQUEUE",
+    "METRICS_FILE",
     "CheckpointPolicy",
     "CollectConfig",
     "Collector",
     "CollectorHooks",
+    "CollectorMetrics",
     "CompactionPolicy",
     "ExportError",
     "NamespaceLease",
@@ -29,5 +32,6 @@ __all__ = [
     "padded",
     "read_rows",
     "read_turns",
+    "serve_metrics",
     "summary_dict",
 ]

@@ -11,6 +11,7 @@ from .._errors import CheckpointError
 from ..bus import EventLog
 from ..ledger import Ledger, compact
 from ..participants import Coordinator, PauseBreakdown
+from ._metrics import CollectorMetrics
 from ._summary import CollectorHooks, Summary
 
 __all__ = ["Checkpointing"]
@@ -30,6 +31,7 @@ class Checkpointing:
     checkpoint_ms: list[float]
     pause_ms: list[float]
     pauses: PauseBreakdown
+    metrics: CollectorMetrics
     _ck_lock: asyncio.Lock
     _stop: asyncio.Event
 
@@ -45,7 +47,9 @@ class Checkpointing:
             # a checkpoint that failed (a deadline passed on a loaded machine) and was followed by one
             # that published lost nothing: the newest cut is what a restore uses; it stays counted
             self.summary.failed.pop("checkpoint", None)
-            self.checkpoint_ms.append((time.perf_counter() - t0) * 1000)
+            took = time.perf_counter() - t0
+            self.checkpoint_ms.append(took * 1000)
+            self.metrics.checkpoint(res, took)
             self.pause_ms.append(res.pause_ms)
             self.pauses.add(res)
             self.summary.checkpoints_published += 1

@@ -35,6 +35,7 @@ from .._errors import (
     StorageError,
 )
 from .._telemetry import percentile
+from .._tracing import attempt_span, traced
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, RolloutIndex
@@ -44,17 +45,21 @@ from ._buswatch import OUTAGE_FLOOR_S, BusWatch
 from ._checkpointing import Checkpointing
 from ._handoff import refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
+from ._metrics import CollectorMetrics
+from ._recovering import Recovering
 from ._rows import Rows, row_kept
 from ._signals import install_signals
 from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
+_INVOKE = {"gen_ai.operation.name": "invoke_agent"}  # the agent is remote, behind the environment
+
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
 """Exit code after a checkpoint on SIGTERM: requeue the job (EX_TEMPFAIL)."""
 
 
-class Collector(Checkpointing):
+class Collector(Checkpointing, Recovering):
     """The reference framework integration: dispatch, hand off exactly once, checkpoint, recover."""
 
     def __init__(
@@ -130,6 +135,7 @@ class Collector(Checkpointing):
         self.watch = BusWatch(log, outage_s, self._bus_lost)
         self._collecting: asyncio.Future[Summary] | None = None
         self._working = False  # the workers run: the stop flag reaches them
+        self.metrics = CollectorMetrics(self)  # read when scraped (``--metrics-port``)
 
     # --- identity and hand-off ---------------------------------------------------------
 
@@ -187,26 +193,6 @@ class Collector(Checkpointing):
             )
         )
 
-    # --- recovery ----------------------------------------------------------------------
-
-    async def _recover(self, rollouts: list[str]) -> None:
-        async with self._recover_lock:  # a heal and an explicit recovery never plan the same fence twice
-            await self._recover_now(rollouts)
-
-    async def _recover_now(self, rollouts: list[str]) -> None:
-        chosen, self._recovery_checkpoint = self._recovery_checkpoint, None
-        res = await self.restorer.recover(rollouts, self.recovery, chosen)
-        if res.sealed is not None:
-            self.summary.checkpoints_published += 1
-            self.summary.last_checkpoint = res.sealed.record.checkpoint_id
-        if res.seal_error is not None:
-            self.summary.failed.setdefault("recovery_checkpoint", res.seal_error)
-        for kind, n in res.plan.counts().items():  # every recovery of the run (resume, then heals), summed:
-            self.summary.recovery[kind] = self.summary.recovery.get(kind, 0) + n  # a heal must not erase it
-        self.summary.never_started = len(res.plan.unstarted)
-        if self.hooks.recovery:
-            self.hooks.recovery(res)
-
     # --- the run -------------------------------------------------------------------------
 
     def _finished(self, rid: str, rec: RolloutIndex | None) -> bool:
@@ -224,30 +210,6 @@ class Collector(Checkpointing):
         with contextlib.suppress(RolloutExistsError):
             await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
 
-    async def _heal(self, rid: str, client: httpx.AsyncClient) -> bool:
-        """A run broke off (a Gym process died under it). Posting the same attempt again would start
-        it over and redo completed work, so: wait until the environment answers, then recover every
-        run that broke off meanwhile as its next attempt (tail seal, plan, restore, resume)."""
-        self._interrupted.add(rid)
-        async with self._heal_lock:
-            if self._stop.is_set():
-                return False
-            if rid not in self._interrupted:
-                return True  # another run's recovery took this one along
-            give_up = time.monotonic() + self.heal_timeout_s
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"{self.env_url}/healthz", timeout=2)).status_code == 200:
-                        break
-                if time.monotonic() > give_up or self._stop.is_set():
-                    return False
-                await asyncio.sleep(0.2)
-            batch = sorted(self._interrupted)
-            self._interrupted.clear()
-            await self._recover(batch)
-            self.summary.healed += len(batch)
-            return True
-
     async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
         for _ in range(self.max_attempts * 20):
             if self._stop.is_set():
@@ -264,12 +226,15 @@ class Collector(Checkpointing):
                 self.summary.gave_up.append(rid)
                 await self.retire(rid, reason=why)  # for good: fenced off, and its one row written
                 return
-            try:
-                resp = await client.post(
-                    f"{self.env_url}/run",
-                    json=self.rows.run_body(rid, state.attempt),
-                    headers=identity_headers(Identity(rid, state.attempt)),
-                )
+            try:  # one attempt, one trace (rollcut._tracing): its root span is this call
+                with attempt_span(
+                    "invoke_agent", self.log.subjects.namespace, rid, state.attempt, attributes=_INVOKE
+                ):
+                    resp = await client.post(
+                        f"{self.env_url}/run",
+                        json=self.rows.run_body(rid, state.attempt),
+                        headers=identity_headers(Identity(rid, state.attempt)),
+                    )
             except httpx.HTTPError as exc:
                 if self._stop.is_set():
                     return
@@ -397,7 +362,10 @@ class Collector(Checkpointing):
             self.coordinator.validator.start(0.5)  # a round costs a few fsyncs: not more often
         transport = httpx.AsyncHTTPTransport(socket_options=[(6, 1, 1)])  # IPPROTO_TCP, TCP_NODELAY
         async with httpx.AsyncClient(
-            timeout=600, transport=transport, limits=httpx.Limits(max_connections=self.concurrency * 2)
+            timeout=600,
+            transport=transport,
+            limits=httpx.Limits(max_connections=self.concurrency * 2),
+            event_hooks={"request": [traced]},
         ) as client:
 
             async def worker() -> None:

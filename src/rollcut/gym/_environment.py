@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from .._tracing import SpanKind, of_attempt, span
 from ..bus import EventLog, RolloutCompleted, input_digest
 from ._http import (
     DEFAULT_MAX_BODY_BYTES,
@@ -23,7 +24,9 @@ from ._http import (
     gym_client,
     identity_of,
     json_body,
+    stats_routes,
 )
+from ._stats import ENVIRONMENT_STATS, tally
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]
@@ -40,14 +43,17 @@ def create_environment_app(
     """The environment server's FastAPI app: POST /run drives the agent and records the completion."""
     app = gym_app("rollcut environment", max_body_bytes=max_body_bytes)
     client = http or gym_client(600)
-    stats = {"episodes": 0, "completed": 0}
+    stats = tally(ENVIRONMENT_STATS)
 
     @app.post("/run")
     async def run(request: Request) -> Any:
         ident = identity_of(request)
         task = await json_body(request)
-        stats["episodes"] += 1
-        resp = await client.post(f"{agent_url.rstrip('/')}/run", json=task, headers=identity_headers(ident))
+        stats.inc("episodes")
+        with span("rollcut.episode", SpanKind.SERVER, of_attempt(ident)):  # collector -> here -> agent
+            resp = await client.post(
+                f"{agent_url.rstrip('/')}/run", json=task, headers=identity_headers(ident)
+            )
         if resp.status_code != 200:  # the agent's refusal, passed on in the same shape
             return error_response(error_from_response(resp))
         result = resp.json()
@@ -62,12 +68,10 @@ def create_environment_app(
                 reward=float(result.get("reward") or 0.0),
             ),
         )
-        stats["completed"] += 1
+        stats.inc("completed")
         return JSONResponse({**result, "rollout_id": ident.rollout_id, "attempt": ident.attempt})
 
-    @app.get("/rollcut/stats")
-    async def get_stats() -> dict[str, Any]:
-        return {"instance": instance, **stats}
+    stats_routes(app, [stats], lambda: {"instance": instance})
 
     @app.get("/healthz")
     async def healthz() -> Any:

@@ -12,10 +12,12 @@ import httpx
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
+from .._metrics import CONTENT_TYPE, Tally, exposition
+from .._tracing import TraceContext, traced
 from ..bus import Component, Event, EventLog
 from ..participants import Participant
 from ._peers import PeerRouter
@@ -35,6 +37,7 @@ __all__ = [
     "identity_of",
     "json_body",
     "run_admitted",
+    "stats_routes",
 ]
 
 
@@ -73,6 +76,7 @@ def gym_client(timeout: float, *, max_connections: int = 1000) -> httpx.AsyncCli
         transport=transport,
         limits=httpx.Limits(max_connections=max_connections),
         cookies=httpx.Cookies(_NoCookies()),
+        event_hooks={"request": [traced]},
     )
 
 
@@ -165,7 +169,11 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
     """A FastAPI app whose routes raise domain errors and never build error answers themselves;
     identity path prefixes are understood on every route, bodies are bounded, and a request for a
     rollout another worker owns goes to that worker (:mod:`rollcut.gym._peers`)."""
-    app = FastAPI(title=title, version="1")
+    # FastAPI's own spans (a request span, and spans for dependencies, the endpoint and serialization)
+    # are off: rollcut's server spans are the GenAI ones (docs/observability.md), one per call, and
+    # FastAPI's four per request cost a model call ~0.3 ms of CPU for nothing a trace reader needs
+    app = FastAPI(title=title, version="1", telemetry={"tracing": False})
+    app.add_middleware(TraceContext)  # innermost: in the worker that owns the rollout
     app.add_middleware(IdentityPrefix)
     app.add_middleware(PeerRouter)  # inside the body limit, outside the prefix: forwards as sent
     app.add_middleware(BodyLimit, limit=max_body_bytes)
@@ -270,3 +278,20 @@ async def append_or_refuse(log: EventLog, event: Event) -> int:
         raise GymError.stale(exc) from exc
     except FenceError as exc:  # e.g. a rollout that was never dispatched
         raise GymError(ErrorKind.UNKNOWN_ROLLOUT, str(exc)) from exc
+
+
+def stats_routes(app: FastAPI, tallies: list[Tally], stats: Callable[[], dict[str, Any]]) -> None:
+    """``/rollcut/stats`` (this worker's counters by stat name, plus what ``stats`` adds: who it is,
+    what runs now; the peer router sums the workers') and ``/metrics`` (Prometheus' text format,
+    every worker's), both read from the same ``tallies``."""
+
+    @app.get("/rollcut/stats")
+    async def get_stats() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for t in tallies:
+            out.update(t)
+        return {**stats(), **out}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(exposition(tallies), media_type=CONTENT_TYPE)

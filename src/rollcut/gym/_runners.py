@@ -19,6 +19,7 @@ from typing import Any, get_args
 from fastapi import FastAPI
 
 from .._errors import ConfigError
+from .._tracing import configure
 from ..bus import BusConfig, EventLog, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
@@ -151,6 +152,7 @@ async def _serve_environment(
 
 async def serve_worker(opts: ServeSpec, sock: socket.socket, worker: int, peers: Peers | None = None) -> None:
     """The body of one worker process of the server ``opts`` describes."""
+    configure(f"rollcut-{opts.kind}", f"{opts.group}-w{worker}")  # spans exported if OTEL_* asks
     if isinstance(opts, ModelServe):
         await _serve_model(opts, sock, worker, peers)
     elif isinstance(opts, ResourcesServe):

@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from .._errors import ServerStartError
+from .._metrics import multiproc_env, worker_gone
 from .._process import lifeline
 from ._peers import Peers, bind_peer_sockets
 
@@ -122,6 +123,7 @@ class Supervisor:
     ) -> None:
         self.sock, self.peer_socks, self.peers_dir, self.child_argv = sock, peer_socks, peers_dir, child_argv
         self.issue = issue
+        self.env = multiproc_env(peers_dir)  # every worker's metrics in one place, summed on /metrics
         self.children: dict[int, subprocess.Popen[str]] = {}
         self.stopping = False
 
@@ -139,6 +141,7 @@ class Supervisor:
                 *(self.issue(i, self.peers_dir) if self.issue else ()),
             ],
             pass_fds=fds,
+            env=self.env,
             stdout=subprocess.PIPE,
             text=True,
             preexec_fn=lifeline(),  # a worker dies with its parent, never left serving alone
@@ -175,6 +178,7 @@ class Supervisor:
             index = next((i for i, c in self.children.items() if c.pid == pid), None)
             if index is None:
                 continue
+            worker_gone(self.env, pid)
             if self.stopping:
                 del self.children[index]
                 continue

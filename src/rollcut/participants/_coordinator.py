@@ -33,6 +33,7 @@ from .._errors import (
     RollcutError,
 )
 from .._telemetry import PhaseTimer, count_outcome
+from .._tracing import inject, span
 from ..bus import (
     CheckpointAborted,
     CheckpointCommitted,
@@ -120,8 +121,12 @@ class Coordinator:
                     checkpoint_id=checkpoint_id,
                     participant=info.instance,
                 )
+            headers: dict[str, str] = {}
+            inject(headers)  # the participant's span joins this checkpoint's trace
             try:
-                msg = await self.log.nc.request(info.control, req, timeout=min(left, self.per_try_s))
+                msg = await self.log.nc.request(
+                    info.control, req, timeout=min(left, self.per_try_s), headers=headers or None
+                )
             except (NatsTimeoutError, NatsError):
                 continue  # a lost request or reply: ask again, the op is idempotent
             try:
@@ -215,10 +220,11 @@ class Coordinator:
         cid = checkpoint_id or new_checkpoint_id()
         deadline = time.time() + deadline_s
         timer = PhaseTimer(cid)
-        with timer.phase("acquire"):
-            lane_seq = await self._acquire(cid, deadline)
-        async with self.validator.lock:  # from before the seal: the validator stays at or below the cut
-            return await self._checkpoint(cid, deadline, timer, lane_seq, expect)
+        with span("rollcut.checkpoint", attributes={"rollcut.checkpoint_id": cid}):  # the phases' parent
+            with timer.phase("acquire"):
+                lane_seq = await self._acquire(cid, deadline)
+            async with self.validator.lock:  # from before the seal: the validator stays at or below the cut
+                return await self._checkpoint(cid, deadline, timer, lane_seq, expect)
 
     async def _checkpoint(
         self, cid: str, deadline: float, timer: PhaseTimer, lane_seq: int, expect: set[str] | None

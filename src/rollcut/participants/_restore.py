@@ -25,6 +25,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 
 from .._errors import CheckpointConflictError, CheckpointError, ConfigError
+from .._tracing import span
 from ..bus import EventLog
 from ..ledger import Ledger, Projector
 from ..replay import replay
@@ -237,6 +238,15 @@ class Restorer:
         """The whole recovery: (tail seal,) plan, open the next attempts, restore, resume.
         ``checkpoint_id``: with :attr:`RecoveryMode.CHECKPOINT`, the checkpoint to plan from (default:
         the latest published)."""
+        with span(
+            "rollcut.restore",
+            attributes={"rollcut.recovery_mode": str(mode), "rollcut.rollouts": len(rollouts or [])},
+        ):
+            return await self._recover(rollouts, mode, checkpoint_id)
+
+    async def _recover(
+        self, rollouts: list[str] | None, mode: RecoveryMode, checkpoint_id: str | None
+    ) -> RecoveryResult:
         sealed, seal_error = None, None
         if mode is RecoveryMode.TAIL:
             try:

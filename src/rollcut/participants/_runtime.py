@@ -35,14 +35,9 @@ from nats.micro.service import Service
 from .._bounded import remember
 from .._errors import ConfigError
 from .._telemetry import ms as _ms
+from .._tracing import SpanKind, extract, span
 from .._version import __version__
-from ..bus import (
-    COORDINATOR_LANE,
-    Component,
-    Event,
-    EventLog,
-    check_token,
-)
+from ..bus import COORDINATOR_LANE, Component, Event, EventLog, check_token
 from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
 from ._lane import record_expiry, record_reply
@@ -269,7 +264,9 @@ class Participant:
         else:
             if self.on_control is not None:
                 await self.on_control(creq)
-            reply = await self.handle(creq)
+            attrs = {"rollcut.checkpoint_id": creq.checkpoint_id, "rollcut.participant": self.instance}
+            with span(f"rollcut.participant.{creq.op}", SpanKind.SERVER, attrs, extract(req.headers)):
+                reply = await self.handle(creq)
         if self.drop_replies > 0:
             self.drop_replies -= 1
             return
@@ -448,10 +445,6 @@ class Participant:
     async def _lease_watch(self) -> None:
         while True:
             a = self._active
-            wait = (
-                1.0
-                if a is None
-                else max(0.01, min(1.0, a.deadline + self.lease_grace_s - time.time() + 0.01))
-            )
-            await asyncio.sleep(wait)
+            left = 1.0 if a is None else a.deadline + self.lease_grace_s - time.time() + 0.01
+            await asyncio.sleep(max(0.01, min(1.0, left)))
             self._expire_lease()

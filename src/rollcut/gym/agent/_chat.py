@@ -53,7 +53,7 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
     max_steps = int(task.get("max_steps", 8))
     while turn < max_steps:
         ctx.check_retired()
-        out = await ctx.post(
+        out = await ctx.chat(
             f"{model}/v1/chat/completions",
             {
                 "messages": messages,
@@ -77,7 +77,7 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
             except json.JSONDecodeError as exc:
                 args, answer = None, json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
             if args is not None:
-                sent = await ctx.tool(f"{res_url}/{fn['name']}", args)
+                sent = await ctx.tool(f"{res_url}/{fn['name']}", args, call_id=tc["id"])
                 if isinstance(sent, str):
                     answer = sent
                 else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..._tracing import CHAT_ATTRS, TOOL_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentBoundaryRecord
 from ..wire import ErrorKind, GymError, Identity
 
@@ -73,17 +74,58 @@ class RunContext:
         answer: dict[str, Any] = (await self.send(url, body, None)).json()
         return answer
 
+    async def chat(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A model call (:meth:`post` to chat completions or responses), as a ``chat {model}`` client
+        span with the usage and finish reasons the answer gives."""
+        attrs = {**CHAT_ATTRS, "gen_ai.request.model": body.get("model"), **of_attempt(self.ident)}
+        with span(f"chat {body['model']}" if body.get("model") else "chat", SpanKind.CLIENT, attrs) as s:
+            out = await self.post(url, body)
+            if s.is_recording():
+                usage = out.get("usage") or {}
+                reasons = [c.get("finish_reason") for c in out.get("choices") or []] or [out.get("status")]
+                if not body.get("model") and out.get("model"):
+                    s.update_name(f"chat {out['model']}")
+                    s.set_attribute("gen_ai.request.model", str(out["model"]))
+                s.set_attributes(
+                    {
+                        "gen_ai.response.model": str(out.get("model")),
+                        "gen_ai.response.id": str(out.get("id")),
+                        "gen_ai.response.finish_reasons": [str(r) for r in reasons],
+                        "gen_ai.usage.input_tokens": int(
+                            usage.get("prompt_tokens", usage.get("input_tokens", 0))
+                        ),
+                        "gen_ai.usage.output_tokens": int(
+                            usage.get("completion_tokens", usage.get("output_tokens", 0))
+                        ),
+                    }
+                )
+            return out
+
     async def tool(
-        self, url: str, args: dict[str, Any], cookies: dict[str, str] | None = None
+        self,
+        url: str,
+        args: dict[str, Any],
+        cookies: dict[str, str] | None = None,
+        *,
+        call_id: str | None = None,
     ) -> httpx.Response | str:
-        """A tool call: the resources server's answer, or, when it refused the call's arguments or
-        name (a model's mistake, not the episode's end), the refusal as the model will read it."""
-        try:
-            return await self.send(url, args, cookies)
-        except GymError as exc:
-            if exc.kind not in (ErrorKind.BAD_REQUEST, ErrorKind.UNKNOWN_TOOL):
-                raise
-            return json.dumps({"error": str(exc)})
+        """A tool call (an ``execute_tool {name}`` span): the resources server's answer, or, when it
+        refused the call's arguments or name (a model's mistake, not the episode's end), the refusal
+        as the model will read it."""
+        name = url.rsplit("/", 1)[-1]
+        attrs = {
+            **TOOL_ATTRS,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            **of_attempt(self.ident),
+        }
+        with span(f"execute_tool {name}", SpanKind.INTERNAL, attrs):
+            try:
+                return await self.send(url, args, cookies)
+            except GymError as exc:
+                if exc.kind not in (ErrorKind.BAD_REQUEST, ErrorKind.UNKNOWN_TOOL):
+                    raise
+                return json.dumps({"error": str(exc)})
 
 
 AgentLoop = Callable[[RunContext, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -97,7 +97,7 @@ async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]
     max_steps = int(fields.get("max_steps", 8))
     while turn < max_steps:
         ctx.check_retired()
-        last = await ctx.post(f"{model}/v1/responses", {**params, "input": inputs + outputs})
+        last = await ctx.chat(f"{model}/v1/responses", {**params, "input": inputs + outputs})
         items = list(last.get("output") or [])
         outputs.extend(items)
         usage = _sum_usage(usage, last.get("usage"))
@@ -115,7 +115,7 @@ async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]
             except json.JSONDecodeError as exc:
                 output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
             else:
-                answer = await ctx.tool(f"{res_url}/{call['name']}", args, cookies)
+                answer = await ctx.tool(f"{res_url}/{call['name']}", args, cookies, call_id=call["call_id"])
                 output, revision = (answer, None) if isinstance(answer, str) else _tool_output(answer)
                 if revision is not None:
                     revisions[env] = revision

@@ -6,7 +6,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from .._http import DEFAULT_MAX_BODY_BYTES, deep_health, gym_app, identity_of, json_body, run_admitted
+from .._http import (
+    DEFAULT_MAX_BODY_BYTES,
+    deep_health,
+    gym_app,
+    identity_of,
+    json_body,
+    run_admitted,
+    stats_routes,
+)
 from ._simple import SimpleAgent
 
 __all__ = ["create_agent_app"]
@@ -22,9 +30,7 @@ def create_agent_app(agent: SimpleAgent, *, max_body_bytes: int = DEFAULT_MAX_BO
         ident = identity_of(request, task)
         return await run_admitted(agent.participant, lambda: agent.run(ident, task))
 
-    @app.get("/rollcut/stats")
-    async def stats() -> dict[str, Any]:
-        return {"instance": agent.instance, **agent.stats, "running": len(agent._runs)}
+    stats_routes(app, [agent.stats], lambda: {"instance": agent.instance, "running": len(agent._runs)})
 
     @app.get("/healthz")
     async def healthz() -> Any:

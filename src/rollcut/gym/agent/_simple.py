@@ -25,11 +25,13 @@ from typing import Any
 
 import httpx
 
+from ..._tracing import AGENT_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._http import append_or_refuse, gym_client
+from .._stats import AGENT_STATS, tally
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._chat import run_chat
@@ -78,16 +80,7 @@ class SimpleAgent:
         self.views = AttemptViews(log)  # where each continued attempt starts, read once
         self._park_for: str | None = None
         self._all_parked = asyncio.Event()
-        self.stats = {
-            "runs_started": 0,
-            "runs_finished": 0,
-            "runs_continued": 0,
-            "boundaries": 0,
-            "parks": 0,
-            "fresh_dispatch": 0,
-            "runs_retired": 0,
-            "admission_waits": 0,
-        }
+        self.stats = tally(AGENT_STATS)
 
     # --- parking (checkpoint hooks) ----------------------------------------------------
 
@@ -131,14 +124,14 @@ class SimpleAgent:
 
     def _check_retired(self, run: Run) -> None:
         if run.retired is not None:
-            self.stats["runs_retired"] += 1
+            self.stats.inc("runs_retired")
             raise GymError(ErrorKind.RETIRED, f"{run.ident.rollout_id} was retired: {run.retired}")
 
     async def _maybe_park(self, run: Run) -> None:
         if self._park_for is None:
             return
         run.parked, run.release = True, asyncio.Event()
-        self.stats["parks"] += 1
+        self.stats.inc("parks")
         self._check_all_parked()
         await run.release.wait()
         self._check_retired(run)
@@ -165,7 +158,7 @@ class SimpleAgent:
         self, url: str, ident: Identity, body: dict[str, Any], cookies: dict[str, str] | None
     ) -> httpx.Response:
         def waited() -> None:
-            self.stats["admission_waits"] += 1
+            self.stats.inc("admission_waits")
 
         return await post_waiting(
             self.http, url, ident, body, wait_s=self.admission_wait_s, on_wait=waited, cookies=cookies
@@ -184,11 +177,11 @@ class SimpleAgent:
                 record=record,
             ),
         )
-        self.stats["boundaries"] += 1
+        self.stats.inc("boundaries")
         await self._maybe_park(run)
 
     def _count(self, name: str) -> None:
-        self.stats[name] += 1
+        self.stats.inc(name)
 
     async def _context(self, run: Run) -> RunContext:
         ident = run.ident
@@ -210,13 +203,15 @@ class SimpleAgent:
         await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
         run = Run(ident)
         self._runs[ident] = run
-        self.stats["runs_started"] += 1
+        self.stats.inc("runs_started")
         try:
             ctx = await self._context(run)
             loop: AgentLoop = run_responses if "responses_create_params" in task else run_chat
-            return await loop(ctx, task)
+            attrs = {**AGENT_ATTRS, **of_attempt(ident), "rollcut.continued": ctx.start is not None}
+            with span("invoke_agent simple", SpanKind.SERVER, attrs):
+                return await loop(ctx, task)
         except FreshDispatchNeeded:
-            self.stats["fresh_dispatch"] += 1
+            self.stats.inc("fresh_dispatch")
             raise
         finally:
             self._runs.pop(ident, None)

@@ -25,10 +25,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
+from ..._metrics import Tally
 from ...tokens import call_store
-from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body, stats_routes
 from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import response_message
 from ._openai import UpstreamError, upstream_error
@@ -115,20 +116,16 @@ def create_app(
     async def models() -> dict[str, Any]:
         return models_list(model_name)
 
-    @app.get("/rollcut/stats")
-    async def stats() -> dict[str, Any]:
-        return {"instance": service.instance, **service.stats, "in_flight": len(service._inflight)}
+    engine: Tally | None = getattr(service.backend, "stats", None)
+    stats_routes(
+        app,
+        [service.stats, *([engine] if engine is not None else [])],
+        lambda: {"instance": service.instance, "in_flight": len(service._inflight)},
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        lines = [
-            f'rollcut_model_{k}_total{{instance="{service.instance}"}} {v}' for k, v in service.stats.items()
-        ]
-        return PlainTextResponse("\n".join(lines) + "\n")
 
     return app
 

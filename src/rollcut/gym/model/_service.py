@@ -25,12 +25,14 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from ..._bounded import remember
 from ..._errors import AdmissionClosedError, RollcutError
+from ..._tracing import CHAT_ATTRS, SpanKind, of_attempt, span
 from ...bus import (
     EventLog,
     ModelCallAdmitted,
@@ -46,13 +48,17 @@ from ...replay import AttemptView, AttemptViews, ModelCall
 from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._attempts import view_of
 from .._http import Envelope, append_or_refuse, envelope
+from .._stats import MODEL_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
 from ._inflight import InFlightCalls
 from ._local import replayed_plan, response_message
 from ._policy import PolicyClock, Segments
 
-__all__ = ["CallResult", "ModelService"]
+__all__ = ["DEFAULT_MODEL", "CallResult", "ModelService"]
+
+DEFAULT_MODEL = "rollcut-local"
+"""The model name answered when a request names none (and the ``model_name`` of its metrics)."""
 
 _DIGEST_SKIP = frozenset({"stream", "stream_options", "user"})
 
@@ -82,8 +88,10 @@ class ModelService:
         instance: str,
         participant: Participant | None = None,
         policy: PolicyClock | None = None,
+        model_name: str = DEFAULT_MODEL,
     ) -> None:
         self.log = log
+        self.model_name = model_name
         self.policy = policy or PolicyClock()  # the version each token is recorded under
         self.tokens = tokens
         self.writes = TokenWrites(tokens)  # concurrent calls' records share a transaction
@@ -96,17 +104,7 @@ class ModelService:
         self._settled: OrderedDict[str, CallResult] = OrderedDict()  # call id -> what it produced; bounded
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
         self._lag_checked: OrderedDict[str, bool] = OrderedDict()  # attempts whose lineage passed
-        self.stats = {
-            "calls_generated": 0,
-            "calls_served_from_log": 0,
-            "calls_continued": 0,
-            "calls_joined": 0,
-            "calls_failed": 0,
-            "tokens_generated": 0,
-            "tokens_reused": 0,
-            "prefix_cuts": 0,
-            "calls_stopped_by_retirement": 0,
-        }
+        self.stats = tally(MODEL_STATS, model_name)
 
     def retire(self, rollout_id: str, reason: str) -> None:
         """The rollout is over: its restore contexts go, and a running generation stops at its next
@@ -138,16 +136,40 @@ class ModelService:
         self, ident: Identity, body: dict[str, Any], on_token: OnToken | None = None
     ) -> CallResult:
         digest, call_id = self.call_identity(ident, body)
+        self.stats.inc("calls_admitted")
+        model = str(body.get("model") or self.model_name)
+        attrs = {**CHAT_ATTRS, "gen_ai.request.model": model, "rollcut.call_id": call_id, **of_attempt(ident)}
+        with span(f"chat {model}", SpanKind.SERVER, attrs) as s:
+            result, disposition = await self._answer(ident, body, digest, call_id, on_token)
+            if s.is_recording():
+                s.set_attributes(
+                    {
+                        "gen_ai.response.model": self.model_name,
+                        "gen_ai.response.id": call_id,
+                        "gen_ai.response.finish_reasons": [result.plan.finish_reason],
+                        "gen_ai.usage.input_tokens": len(result.plan.prompt_ids),
+                        "gen_ai.usage.output_tokens": len(result.output_ids),
+                        "rollcut.call.disposition": disposition,
+                        "rollcut.cut": result.continued_from,
+                    }
+                )
+            return result
+
+    async def _answer(
+        self, ident: Identity, body: dict[str, Any], digest: str, call_id: str, on_token: OnToken | None
+    ) -> tuple[CallResult, str]:
+        """The call's result and how it came: ``joined`` (the same call, running or just run),
+        ``served_from_log``, ``continued`` (from an earlier attempt's cut) or ``generated``."""
         # the same request in the same attempt is the same call: join it while it runs, answer it
         # from what it produced once it ran; never generate it twice
         settled = self._settled.get(call_id)
         if settled is not None:
-            self.stats["calls_joined"] += 1
-            return dataclasses.replace(settled, served_from_log=True)
+            self.stats.inc("calls_joined")
+            return dataclasses.replace(settled, served_from_log=True), "joined"
         running = self._running.get(call_id)
         if running is not None:
-            self.stats["calls_joined"] += 1
-            return dataclasses.replace(await asyncio.shield(running), served_from_log=True)
+            self.stats.inc("calls_joined")
+            return dataclasses.replace(await asyncio.shield(running), served_from_log=True), "joined"
         done: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         self._running[call_id] = done
         try:
@@ -159,7 +181,10 @@ class ModelService:
         else:
             done.set_result(result)
             remember(self._settled, call_id, result, 4096)
-            return result
+            how = (
+                "served_from_log" if result.served_from_log else "continued" if result.continued_from else ""
+            )
+            return result, how or "generated"
         finally:
             self._running.pop(call_id, None)
 
@@ -253,8 +278,8 @@ class ModelService:
             )
         )
         await self.writes.link(call_id, parent, src.receipt.receipt_id)
-        self.stats["calls_served_from_log"] += 1
-        self.stats["tokens_reused"] += len(record.output_ids)
+        self.stats.inc("calls_served_from_log")
+        self.stats.inc("tokens_reused", len(record.output_ids))
         return CallResult(call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
 
     async def _generate(
@@ -295,8 +320,8 @@ class ModelService:
                     )
                     fl.emitted, start = prefix, len(prefix)
                     fl.durable = (len(prefix), src.receipt)  # durable already: a cut need not redo it
-                    self.stats["calls_continued"] += 1
-                    self.stats["tokens_reused"] += len(prefix)
+                    self.stats.inc("calls_continued")
+                    self.stats.inc("tokens_reused", len(prefix))
             if start == 0:
                 await self._append(
                     ModelCallAdmitted(
@@ -319,14 +344,14 @@ class ModelService:
             async with contextlib.aclosing(self.backend.generate(plan, start=start)) as tokens:
                 async for tok in tokens:
                     if self._retired and ident.rollout_id in self._retired:
-                        self.stats["calls_stopped_by_retirement"] += 1
+                        self.stats.inc("calls_stopped_by_retirement")
                         raise GymError(
                             ErrorKind.RETIRED,
                             f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
                         )
                     fl.emitted.append(tok)
                     segments.token(len(fl.emitted) - 1)
-                    self.stats["tokens_generated"] += 1
+                    self.stats.inc("tokens_generated")
                     if on_token is not None:
                         await on_token(tok, self.backend.piece(plan, len(fl.emitted) - 1))
             out = list(fl.emitted)
@@ -335,6 +360,7 @@ class ModelService:
                 parent = view.last_call_id
             # the record and its lineage link in one grouped transaction, durable before the
             # completed event names the receipt
+            custody = time.perf_counter()
             receipt = await self.writes.put(
                 call_id,
                 TokenRecord(
@@ -361,14 +387,15 @@ class ModelService:
                 )
             )
             fl.state = "done"
-            self.stats["calls_generated"] += 1
+            self.stats.observe("custody", time.perf_counter() - custody)
+            self.stats.inc("calls_generated")
             return CallResult(call_id, plan, out, receipt, continued_from=start)
         except GymError:
             fl.state = "failed"
             raise
         except Exception as exc:
             fl.state = "failed"
-            self.stats["calls_failed"] += 1
+            self.stats.inc("calls_failed")
             # the failure of recording a failure must not mask the failure
             with contextlib.suppress(RollcutError):
                 await self.log.append(
@@ -383,7 +410,7 @@ class ModelService:
     async def cut(self, checkpoint_id: str) -> ExportReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
         report = await self._inflight.cut(checkpoint_id)
-        self.stats["prefix_cuts"] = self._inflight.prefix_cuts
+        self.stats.inc("prefix_cuts", self._inflight.prefix_cuts - self.stats["prefix_cuts"])
         return report
 
     async def export(self, checkpoint_id: str) -> ExportReport:

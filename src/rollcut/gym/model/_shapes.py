@@ -49,7 +49,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 
 from ...tokens import TokenRecord
 from ._local import decode, response_message
-from ._service import CallResult
+from ._service import DEFAULT_MODEL, CallResult
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -61,9 +61,6 @@ __all__ = [
     "response_items",
     "response_object",
 ]
-
-DEFAULT_MODEL = "rollcut-local"
-"""The model name answered when a request names none."""
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ class RelayRun:
     stop_kind: ErrorKind = ErrorKind.FRESH_DISPATCH
     kill: Callable[[], None] | None = None  # stops the agent's process while it runs
     inflight: set[asyncio.Future[Any]] = field(default_factory=set)
+    trace: Any = None
+    """The context of the run's ``invoke_agent`` span (tracing on): the relayed requests' parent."""
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     """The run's own secret: its program's base URLs carry it, and the relay answers no request of
     this attempt without it (another rollout's program cannot act as this one)."""

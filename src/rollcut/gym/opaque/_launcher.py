@@ -35,11 +35,13 @@ import httpx
 
 from ..._errors import ConfigError, RollcutError
 from ..._process import lifeline
+from ..._tracing import SpanKind, of_attempt, span
 from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews, JournalGap
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._http import append_or_refuse, envelope
+from .._stats import LAUNCHER_STATS, tally
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
@@ -153,19 +155,7 @@ class OpaqueAgent:
             on_divergence=on_divergence,
             admission_wait_s=admission_wait_s,
         )
-        self.stats = {
-            "runs_started": 0,
-            "runs_finished": 0,
-            "runs_replayed": 0,
-            "fresh_dispatch": 0,
-            "runs_failed": 0,
-            "runs_retired": 0,
-            "agent_restarts": 0,
-            "runs_timed_out": 0,
-            "sandboxes_snapshotted": 0,
-            "sandboxes_restored": 0,
-            "sandbox_snapshots_failed": 0,
-        }
+        self.stats = tally(LAUNCHER_STATS)
 
     # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
 
@@ -186,7 +176,7 @@ class OpaqueAgent:
         try:
             ref = await sandbox.snapshot(ident, ck)
         except (RollcutError, OSError) as exc:
-            self.stats["sandbox_snapshots_failed"] += 1
+            self.stats.inc("sandbox_snapshots_failed")
             print(
                 f"{ident.rollout_id}/{ident.attempt}: its sandbox was not snapshotted: {exc}", file=sys.stderr
             )
@@ -202,7 +192,7 @@ class OpaqueAgent:
         )
         with contextlib.suppress(GymError):  # a fenced-off attempt: its rollout is someone else's now
             await append_or_refuse(self.log, event)
-            self.stats["sandboxes_snapshotted"] += 1
+            self.stats.inc("sandboxes_snapshotted")
 
     def release(self, checkpoint_id: str) -> None:
         self.relay.release(checkpoint_id)
@@ -232,14 +222,16 @@ class OpaqueAgent:
             # NeMo Gym's rows end in a verify of a Responses API object, which only the agent could build
             raise GymError(ErrorKind.BAD_REQUEST, "an opaque agent runs rollcut task rows (env, prompt, …)")
         await claim_attempt(self.log, self.instance, ident, running_here=ident in self.relay.runs)
-        self.stats["runs_started"] += 1
+        self.stats.inc("runs_started")
+        attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "opaque", **of_attempt(ident)}
         try:
-            return await self._run(ident, task)
+            with span("invoke_agent opaque", SpanKind.SERVER, attrs):  # its requests go out through the relay
+                return await self._run(ident, task)
         except FreshDispatchNeeded:
-            self.stats["fresh_dispatch"] += 1
+            self.stats.inc("fresh_dispatch")
             raise
         except GymError as exc:
-            self.stats["runs_retired"] += exc.kind is ErrorKind.RETIRED
+            self.stats.inc("runs_retired", exc.kind is ErrorKind.RETIRED)
             raise
 
     async def _journal(self, ident: Identity) -> list[RelayExchange]:
@@ -281,7 +273,7 @@ class OpaqueAgent:
         except (RollcutError, OSError) as exc:
             sandbox.close(ident)
             raise FreshDispatchNeeded(f"{ident.rollout_id}: its sandbox does not restore: {exc}") from exc
-        self.stats["sandboxes_restored"] += 1
+        self.stats.inc("sandboxes_restored")
 
     async def _run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         env = str(task["env"])
@@ -290,7 +282,7 @@ class OpaqueAgent:
         continued = bool(journal)  # the run's journal grows with what it does live
         await self._post(f"{res}/seed_session", ident, task.get("seed", {}))
         run = self.relay.open(ident, env, journal)
-        self.stats["runs_replayed"] += continued
+        self.stats.inc("runs_replayed", continued)
         try:
             code, out, err = await self._agent(ident, env, task, run)
         finally:
@@ -298,7 +290,7 @@ class OpaqueAgent:
             if self.sandbox is not None:
                 self.sandbox.close(ident)
         if code != 0:
-            self.stats["runs_failed"] += 1
+            self.stats.inc("runs_failed")
             # the server's log (0600) keeps what the agent said; the answer quotes its end
             print(f"{ident.rollout_id}/{ident.attempt}: the agent exited with {code}:", err, file=sys.stderr)
             raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err}")
@@ -306,7 +298,7 @@ class OpaqueAgent:
         answer = str(result.get("answer", ""))
         verdict = await self._post(f"{res}/verify", ident, {**task.get("verify", {}), "answer": answer})
         await self._post(f"{res}/close_session", ident, {})
-        self.stats["runs_finished"] += 1
+        self.stats.inc("runs_finished")
         return {
             "reward": verdict.get("reward", 0.0),
             "verified": verdict,
@@ -331,7 +323,7 @@ class OpaqueAgent:
                 break
             await run.settle()  # what it had sent upstream is journaled first (or failed)
             run.rewind()
-            self.stats["agent_restarts"] += 1
+            self.stats.inc("agent_restarts")
             print(f"{ident.rollout_id}/{ident.attempt}: the agent died ({code}); again", file=sys.stderr)
         return code, out, err
 
@@ -407,7 +399,7 @@ class OpaqueAgent:
             try:
                 out, err, code = await asyncio.wait_for(ended, self.run_timeout_s)
             except TimeoutError:
-                self.stats["runs_timed_out"] += 1
+                self.stats.inc("runs_timed_out")
                 why = f"the agent ran over its {self.run_timeout_s:g} s (--run-timeout) and was stopped"
                 raise GymError(ErrorKind.AGENT_FAILED, why) from None
         finally:

@@ -34,10 +34,12 @@ from typing import Literal
 import httpx
 from fastapi.responses import Response, StreamingResponse
 
+from ..._tracing import SpanKind, current, of_attempt, span
 from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
 from ...participants import ExportReport, Participant
 from .._attempts import sent_when_admitted
 from .._http import append_or_refuse, envelope
+from .._stats import RELAY_STATS, tally
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
 
@@ -77,19 +79,12 @@ class Relay:
         self.runs: dict[Identity, RelayRun] = {}
         self._reopened = asyncio.Event()
         self._reopened.set()
-        self.stats = {
-            "exchanges_live": 0,
-            "exchanges_replayed": 0,
-            "divergences": 0,
-            "journaled_bytes": 0,
-            "oversize": 0,
-            "live_held_for_checkpoint": 0,
-        }
+        self.stats = tally(RELAY_STATS)
 
     # --- runs ------------------------------------------------------------------------------
 
     def open(self, ident: Identity, env: str, journal: list[RelayExchange]) -> RelayRun:
-        run = self.runs[ident] = RelayRun(ident, env, journal)
+        run = self.runs[ident] = RelayRun(ident, env, journal, trace=current())  # in the run's span
         return run
 
     def close(self, ident: Identity) -> None:
@@ -119,7 +114,7 @@ class Relay:
         gate = self.participant.gate if self.participant is not None else None
         if gate is None or gate.state == "open":
             return
-        self.stats["live_held_for_checkpoint"] += 1
+        self.stats.inc("live_held_for_checkpoint")
         give_up = time.monotonic() + self.admission_wait_s
         while gate.state == "closed":
             if time.monotonic() > give_up:
@@ -140,8 +135,20 @@ class Relay:
         return f"{base}{path}", target
 
     async def handle(self, ident: Identity, req: Outgoing) -> Response:
-        """Answer request ``req`` of ``ident`` from the journal, or live."""
+        """Answer request ``req`` of ``ident`` from the journal, or live: a span in the run's trace
+        (the agent's program carries no trace context), its outcome an attribute."""
         run = self.run_of(ident)
+        attrs = {
+            "rollcut.relay.route": req.route,
+            "rollcut.relay.env": req.env or "model",
+            **of_attempt(ident),
+        }
+        with span(f"rollcut.relay {req.method} {req.route}", SpanKind.SERVER, attrs, run.trace) as s:
+            answer = await self._handle(run, req)
+            s.set_attribute("rollcut.relay.outcome", "live" if run.live else "replayed")
+            return answer
+
+    async def _handle(self, run: RelayRun, req: Outgoing) -> Response:
         run.check()
         if not run.live:
             if run.cursor < len(run.journal):
@@ -165,7 +172,7 @@ class Relay:
                 source_attempt=rec.attempt,
             ),
         )
-        self.stats["exchanges_replayed"] += 1
+        self.stats.inc("exchanges_replayed")
         headers = {"content-type": rec.content_type} if rec.content_type else None
         if rec.streamed:
             return StreamingResponse(replayed(rec.chunks), status_code=rec.status, headers=headers)
@@ -173,7 +180,7 @@ class Relay:
 
     async def _diverged(self, run: RelayRun, rec: RelayExchange, req: Outgoing) -> None:
         """Record the divergence, then stop the run (fresh dispatch) or go live from here."""
-        self.stats["divergences"] += 1
+        self.stats.inc("divergences")
         if rec.oversize:
             why = f"request {rec.n}'s answer was over the journal's limit and was not kept"
         else:
@@ -312,9 +319,9 @@ class Relay:
                 p.run.next_n = n
             raise
         p.run.kept(ev)
-        self.stats["exchanges_live"] += 1
-        self.stats["journaled_bytes"] += 0 if oversize else size
-        self.stats["oversize"] += oversize
+        self.stats.inc("exchanges_live")
+        self.stats.inc("journaled_bytes", 0 if oversize else size)
+        self.stats.inc("oversize", oversize)
 
 
 async def _drain(pipe: asyncio.Queue[bytes | BaseException | None]) -> AsyncIterator[bytes]:

@@ -18,7 +18,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from .._http import DEFAULT_MAX_BODY_BYTES, deep_health, gym_app, identity_of, json_body, run_admitted
+from .._http import (
+    DEFAULT_MAX_BODY_BYTES,
+    deep_health,
+    gym_app,
+    identity_of,
+    json_body,
+    run_admitted,
+    stats_routes,
+)
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import Outgoing
 from ._launcher import OpaqueAgent
@@ -94,16 +102,16 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
     async def tools_without_token(env: str, rest: str, request: Request) -> Response:
         return await relayed(request, env, "", "", None)
 
-    @app.get("/rollcut/stats")
-    async def stats() -> dict[str, Any]:
-        return {
+    stats_routes(
+        app,
+        [agent.stats, relay.stats],
+        lambda: {
             "instance": agent.instance,
             "capability": str(agent.capability),
             "on_divergence": relay.on_divergence,
-            **agent.stats,
-            **relay.stats,
             "running": len(relay.runs),
-        }
+        },
+    )
 
     @app.get("/healthz")
     async def healthz() -> Any:

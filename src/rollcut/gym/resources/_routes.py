@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body, stats_routes
 from ..wire import (
     NG_RUN_KEYS,
     NG_TASK_INDEX,
@@ -126,16 +126,17 @@ def create_resources_app(
     async def close_session(request: Request) -> Any:
         return JSONResponse(await service.close(identity_of(request)))
 
-    @app.get("/rollcut/stats")
-    async def stats() -> dict[str, Any]:
-        return {
+    stats_routes(
+        app,
+        [service.stats],
+        lambda: {
             "instance": service.instance,
             "env": service.env.name,
             "mode": service.env.mode,
-            **service.stats,
             "sessions": len(service.sessions),
             "verifying": service.verifying,
-        }
+        },
+    )
 
     @app.get("/tools")
     async def tools() -> list[dict[str, Any]]:

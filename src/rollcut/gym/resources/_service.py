@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from ..._bounded import remember
 from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
+from ..._tracing import TOOL_ATTRS, SpanKind, of_attempt, span
 from ...bus import (
     AttemptOpened,
     EventLog,
@@ -43,6 +44,7 @@ from ...bus import (
 from ...participants import ExportReport, Participant
 from ...replay import AttemptView, AttemptViews
 from .._http import Envelope, append_or_refuse, envelope
+from .._stats import RESOURCES_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
 from ._env import Environment
 
@@ -95,14 +97,7 @@ class ResourcesService:
         self._verifying = 0
         self._verified_idle = asyncio.Event()
         self._verified_idle.set()
-        self.stats = {
-            "tool_calls_executed": 0,
-            "tool_calls_served_from_log": 0,
-            "sessions_restored": 0,
-            "verifications": 0,
-            "snapshots": 0,
-            "sessions_retired": 0,
-        }
+        self.stats = tally(RESOURCES_STATS)
 
     @property
     def verifying(self) -> int:
@@ -174,7 +169,14 @@ class ResourcesService:
         fn = self.env.tools().get(name)
         if fn is None:
             raise GymError(ErrorKind.UNKNOWN_TOOL, f"{self.env.name} has no tool {name!r}")
-        return await self._guarded(self._tool(ident, name, fn, args))
+        attrs = {**TOOL_ATTRS, "gen_ai.tool.name": name, "rollcut.environment": self.env.name}
+        with span(f"execute_tool {name}", SpanKind.SERVER, {**attrs, **of_attempt(ident)}) as s:
+            out = await self._guarded(self._tool(ident, name, fn, args))
+            s.set_attribute(
+                "rollcut.disposition", "served_from_log" if out["served_from_log"] else "executed"
+            )
+            s.set_attribute("rollcut.revision", out["revision"])
+            return out
 
     async def _tool(self, ident: Identity, name: str, fn: Any, args: dict[str, Any]) -> dict[str, Any]:
         s = await self._session(ident)
@@ -188,7 +190,7 @@ class ResourcesService:
                         f"at revision {head.revision}: fall back to fresh dispatch",
                     )
                 s.replay.popleft()
-                self.stats["tool_calls_served_from_log"] += 1
+                self.stats.inc("tool_calls_served_from_log")
                 return {"result": head.result, "revision": head.revision, "served_from_log": True}
             draft = await _settled(self.env.copy(s.state))
             try:
@@ -223,7 +225,7 @@ class ResourcesService:
             old, s.state, s.revision = s.state, draft, rev
             if old is not draft:
                 self.env.close(old)  # superseded (a sandbox's directory, a database's connection)
-            self.stats["tool_calls_executed"] += 1
+            self.stats.inc("tool_calls_executed")
             return {"result": result, "revision": rev, "served_from_log": False}
 
     async def verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +244,7 @@ class ResourcesService:
             if self._verifying == 0:
                 self._verified_idle.set()
         s.verified = out
-        self.stats["verifications"] += 1
+        self.stats.inc("verifications")
         return out
 
     async def close(self, ident: Identity) -> dict[str, Any]:
@@ -274,7 +276,7 @@ class ResourcesService:
         gone = [k for k in self.sessions if k.rollout_id == rollout_id]
         for k in gone:
             self.env.close(self.sessions.pop(k).state)
-        self.stats["sessions_retired"] += len(gone)
+        self.stats.inc("sessions_retired", len(gone))
         return len(gone)
 
     # --- checkpoint hooks -----------------------------------------------------------------
@@ -302,7 +304,7 @@ class ResourcesService:
                             digest=digest(blob),
                         )
                     )
-                    self.stats["snapshots"] += 1
+                    self.stats.inc("snapshots")
         unrepro = [f"{self.env.name}: restart_only"] if self.env.mode == "restart_only" else []
         return ExportReport(unreproducible=unrepro)
 
@@ -322,7 +324,7 @@ class ResourcesService:
                 built[s.ident] = s
         built = {k: v for k, v in built.items() if k.rollout_id not in self._retired}
         self.sessions.update(built)  # the activation: one step, after every session validated
-        self.stats["sessions_restored"] += len(built)
+        self.stats.inc("sessions_restored", len(built))
 
     async def _rollouts_opened_from(self, cut: int) -> list[str]:
         out = []
@@ -347,7 +349,7 @@ class ResourcesService:
             raise GymError(ErrorKind.NOT_CONTINUABLE, str(exc)) from exc
         if s is not None:
             self._activate(s)
-            self.stats["sessions_restored"] += 1
+            self.stats.inc("sessions_restored")
         return self.sessions.get(ident)
 
     async def _build(self, view: AttemptView) -> Session | None:

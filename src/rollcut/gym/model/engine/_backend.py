@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import msgspec
 
+from ..._stats import ENGINE_STATS, tally
 from .._backend import Plan
 from ._constraint import Constraint, constraint_of, tool_call_of
 from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
@@ -99,13 +100,7 @@ class EngineBackend:
         self.last_policy_version: str | None = None
         self.default_max_tokens = default_max_tokens
         self.handover_s = handover_s  # how long a call waits for an engine that went away
-        self.stats = {
-            "engine_requests": 0,
-            "engine_aborts": 0,
-            "engine_tokens_discarded": 0,
-            "engine_handovers": 0,  # a call that lost its engine went on with the one that came back
-            "engine_requests_straddled": 0,  # answers discarded: the weights changed while one was asked
-        }
+        self.stats = tally(ENGINE_STATS)
         # whether this backend is the engine's only client (one model-server worker): only then does it
         # pin calls to slots; K workers would each count every slot as theirs and queue behind each
         # other, so with several the engine places requests itself (its prompt-cache match)
@@ -195,7 +190,7 @@ class EngineBackend:
         run.turn += 1
         if run.reader is not None and not run.reader.done():
             run.reader.cancel()
-            self.stats["engine_aborts"] += 1
+            self.stats.inc("engine_aborts")
 
     async def _read(self, prompt: list[int], n: int, run: _Run, out: asyncio.Queue[Any]) -> None:
         try:
@@ -203,7 +198,7 @@ class EngineBackend:
         except EngineError as exc:
             out.put_nowait(exc)
             return
-        self.stats["engine_requests"] += 1
+        self.stats.inc("engine_requests")
         try:
             async with self._opened(path, req) as resp:
                 if resp.status_code != 200:
@@ -292,10 +287,10 @@ class EngineBackend:
                     if not answered:
                         answered = True
                         if lost_since is not None:
-                            self.stats["engine_handovers"] += 1
+                            self.stats.inc("engine_handovers")
                             lost_since = None
                         if asked is not None and plan.clock is not None and plan.clock() != asked:
-                            self.stats["engine_requests_straddled"] += 1
+                            self.stats.inc("engine_requests_straddled")
                             run.turn += 1  # whose answer this is cannot be known: asked again
                             break
                         if asked is not None and plan.opened is not None:
@@ -304,7 +299,7 @@ class EngineBackend:
                     received += len(item.ids)
                     for i, (tok, lp) in enumerate(zip(item.ids, item.logprobs, strict=True)):
                         if run.turn != turn:  # cut while the last token was being sent on
-                            self.stats["engine_tokens_discarded"] += len(item.ids) - i
+                            self.stats.inc("engine_tokens_discarded", len(item.ids) - i)
                             break
                         plan.output_ids.append(tok)
                         plan.logprobs.append(lp)

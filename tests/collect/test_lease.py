@@ -63,6 +63,36 @@ async def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(log:
     await lease.release()
 
 
+async def test_a_dead_holders_lease_read_behind_its_end_is_still_taken_over(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: the requeue of a collection stopped by a bus outage read the lane from a replica
+    just back from it, one renewal behind. Its set at that end failed, and the lease was refused as
+    held by the dead collector it had just seen was gone. Now the lane is read again and taken."""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = _held("crashed", host=socket.gethostname(), pid=int(gone.stdout), ttl_s=3600, left_s=3600)
+    first = await log.append_expecting(dead, 0)
+    assert first is not None
+    lane = log.subjects.mark("collector")
+    behind = await log.last_on(lane)  # what a replica one renewal behind will answer
+    renewal = _held("crashed", host=socket.gethostname(), pid=int(gone.stdout), ttl_s=3600, left_s=3600)
+    assert await log.append_expecting(renewal, first) is not None  # its last renewal
+    real = log.last_on
+    reads = []
+
+    async def once_behind(subject: str, **kw: bool) -> object:
+        reads.append(subject)
+        return behind if len(reads) == 1 else await real(subject, **kw)
+
+    monkeypatch.setattr(log, "last_on", once_behind)
+    lease = NamespaceLease(log, instance="requeued")
+    await lease.acquire()
+    assert reads == [lane, lane] and lease.seq > first + 1
+    await lease.release()
+
+
 async def test_a_live_lease_of_another_host_is_respected_until_it_expires(log: EventLog) -> None:
     other = _held("elsewhere", host="another-host", pid=1, ttl_s=3600, left_s=3600)
     seq = await log.append_expecting(other, 0)

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from rollcut.bus import (
+    AgentBoundary,
     AttemptOpened,
     BusConfig,
     CheckpointCommitted,
@@ -50,19 +51,31 @@ async def _admin(dep: Deployment) -> EventLog:
 
 
 async def _mid_episode_at_a_cut(log: EventLog) -> bool:
-    """Whether a committed checkpoint has cut a session mid-episode (a snapshot at revision 1 or more
-    before the commit) whose rollout the environment has not completed."""
+    """Whether a committed checkpoint has cut a session mid-episode whose rollout the environment has
+    not completed: a snapshot at revision 1 or more, and an agent boundary at such a revision (what a
+    continued attempt starts from), both before the commit. The snapshot alone is not enough: a turn
+    whose tool call ran but whose boundary was not yet written continues from the boundary before it
+    (at revision 0), and the crash then had nothing past revision 0 to continue (seen in CI)."""
     snapshots: dict[str, int] = {}
+    boundaries: dict[str, int] = {}
     completed: set[str] = set()
     committed = 0
     async for s in log.read():
         if isinstance(s.event, ResourcesSnapshot) and s.event.revision >= 1:
             snapshots[s.event.rollout_id] = s.seq
+        elif (
+            isinstance(s.event, AgentBoundary)
+            and max(s.event.record.resources_revisions.values(), default=0) >= 1
+        ):
+            boundaries[s.event.rollout_id] = s.seq
         elif isinstance(s.event, RolloutCompleted):
             completed.add(s.event.rollout_id)
         elif isinstance(s.event, CheckpointCommitted):
             committed = s.seq
-    return any(seq < committed and rid not in completed for rid, seq in snapshots.items())
+    return any(
+        seq < committed and boundaries.get(rid, committed) < committed and rid not in completed
+        for rid, seq in snapshots.items()
+    )
 
 
 def _signal_stack(dep: Deployment, sig: int) -> None:

@@ -23,6 +23,7 @@ from ..bus import CollectorLease, EventLog
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "NamespaceLease"]
 
+_CAS_TRIES = 5  # reads of the lane and sets at its end, before giving up to a racing collector
 DEFAULT_LEASE_TTL_S = 30.0
 """How long a collector's lease outlives its last renewal (a crashed collector's namespace is free
 again after this, at once if the crash was on the same host)."""
@@ -70,17 +71,21 @@ class NamespaceLease:
         )
 
     async def acquire(self) -> None:
+        """Take the namespace's lease: read who holds it, and take it over by a compare-and-set on
+        the lane if nobody live does. A set that fails is read again: another collector took it
+        first (then it is live, and this one is refused), or the read saw the lane behind its end (a
+        replica just back from a partition answered it; seen in CI), and the lease is taken at the
+        lane's real end if its holder is as gone as it looked."""
         lane = self.log.subjects.mark("collector")
-        last = await self.log.last_on(lane)
-        held = last.event if last is not None else None
-        if isinstance(held, CollectorLease) and self._live(held):
-            raise self._busy(held)
-        seq = await self.log.append_expecting(self._record(), last.seq if last is not None else 0)
-        if seq is None:  # another collector took it between our read and our write
-            now = await self.log.last_on(lane)
-            other = now.event if now is not None else None
-            if isinstance(other, CollectorLease):
-                raise self._busy(other)
+        for _ in range(_CAS_TRIES):
+            last = await self.log.last_on(lane)
+            held = last.event if last is not None else None
+            if isinstance(held, CollectorLease) and self._live(held):
+                raise self._busy(held)
+            seq = await self.log.append_expecting(self._record(), last.seq if last is not None else 0)
+            if seq is not None:
+                break
+        else:
             raise CollectorBusyError(
                 "another collector took this namespace's lease first", namespace=self.log.subjects.namespace
             )

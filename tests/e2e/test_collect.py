@@ -9,11 +9,22 @@ import subprocess
 import sys
 from collections import Counter
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from rollcut.bus import BusConfig, EventLog, load_credentials
+from rollcut.bus import (
+    AttemptOpened,
+    BusConfig,
+    EventLog,
+    ModelCallAdmitted,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallReused,
+    load_credentials,
+)
 
-from .conftest import SIGTERM, SIGUSR1, Deployment, finish
+from .conftest import NS, SIGTERM, SIGUSR1, Deployment, finish
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +66,55 @@ def test_crash_of_every_gym_process_then_resume_finishes_exactly_once(deployment
     assert code == 0, summary
     _exactly_once(deployment)
     assert summary["recovery"]["continue"] + summary["recovery"]["fresh_dispatch"] >= 1
+    # what the crash cost, as the restarted model server counts it, is what the log shows: calls an
+    # earlier attempt admitted and never finished, generated from scratch by a continued attempt
+    model = next(p for p in deployment.stack if p.name == "model")
+    metrics = {
+        s.name: s.value
+        for family in text_string_to_metric_families(httpx.get(f"{model.url}/metrics", timeout=10).text)
+        for s in family.samples
+    }
+    calls, tokens = asyncio.run(_regenerated(deployment))
+    assert metrics["rollcut_model_calls_regenerated_total"] == calls
+    assert metrics["rollcut_model_tokens_regenerated_total"] == tokens
+
+
+async def _regenerated(dep: Deployment) -> tuple[int, int]:
+    """From the log: continued attempts' calls generated from scratch (not reused, not continued from
+    a cut) for a request an earlier attempt of the rollout admitted and never completed; and their
+    output tokens (each completed call's token record names its count)."""
+    log = await EventLog.connect(
+        BusConfig(url=dep.url, namespace=NS).as_role(load_credentials(dep.creds), "admin")
+    )
+    try:
+        events = [s.event async for s in log.read()]
+    finally:
+        await log.close()
+    admitted: dict[tuple[str, int], set[str]] = {}
+    finished: dict[tuple[str, int], set[str]] = {}
+    continued_ids = {e.call_id for e in events if isinstance(e, ModelCallContinued)}
+    continued_attempts = {
+        (e.rollout_id, e.attempt) for e in events if isinstance(e, AttemptOpened) and e.from_cut
+    }
+    for e in events:
+        if isinstance(e, ModelCallAdmitted):
+            admitted.setdefault((e.rollout_id, e.attempt), set()).add(e.request_digest)
+        elif isinstance(e, ModelCallCompleted | ModelCallReused):
+            finished.setdefault((e.rollout_id, e.attempt), set()).add(e.request_digest)
+    calls = tokens = 0
+    for e in events:
+        if not isinstance(e, ModelCallCompleted) or e.call_id in continued_ids:
+            continue
+        if (e.rollout_id, e.attempt) not in continued_attempts:
+            continue
+        lost_before = any(
+            e.request_digest
+            in admitted.get((e.rollout_id, n), set()) - finished.get((e.rollout_id, n), set())
+            for n in range(1, e.attempt)
+        )
+        if lost_before:
+            calls, tokens = calls + 1, tokens + e.receipt.count
+    return calls, tokens
 
 
 def test_a_running_collection_heals_when_every_gym_process_dies_and_comes_back(

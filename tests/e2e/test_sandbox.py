@@ -261,5 +261,8 @@ def test_compaction_keeps_every_blob_a_kept_checkpoint_needs_and_frees_the_rest(
         held, roots, needed = asyncio.run(_bucket_against_the_stream(dep))
 
     assert summary["compacted_rollouts"] > 0 and summary["compaction_freed_blobs"] > 0, summary
-    assert roots and needed <= held  # every tree still named on the stream is whole in the bucket
+    assert needed <= held  # every tree still named on the stream is whole in the bucket
     assert held <= needed  # and nothing else is kept
+    # no tree named at all is a whole run compacted (a periodic checkpoint after the last row, seen
+    # in CI under load): then the bucket must be empty too, which the line above says
+    assert roots or not held

@@ -44,6 +44,13 @@ MODEL_STATS: dict[str, Stat] = {
         },
     ),
     "prefix_cuts": Stat("rollcut_model_calls_cut", "Model calls cut mid-generation at a checkpoint"),
+    "calls_regenerated": Stat(
+        "rollcut_model_calls_regenerated",
+        "Generated calls an earlier attempt of the rollout had made and lost (no cut kept any of it)",
+    ),
+    "tokens_regenerated": Stat(
+        "rollcut_model_tokens_regenerated", "Output tokens of regenerated calls: the work a crash cost"
+    ),
     **_by(
         "rollcut_model_tokens",
         "Output tokens by where they came from",

@@ -223,6 +223,24 @@ class AttemptView:
         return out
 
     @cached_property
+    def lost_calls(self) -> frozenset[str]:
+        """Request digests of calls earlier attempts admitted, up to the cut or between it and the
+        fence's move, and left with nothing to reuse (in flight when the attempt broke off, and not
+        cut): the same call now is generated again, work the crash cost
+        (``rollcut_model_calls_regenerated_total``)."""
+        attempts = self.earlier.attempts if self.earlier is not None else {}
+        sessions = [a.sessions.get("model") for n, a in attempts.items() if n < self.attempt]
+        sessions += list(self.after_cut.values())
+        lost = {
+            call.request_digest
+            for model in sessions
+            if model is not None
+            for call in model.calls.values()
+            if call.status not in _REUSABLE or call.receipt is None
+        }
+        return frozenset(lost - set(self.reusable_calls))
+
+    @cached_property
     def last_call_id(self) -> str | None:
         """The lineage's last settled model call at the cut: the parent of this attempt's first."""
         last: tuple[int, str] = (0, "")

@@ -389,6 +389,9 @@ class ModelService:
             fl.state = "done"
             self.stats.observe("custody", time.perf_counter() - custody)
             self.stats.inc("calls_generated")
+            if start == 0 and digest in view.lost_calls:  # an earlier attempt's, lost with it
+                self.stats.inc("calls_regenerated")
+                self.stats.inc("tokens_regenerated", len(out))
             return CallResult(call_id, plan, out, receipt, continued_from=start)
         except GymError:
             fl.state = "failed"

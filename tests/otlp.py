@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -110,8 +109,3 @@ class Receiver:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-    def named(self, prefix: str) -> Iterator[Span]:
-        with self._lock:
-            spans = list(self.spans)
-        return (s for s in spans if s.name.startswith(prefix))

@@ -105,6 +105,19 @@ class Tally(Mapping[str, int]):
         value = self.registry.get_sample_value(sample, labels)
         return int(value or 0)
 
+    def snapshot(self) -> dict[str, int]:
+        """Every stat by name, from one pass over the registry (reading them one by one through the
+        mapping would collect every family once per stat)."""
+        seen = {
+            (s.name, frozenset(s.labels.items())): s.value
+            for fam in self.registry.collect()
+            for s in fam.samples
+        }
+        return {
+            key: int(seen.get((sample, frozenset(labels.items())), 0))
+            for key, (sample, labels) in self._keys.items()
+        }
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.stats)
 

@@ -45,8 +45,8 @@ class _Attempt(Protocol):
 
 
 __all__ = [
-    "AGENT_ATTRS",
     "CHAT_ATTRS",
+    "INVOKE_ATTRS",
     "PROVIDER",
     "TOOL_ATTRS",
     "TRACEPARENT",
@@ -74,8 +74,8 @@ CHAT_ATTRS = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER}
 """What every ``chat {model}`` span says, client and server."""
 TOOL_ATTRS = {"gen_ai.operation.name": "execute_tool"}
 """What every ``execute_tool {name}`` span says."""
-AGENT_ATTRS = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "simple"}
-"""The Simple Agent's ``invoke_agent simple`` span."""
+INVOKE_ATTRS = {"gen_ai.operation.name": "invoke_agent"}
+"""What every ``invoke_agent`` span says (the agent's server adds ``gen_ai.agent.name``)."""
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _SDK_DISABLED = "OTEL_SDK_DISABLED"
 
@@ -182,7 +182,11 @@ def span(
 ) -> Iterator[Span]:
     """A span made current for the block (under ``parent``, a context :func:`extract` read, if
     given); attributes whose value is None are left out. An error that leaves the block is
-    recorded on the span, which ends with status ERROR."""
+    recorded on the span, which ends with status ERROR. Not enabled, nothing is made or attached:
+    the block gets the API's invalid span (every call on it does nothing), at the cost of a flag."""
+    if not enabled:
+        yield trace.INVALID_SPAN
+        return
     with tracer().start_as_current_span(name, parent, kind, _kept(attributes)) as s:
         yield s
 
@@ -203,6 +207,9 @@ def attempt_span(
 ) -> Iterator[Span]:
     """The root span of one attempt: its ids derived from the attempt (a new trace, whatever is
     current), linked to the root of the attempt before it when there is one."""
+    if not enabled:
+        yield trace.INVALID_SPAN
+        return
     links = []
     if attempt > 1:
         trace_id, span_id = _attempt_ids(namespace, rollout_id, attempt - 1)

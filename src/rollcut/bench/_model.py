@@ -115,6 +115,29 @@ def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
     }
 
 
+def _rates(runs: list[Any]) -> list[float]:
+    """Calls per second of each run (its latencies, its wall time)."""
+    return [len(lat) / wall for lat, wall in runs]
+
+
+def _against(runs: list[Any], base: list[Any], ratio: str, added: str) -> dict[str, Any]:
+    """One server against another, run by run of the same rotation: the throughput ratio and the
+    latency it adds at p50 and p99 (medians over repeats, with spreads)."""
+
+    def more(p: int) -> list[float]:
+        return [
+            (percentile(a, p, 3) or 0.0) - (percentile(b, p, 3) or 0.0)
+            for (a, _), (b, _) in zip(runs, base, strict=True)
+        ]
+
+    ratios = [a / b for a, b in zip(_rates(runs), _rates(base), strict=True)]
+    return {
+        ratio: _spread(ratios),
+        f"{added}_p50_ms": _spread(more(50)),
+        f"{added}_p99_ms": _spread(more(99)),
+    }
+
+
 class _Sink(ThreadingHTTPServer):
     """An OTLP/HTTP endpoint that reads every export and answers 200 (an empty
     ``ExportTraceServiceResponse`` is zero bytes): what a collector costs the exporter, and no more."""
@@ -197,41 +220,18 @@ async def bench_model(
                 await log.close()
     out: dict[str, Any] = {"calls": calls, "repeat": repeat, "clients": {}}
     for c, got in runs.items():
-        plain_rate = [len(lat) / wall for lat, wall in got["plain"]]
-        custody_rate = [len(lat) / wall for lat, wall in got["custody"]]
-
-        def added(p: int, got: dict[str, list[Any]] = got) -> list[float]:
-            return [
-                (percentile(cl, p, 3) or 0.0) - (percentile(pl, p, 3) or 0.0)
-                for (cl, _), (pl, _) in zip(got["custody"], got["plain"], strict=True)
-            ]
-
-        out["clients"][str(c)] = {
-            "plain_calls_per_s": _spread(plain_rate, 1),
-            "custody_calls_per_s": _spread(custody_rate, 1),
-            "throughput_ratio": _spread([a / b for a, b in zip(custody_rate, plain_rate, strict=True)]),
+        row = out["clients"][str(c)] = {
+            "plain_calls_per_s": _spread(_rates(got["plain"]), 1),
+            "custody_calls_per_s": _spread(_rates(got["custody"]), 1),
             "plain_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["plain"]]),
             "plain_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["plain"]]),
             "custody_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["custody"]]),
             "custody_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["custody"]]),
-            "added_p50_ms": _spread(added(50)),
-            "added_p99_ms": _spread(added(99)),
+            **_against(got["custody"], got["plain"], "throughput_ratio", "added"),
         }
         if got.get("traced"):
-            traced_rate = [len(lat) / wall for lat, wall in got["traced"]]
-
-            def traced_added(p: int, got: dict[str, list[Any]] = got) -> list[float]:
-                return [
-                    (percentile(tl, p, 3) or 0.0) - (percentile(cl, p, 3) or 0.0)
-                    for (tl, _), (cl, _) in zip(got["traced"], got["custody"], strict=True)
-                ]
-
-            out["clients"][str(c)] |= {
-                "traced_calls_per_s": _spread(traced_rate, 1),
-                "tracing_ratio": _spread([a / b for a, b in zip(traced_rate, custody_rate, strict=True)]),
-                "tracing_added_p50_ms": _spread(traced_added(50)),
-                "tracing_added_p99_ms": _spread(traced_added(99)),
-            }
+            row["traced_calls_per_s"] = _spread(_rates(got["traced"]), 1)
+            row |= _against(got["traced"], got["custody"], "tracing_ratio", "tracing_added")
         for name, spent in cpu.get(c, {}).items():
             out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = _spread([u for u, _ in spent], 0)
             out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = _spread([u for _, u in spent], 0)

@@ -35,7 +35,7 @@ from .._errors import (
     StorageError,
 )
 from .._telemetry import percentile
-from .._tracing import attempt_span, traced
+from .._tracing import INVOKE_ATTRS, attempt_span, traced
 from ..bus import EventLog, ResultAccepted
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, RolloutIndex
@@ -53,7 +53,6 @@ from ._summary import CollectorHooks, Summary, summary_dict
 
 __all__ = ["EXIT_REQUEUE", "Collector", "Summary", "summary_dict"]
 
-_INVOKE = {"gen_ai.operation.name": "invoke_agent"}  # the agent is remote, behind the environment
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: a scheduler (Slurm) may requeue the job
 """Exit code after a checkpoint on SIGTERM: requeue the job (EX_TEMPFAIL)."""
@@ -228,7 +227,7 @@ class Collector(Checkpointing, Recovering):
                 return
             try:  # one attempt, one trace (rollcut._tracing): its root span is this call
                 with attempt_span(
-                    "invoke_agent", self.log.subjects.namespace, rid, state.attempt, attributes=_INVOKE
+                    "invoke_agent", self.log.subjects.namespace, rid, state.attempt, attributes=INVOKE_ATTRS
                 ):
                     resp = await client.post(
                         f"{self.env_url}/run",

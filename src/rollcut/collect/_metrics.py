@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -54,22 +53,17 @@ class CollectorMetrics(_Source):
         self.last_published: float | None = None
         self.last_participants = 0
         self.registry = CollectorRegistry()
-        ns = [col.log.subjects.namespace]
-        self._duration = Histogram(
-            "rollcut_checkpoint_duration_seconds",
-            "A published checkpoint, end to end",
-            ["namespace"],
-            registry=self.registry,
-            buckets=LATENCY_BUCKETS,
-        ).labels(*ns)
-        self._pause = Histogram(
-            "rollcut_checkpoint_pause_seconds",
-            "How long a published checkpoint stood the collection still",
-            ["namespace"],
-            registry=self.registry,
-            buckets=LATENCY_BUCKETS,
-        ).labels(*ns)
+        self._duration = self._histogram(
+            "rollcut_checkpoint_duration_seconds", "A published checkpoint, end to end"
+        )
+        self._pause = self._histogram(
+            "rollcut_checkpoint_pause_seconds", "How long a published checkpoint stood the collection still"
+        )
         self.registry.register(self)
+
+    def _histogram(self, name: str, doc: str) -> Any:
+        family = Histogram(name, doc, ["namespace"], registry=self.registry, buckets=LATENCY_BUCKETS)
+        return family.labels(self.col.log.subjects.namespace)
 
     def checkpoint(self, res: CheckpointResult, seconds: float) -> None:
         """One published checkpoint: its duration, its pause, who it waited on."""
@@ -216,9 +210,9 @@ async def serve_metrics(metrics: CollectorMetrics, host: str, port: int, home: P
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    from ..gym import bind  # the Gym servers' listening socket (TCP_NODELAY on what it accepts)
+
+    sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = _embedded(app)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))

@@ -289,7 +289,7 @@ def stats_routes(app: FastAPI, tallies: list[Tally], stats: Callable[[], dict[st
     async def get_stats() -> dict[str, Any]:
         out: dict[str, Any] = {}
         for t in tallies:
-            out.update(t)
+            out.update(t.snapshot())
         return {**stats(), **out}
 
     @app.get("/metrics")

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from ..._tracing import AGENT_ATTRS, SpanKind, of_attempt, span
+from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews
@@ -207,7 +207,8 @@ class SimpleAgent:
         try:
             ctx = await self._context(run)
             loop: AgentLoop = run_responses if "responses_create_params" in task else run_chat
-            attrs = {**AGENT_ATTRS, **of_attempt(ident), "rollcut.continued": ctx.start is not None}
+            attrs = {**INVOKE_ATTRS, "gen_ai.agent.name": "simple", **of_attempt(ident)}
+            attrs["rollcut.continued"] = ctx.start is not None
             with span("invoke_agent simple", SpanKind.SERVER, attrs):
                 return await loop(ctx, task)
         except FreshDispatchNeeded:

@@ -412,8 +412,9 @@ class ModelService:
 
     async def cut(self, checkpoint_id: str) -> ExportReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
+        before = self._inflight.prefix_cuts
         report = await self._inflight.cut(checkpoint_id)
-        self.stats.inc("prefix_cuts", self._inflight.prefix_cuts - self.stats["prefix_cuts"])
+        self.stats.inc("prefix_cuts", self._inflight.prefix_cuts - before)
         return report
 
     async def export(self, checkpoint_id: str) -> ExportReport:

@@ -35,7 +35,7 @@ import httpx
 
 from ..._errors import ConfigError, RollcutError
 from ..._process import lifeline
-from ..._tracing import SpanKind, of_attempt, span
+from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews, JournalGap
@@ -223,7 +223,7 @@ class OpaqueAgent:
             raise GymError(ErrorKind.BAD_REQUEST, "an opaque agent runs rollcut task rows (env, prompt, …)")
         await claim_attempt(self.log, self.instance, ident, running_here=ident in self.relay.runs)
         self.stats.inc("runs_started")
-        attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "opaque", **of_attempt(ident)}
+        attrs = {**INVOKE_ATTRS, "gen_ai.agent.name": "opaque", **of_attempt(ident)}
         try:
             with span("invoke_agent opaque", SpanKind.SERVER, attrs):  # its requests go out through the relay
                 return await self._run(ident, task)

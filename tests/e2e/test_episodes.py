@@ -241,7 +241,7 @@ async def test_a_retired_episode_stops_everywhere_and_leaves_nothing_behind(ep: 
     assert (await coordinator.call(model, "abort", "hold", time.time() + 30)).ok
     resp = await run
     assert resp.status_code == 409, resp.text
-    assert resp.json()["error"]["type"] in ("retired", "stale_attempt")
+    assert resp.json()["error"]["code"] in ("retired", "stale_attempt")
     assert not await ep.finished("r")
 
     async def nothing_left() -> bool:

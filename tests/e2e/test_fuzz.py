@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
 from rollcut.gym.opaque import REFERENCE_AGENT
-from rollcut.gym.wire import ErrorKind
+from rollcut.gym.wire import ErrorKind, openai_type
 from rollcut.testing import ServerProcess
 
 from .conftest import NS, Deployment, deploy
@@ -32,11 +32,11 @@ pytestmark = pytest.mark.slow
 
 HOSTILE_IDS = ["a.b", "*", ">", "a b", "../../etc", "x" * 200, "", "%2e%2e", "r\u00e9", "$JS", "a\tb"]
 HOSTILE_ATTEMPTS = ["0", "-5", "x", "1.5", "99999999999999999999", "", "+1"]
-KNOWN_TYPES = {k.value for k in ErrorKind}
+KNOWN_KINDS = {k.value for k in ErrorKind}
 
 EXAMPLES: list[dict[str, Any]] = [
-    {"messages": [{"role": "user", "content": "hi"}], "model": "m"},
-    {"input": "hi", "model": "m"},
+    {"messages": [{"role": "user", "content": "hi"}], "model": "rollcut-local"},
+    {"input": "hi", "model": "rollcut-local"},
     {"input": [{"role": "user", "content": "hi"}]},
     {"env": "counter", "prompt": "count", "seed": {"start": 0}, "max_steps": 2},
     {"responses_create_params": {"input": "hi"}, "env": "counter"},
@@ -179,7 +179,8 @@ def _fuzz(server: ServerProcess) -> None:
                 )
                 err = answer["error"]
                 assert isinstance(err["message"], str) and err["message"], resp.text
-                assert err["type"] in KNOWN_TYPES, resp.text
+                assert err["code"] in KNOWN_KINDS, resp.text
+                assert err["type"] == openai_type(resp.status_code), resp.text
 
         one()
     assert any(400 <= s < 500 for s in seen), seen  # the fuzz reached the refusals

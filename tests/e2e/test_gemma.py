@@ -100,7 +100,7 @@ async def test_a_call_on_gemma_keeps_the_engines_own_tokens_byte_fallback_includ
     messages = [{"role": "user", "content": "Count to three: one, two \U0002070e \u0b9a"}]
     client = openai.AsyncOpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
     got = await client.chat.completions.create(
-        model="policy",
+        model="rollcut-local",
         messages=messages,  # type: ignore[arg-type]
         max_tokens=12,
         temperature=0,
@@ -169,7 +169,7 @@ async def test_structured_outputs_and_tool_calls_on_gemma_parse_with_the_officia
         await log.dispatch(r, {"task": r}, instance="collector")
     say = [{"role": "user", "content": "Write a short note about the weather."}]
     # no byte token is banned here: a constrained output is ASCII JSON, so none is ever sampled
-    common: dict[str, Any] = {"model": "policy", "temperature": 0}
+    common: dict[str, Any] = {"model": "rollcut-local", "temperature": 0}
 
     chat = await _client(srv, "s1").chat.completions.parse(
         messages=say,  # type: ignore[arg-type]
@@ -184,7 +184,7 @@ async def test_structured_outputs_and_tool_calls_on_gemma_parse_with_the_officia
         input="Write a short note about the sea.",
         text_format=Note,
         max_output_tokens=64,
-        model="policy",
+        model="rollcut-local",
         temperature=0,
     )
     assert isinstance(resp.output_parsed, Note)

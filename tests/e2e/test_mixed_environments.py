@@ -58,7 +58,7 @@ async def test_a_restart_only_environment_keeps_serving_through_a_checkpoint_and
             wrote = await _post(f"{pad.url}/write", r, body={"text": "still going"})
             assert wrote.status_code == 200, wrote.text
             held = await _post(f"{exported.url}/send_email", r, body={"to": "x", "body": "y"})
-            assert held.status_code == 503 and held.json()["error"]["type"] == "admission_closed"
+            assert held.status_code == 503 and held.json()["error"]["code"] == "admission_closed"
         for info in found:
             assert (await coord.call(info, "abort", "ck-held", deadline)).ok
         # a whole checkpoint with scratchpad sessions live: published, naming what cannot continue

@@ -71,7 +71,7 @@ async def test_metrics_of_a_two_worker_model_server_count_every_call_exactly_onc
             default_headers=identity_headers(Identity(rid, 1)),
         ) as client:
             done = await client.chat.completions.create(
-                model="policy", messages=[{"role": "user", "content": f"count for {rid}"}]
+                model="rollcut-local", messages=[{"role": "user", "content": f"count for {rid}"}]
             )
         assert done.usage is not None
         return done.usage.completion_tokens

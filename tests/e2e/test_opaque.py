@@ -37,6 +37,7 @@ from rollcut.gym.opaque import REFERENCE_AGENT
 from ..helpers import until
 from .conftest import Deployment, deploy, finish
 from .episodes import Episodes, episodes
+from .faults import cli
 
 pytestmark = pytest.mark.slow
 
@@ -222,11 +223,19 @@ async def test_a_nondeterministic_agent_diverges_and_starts_over_with_no_mixed_h
     a2 = await ep.continue_from("r", ck)
     resp = await ep.post_run("r", a2, task)
     assert resp.status_code == 409, resp.text
-    assert resp.json()["error"]["type"] == "fresh_dispatch"
+    assert resp.json()["error"]["code"] == "fresh_dispatch"
     (diverged,) = await kinds(ep, "r", a2, RelayDiverged)
     # its first model request after a tool round carries the nonce: request 4 (tools, model, tool, model)
     assert diverged.n == 4 and diverged.policy == "fresh_dispatch"
     assert [e.n for e in await kinds(ep, "r", a2, RelayReplayed)] == [1, 2, 3]
+    # an operator sees the same in `rollcut replay --json`: what the relay replayed and where it diverged
+    shown = await asyncio.to_thread(cli, ep.dep, "replay", "--rollout", "r")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    attempts = json.loads(shown.stdout)["rollouts"]["r"]["attempts"]
+    relay = attempts[str(a2)]["sessions"]["agent"]
+    assert relay["relay_replayed"] == 3 and relay["relay_exchanges"] == 0
+    assert [(d["n"], d["policy"]) for d in relay["relay_diverged"]] == [(4, "fresh_dispatch")]
+    assert attempts["1"]["sessions"]["agent"]["relay_exchanges"] >= 3
     # nothing of attempt 2 went live: no exchange, no generation, no tool call
     for kind in (RelayExchange, ModelCallCompleted, ResourcesMutated):
         assert await kinds(ep, "r", a2, kind) == []
@@ -240,7 +249,7 @@ async def test_a_nondeterministic_agent_diverges_and_starts_over_with_no_mixed_h
 
 async def test_the_relay_answers_only_an_attempt_running_on_it(ep: Episodes) -> None:
     agent = next(p for p in ep.dep.stack if p.name == "agent").url
-    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": "rollcut-local", "messages": [{"role": "user", "content": "hi"}]}
     await ep.log.dispatch("idle", TASK, instance="collector")  # dispatched, but no agent runs it
     for path in (
         "/r/idle/1/v1/chat/completions",
@@ -248,9 +257,9 @@ async def test_the_relay_answers_only_an_attempt_running_on_it(ep: Episodes) -> 
         "/r/nobody/1/tools/counter/add",
     ):
         resp = await ep.http.post(f"{agent}{path}", json=body)
-        assert resp.status_code == 409 and resp.json()["error"]["type"] == "stale_attempt", resp.text
+        assert resp.status_code == 409 and resp.json()["error"]["code"] == "stale_attempt", resp.text
     resp = await ep.http.post(f"{agent}/v1/chat/completions", json=body, headers={"x-rollout-id": "idle"})
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "missing_identity"
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "missing_identity"
     assert [e for _, e in await ep.events("idle") if not isinstance(e, type(None))][
         1:
     ] == []  # the dispatch only
@@ -270,7 +279,7 @@ async def test_an_agent_that_declares_nothing_is_restart_only(undeclared: Deploy
         ep.dep.restart(same_ports=True)
         a2 = await ep.continue_from("r", await ep.checkpoint())
         resp = await ep.post_run("r", a2, TASK)
-        assert resp.status_code == 409 and resp.json()["error"]["type"] == "fresh_dispatch"
+        assert resp.status_code == 409 and resp.json()["error"]["code"] == "fresh_dispatch"
         assert "restart_only" in resp.json()["error"]["message"]
         # fail closed: nothing of the journal was replayed, nothing went live
         for kind in (RelayReplayed, RelayExchange, ModelCallCompleted):
@@ -321,7 +330,7 @@ async def test_a_retired_rollout_stops_its_agent(ep: Episodes) -> None:
     done = len(await kinds(ep, "r", 1, RelayExchange))
     await ep.log.retire("r", instance="collector", reason="over budget")
     resp = await run  # the launcher stops the agent; nothing more of it reaches the log
-    assert resp.status_code == 409 and resp.json()["error"]["type"] == "retired", resp.text
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "retired", resp.text
     assert len(await kinds(ep, "r", 1, RelayExchange)) == done
 
 
@@ -382,7 +391,7 @@ async def test_a_program_over_its_time_limit_is_stopped_and_its_run_fails(limite
     async with episodes(limited) as ep:
         run = await run_until_paused(ep, "r", {**TASK, "pause_s": 600.0})  # it would think for ten minutes
         resp = await run
-        assert resp.status_code == 502 and resp.json()["error"]["type"] == "agent_failed", resp.text
+        assert resp.status_code == 502 and resp.json()["error"]["code"] == "agent_failed", resp.text
         assert "--run-timeout" in resp.json()["error"]["message"]
         with pytest.raises(AssertionError):  # its program is gone, not left thinking
             agent_program(ep)

@@ -74,7 +74,7 @@ async def test_a_sandbox_that_does_not_go_with_the_journal_starts_the_rollout_ov
         ep.dep.restart(same_ports=True)
         attempt = await ep.continue_from("r", await ep.checkpoint())
         resp = await ep.post_run("r", attempt, DISK_TASK)
-        assert resp.status_code == 409 and resp.json()["error"]["type"] == "fresh_dispatch"
+        assert resp.status_code == 409 and resp.json()["error"]["code"] == "fresh_dispatch"
         assert "no tree sandbox snapshot at the cut" in resp.json()["error"]["message"]
         for kind in (RelayReplayed, RelayExchange):  # fail closed: nothing replayed, nothing went live
             assert await kinds(ep, "r", attempt, kind) == []

@@ -117,7 +117,7 @@ async def test_model_calls_chain_and_retries_join_whichever_worker_accepts(
 
     async def ask(rid: str, messages: list[Any]) -> Any:
         async with client(rid) as c:
-            return await c.chat.completions.create(model="policy", messages=messages)
+            return await c.chat.completions.create(model="rollcut-local", messages=messages)
 
     async def conversation(rid: str) -> list[str]:
         messages: list[Any] = [{"role": "user", "content": f"hello from {rid}"}]
@@ -137,7 +137,9 @@ async def test_model_calls_chain_and_retries_join_whichever_worker_accepts(
         async with client(rid) as c:  # streamed: the answer is forwarded as it is generated
             chunks = [
                 x
-                async for x in await c.chat.completions.create(model="policy", messages=messages, stream=True)
+                async for x in await c.chat.completions.create(
+                    model="rollcut-local", messages=messages, stream=True
+                )
             ]
         assert chunks and chunks[-1].model_extra is not None
         calls.append(chunks[-1].model_extra["rollcut"]["call_id"])

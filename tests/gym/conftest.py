@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from openai import AsyncOpenAI
 
 from rollcut.bus import BusConfig, EventLog
 from rollcut.gym.agent import SimpleAgent, create_agent_app
 from rollcut.gym.model import Backend, LocalBackend, ModelService, create_app
 from rollcut.gym.resources import Counter, ResourcesService, create_resources_app
+from rollcut.gym.wire import Identity, ng_path_id
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
 from rollcut.tokens import LocalTokenStore
@@ -80,6 +85,31 @@ async def rig_for(
 async def rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIterator[ModelRig]:
     async with rig_for(log, bus_config, tmp_path, LocalBackend(seed=7, token_delay_s=0.0)) as r:
         yield r
+
+
+@pytest.fixture
+async def base_url(rig: ModelRig) -> AsyncIterator[str]:
+    """The rig's model service, served by uvicorn on a free loopback port, with token ids on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(rig.service, return_token_ids=True), log_level="warning", lifespan="off")
+    )
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not task.done(), task
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def client(base_url: str, rollout_id: str, attempt: int = 1, **kw: Any) -> AsyncOpenAI:
+    """An SDK client whose calls carry rollcut identity through NeMo Gym's path prefix."""
+    prefix = ng_path_id(Identity(rollout_id, attempt))
+    return AsyncOpenAI(base_url=f"{base_url}/ng-rollout/{prefix}/v1", api_key="unused", **kw)
 
 
 # --- the agent with a model and a counter resources server, all in process on the real bus ---

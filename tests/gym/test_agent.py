@@ -44,7 +44,7 @@ async def test_an_attempt_that_already_ran_is_not_run_again(log: EventLog, stack
     assert (await s.run("r1", 1)).status_code == 200
     before = await log.last_seq()
     again = await s.run("r1", 1)
-    assert again.status_code == 409 and again.json()["error"]["type"] == "attempt_in_use"
+    assert again.status_code == 409 and again.json()["error"]["code"] == "attempt_in_use"
     assert await log.last_seq() == before  # nothing ran, nothing was written
 
 
@@ -92,7 +92,7 @@ async def test_a_changed_agent_falls_back_to_fresh_dispatch(log: EventLog, stack
     await log.supersede("r1", 1, instance="coordinator", from_cut=cut)
     changed = await stack(system_prompt="You are a different agent now.")
     resp = await changed.run("r1", 2)
-    assert resp.status_code == 409 and resp.json()["error"]["type"] == "fresh_dispatch"
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "fresh_dispatch"
     assert "differs from logged" in resp.json()["error"]["message"]
 
 
@@ -187,4 +187,4 @@ async def test_a_rollout_retired_as_its_boundary_is_written_answers_409_not_500(
     s.agent.boundary = retired_first
     out = await s.run("r1", 1)
     assert out.status_code == 409, out.text
-    assert out.json()["error"]["type"] in ("retired", "stale_attempt")
+    assert out.json()["error"]["code"] in ("retired", "stale_attempt")

@@ -62,7 +62,9 @@ async def test_an_engine_call_keeps_what_the_engine_tokenized_and_streamed(
     await erig.log.dispatch("r1", {}, instance="collector")
     messages: list[Any] = [{"role": "user", "content": "the agent and the tool"}]
     before = engine.tokens_predicted()
-    out = await sdk(erig, "r1").chat.completions.create(model="m", messages=messages, max_tokens=40)
+    out = await sdk(erig, "r1").chat.completions.create(
+        model="rollcut-local", messages=messages, max_tokens=40
+    )
     msg = out.choices[0].message.model_dump()
     ids, lps = msg["generation_token_ids"], msg["generation_log_probs"]
     # what the engine generated is what is kept: as many ids as it counted, a log-prob for each
@@ -85,7 +87,10 @@ async def test_a_call_that_ends_on_the_end_token_keeps_it_with_its_log_prob_and_
     await erig.log.dispatch("r1", {}, instance="collector")
     (eos,) = engine.no_eos
     out = await sdk(erig, "r1").chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "x"}], max_tokens=5, logit_bias={eos: 100}
+        model="rollcut-local",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=5,
+        logit_bias={eos: 100},
     )
     msg = out.choices[0].message.model_dump()
     assert msg["generation_token_ids"] == [int(eos)] and len(msg["generation_log_probs"]) == 1
@@ -100,7 +105,7 @@ async def test_a_cut_keeps_the_streamed_tokens_stops_the_engine_request_and_the_
     assert isinstance(backend, EngineBackend) and backend.can_cut
     call = asyncio.ensure_future(
         sdk(erig, "r1").chat.completions.create(
-            model="m",
+            model="rollcut-local",
             messages=[{"role": "user", "content": "a long one"}],
             max_tokens=1200,
             logit_bias=engine.no_eos,  # no end before the budget: a generation long enough to cut
@@ -136,7 +141,7 @@ async def test_an_engine_that_cannot_take_a_token_prompt_leaves_a_running_call_e
         await log.dispatch("r1", {}, instance="collector")
         call = asyncio.ensure_future(
             sdk(rig, "r1").chat.completions.create(
-                model="m",
+                model="rollcut-local",
                 messages=[{"role": "user", "content": "x"}],
                 max_tokens=1200,
                 logit_bias=engine.no_eos,
@@ -155,7 +160,10 @@ async def test_the_engine_killed_mid_call_fails_the_call_and_the_clients_retry_c
     await erig.log.dispatch("r1", {}, instance="collector")
     call = asyncio.ensure_future(
         sdk(erig, "r1", retries=5).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}], max_tokens=1200, logit_bias=engine.no_eos
+            model="rollcut-local",
+            messages=[{"role": "user", "content": "x"}],
+            max_tokens=1200,
+            logit_bias=engine.no_eos,
         )
     )
     await until(lambda: erig.service.stats["tokens_generated"] >= 20, what="20 tokens streamed")
@@ -185,7 +193,7 @@ async def test_an_engine_that_drops_token_ids_fails_the_call_with_its_reason(
             await log.dispatch("r1", {}, instance="collector")
             with pytest.raises(openai.APIStatusError) as err:
                 await sdk(rig, "r1").chat.completions.create(
-                    model="m",
+                    model="rollcut-local",
                     messages=[{"role": "user", "content": "x"}],
                     max_tokens=400,
                     logit_bias=eng.no_eos,

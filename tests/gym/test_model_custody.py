@@ -21,7 +21,7 @@ async def _events(rig: ModelRig, rollout_id: str) -> list[Any]:
 
 async def test_non_streamed_call_has_admitted_then_completed_custody(rig: ModelRig) -> None:
     await rig.log.dispatch("r1", {"q": 1}, instance="collector")
-    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    body = {"model": "rollcut-local", "messages": [{"role": "user", "content": "hello"}]}
     resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
     assert resp.status_code == 200, resp.text
     out = resp.json()
@@ -88,7 +88,7 @@ async def test_stale_attempt_is_refused_and_generates_nothing(rig: ModelRig) -> 
         json={"messages": [{"role": "user", "content": "x"}]},
         headers=rig.headers("r1", 1),
     )
-    assert resp.status_code == 409 and resp.json()["error"]["type"] == "stale_attempt"
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "stale_attempt"
     assert "attempt 2 is current" in resp.json()["error"]["message"]
     assert rig.service.stats["tokens_generated"] == before["tokens_generated"]
     assert await _events(rig, "r1") == []
@@ -98,7 +98,7 @@ async def test_call_without_identity_is_refused(rig: ModelRig) -> None:
     resp = await rig.client.post(
         "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
     )
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "missing_identity"
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "missing_identity"
 
 
 async def test_closed_admission_answers_503_with_retry_after(rig: ModelRig) -> None:
@@ -109,7 +109,7 @@ async def test_closed_admission_answers_503_with_retry_after(rig: ModelRig) -> N
         json={"messages": [{"role": "user", "content": "x"}]},
         headers=rig.headers("r1"),
     )
-    assert resp.status_code == 503 and resp.json()["error"]["type"] == "admission_closed"
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "admission_closed"
     assert int(resp.headers["retry-after"]) >= 1
 
 
@@ -122,7 +122,7 @@ async def test_a_streamed_call_refused_at_admission_is_a_503_not_an_error_in_a_s
     body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
     for _ in range(20):
         resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
-        assert resp.status_code == 503 and resp.json()["error"]["type"] == "admission_closed", resp.text
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "admission_closed", resp.text
 
 
 async def test_repeated_call_after_restore_is_served_from_the_log(rig: ModelRig) -> None:
@@ -167,7 +167,7 @@ async def test_call_for_an_undispatched_rollout_is_refused_clearly(rig: ModelRig
         json={"messages": [{"role": "user", "content": "x"}]},
         headers=rig.headers("ghost"),
     )
-    assert resp.status_code == 409 and resp.json()["error"]["type"] == "unknown_rollout"
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "unknown_rollout"
     assert "never dispatched" in resp.json()["error"]["message"]
 
 
@@ -318,7 +318,7 @@ async def test_a_full_stream_answers_503_stores_nothing_and_the_retry_goes_throu
     body = {"messages": [{"role": "user", "content": "hello"}]}
     resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
     assert resp.status_code == 503 and resp.headers["retry-after"] == "30", resp.text
-    assert resp.json()["error"]["type"] == "storage_unavailable"
+    assert resp.json()["error"]["code"] == "storage_unavailable"
     assert "maximum bytes" in resp.json()["error"]["message"]
     assert await rig.log.last_seq() == before and await _events(rig, "r1") == []
     cfg.max_bytes = room
@@ -334,7 +334,7 @@ async def test_a_lone_surrogate_in_a_body_is_a_400_and_stores_nothing(rig: Model
     raw = b'{"messages": [{"role": "user", "content": "\\udb9d"}]}'
     headers = {**rig.headers("r1"), "content-type": "application/json"}
     resp = await rig.client.post("/v1/chat/completions", content=raw, headers=headers)
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_request", resp.text
     assert "not valid Unicode" in resp.json()["error"]["message"]
     assert await _events(rig, "r1") == []
 
@@ -343,7 +343,7 @@ async def test_an_integer_the_log_cannot_hold_is_a_400_and_stores_nothing(rig: M
     await rig.log.dispatch("r1", {}, instance="collector")
     body = {"messages": [{"role": "user", "content": "hi"}], "seed": 10**30}
     resp = await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "bad_request", resp.text
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_request", resp.text
     assert await _events(rig, "r1") == []
 
 
@@ -370,7 +370,7 @@ async def test_a_body_of_the_wrong_shape_is_a_400_naming_the_field_and_nothing_i
     resp = await rig.client.post(route, json=body, headers=rig.headers("r1"))
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
-    assert err["type"] == "bad_request" and where in err["message"], err
+    assert err["code"] == "bad_request" and where in err["message"], err
     assert [s.seq async for s in log.read(rollout_id="r1")] == before
 
 

@@ -77,4 +77,4 @@ async def test_a_rollout_whose_worker_cannot_be_reached_is_a_503_in_the_error_sh
         nobody = await client.post("/echo")  # names no rollout: served where it arrived
     assert here.json() == nobody.json() == {"served_by": "worker 0"}
     assert there.status_code == 503 and there.headers["retry-after"] == "1"
-    assert there.json()["error"]["type"] == "worker_unavailable"
+    assert there.json()["error"]["code"] == "worker_unavailable"

@@ -135,7 +135,7 @@ async def test_counter_restores_under_the_new_attempt_and_the_old_one_is_refused
     restored = rig.service.sessions[next(k for k in rig.service.sessions if k.attempt == 2)]
     assert restored.state == {"value": 16} and restored.revision == 3
     late = await rig.post("/add", "r1", 1, {"n": 100})  # a delayed request from attempt 1
-    assert late.status_code == 409 and late.json()["error"]["type"] == "stale_attempt"
+    assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
     assert (await rig.post("/read", "r1", 2)).json()["result"] == {"value": 16}
     assert (await rig.post("/add", "r1", 2, {"n": 4})).json() == {
         "result": {"value": 20},
@@ -200,7 +200,7 @@ async def test_restart_only_environment_fails_closed_into_fresh_dispatch(
         "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
     )
     refused = await rig.post("/write", "r1", 2, {"text": "b"})
-    assert refused.status_code == 409 and refused.json()["error"]["type"] == "not_continuable"
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "not_continuable"
 
 
 async def test_post_boundary_tool_calls_are_served_from_the_log_and_a_change_is_refused(
@@ -224,7 +224,7 @@ async def test_post_boundary_tool_calls_are_served_from_the_log_and_a_change_is_
     await rig.post("/add", "r2", 1, {"n": 2})
     await rig.restore_from_checkpoint("r2")
     changed = await rig.post("/add", "r2", 2, {"n": 3})
-    assert changed.status_code == 409 and changed.json()["error"]["type"] == "replay_mismatch"
+    assert changed.status_code == 409 and changed.json()["error"]["code"] == "replay_mismatch"
 
 
 async def test_replayable_verification_gives_the_same_answer_when_re_run(

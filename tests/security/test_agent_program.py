@@ -50,7 +50,7 @@ async def _run(ep: Episodes, rid: str, mode: str, **more: object) -> tuple[int, 
 async def test_an_answer_a_server_cannot_encode_fails_the_run_not_the_server(ep: Episodes, mode: str) -> None:
     status, body = await _run(ep, f"bad-{mode}", mode)
     assert status == 502, body
-    assert body["error"]["type"] == "agent_failed"  # type: ignore[index]
+    assert body["error"]["code"] == "agent_failed"  # type: ignore[index]
 
 
 async def test_the_relay_forwards_no_path_that_climbs_out_of_its_upstream(ep: Episodes) -> None:

@@ -35,7 +35,7 @@ def main() -> int:
             ):
                 kind = "relay" if via is relay else "direct"
                 body = {
-                    "model": "policy",
+                    "model": "rollcut-local",
                     "messages": [{"role": "user", "content": f"{kind} {i}"}],
                     "max_tokens": 16,
                 }

@@ -62,8 +62,8 @@ def bench_log_cmd(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Append and replay rate against plain nats-py on the same server, same run; with ``--replicas``
-    or ``--sync``, the append cost of each durability mode side by side instead."""
+    """Append and replay rate against plain nats-py on the same server, same run; with --replicas
+    or --sync, the append cost of each durability mode side by side instead."""
     if replicas or sync:
         if url:
             raise fail("--replicas/--sync start their own servers; leave out --url")
@@ -315,7 +315,7 @@ def bench_train_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
-    (needs the ``trl`` extra and the engine)."""
+    (needs the 'trl' extra and the engine)."""
     status = f"training {steps} steps each way, {repeat} times"
     passed = _pick(locals(), "steps repeat generations crash max_staleness completion_tokens")
     _measure("bench_train", status, as_json, **passed)

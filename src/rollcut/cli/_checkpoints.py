@@ -137,9 +137,9 @@ def compact_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Let go of what no kept checkpoint needs: the event history of rollouts accepted below the oldest
-    of the ``--keep`` newest checkpoints, older checkpoints, old markers (docs/cluster.md), and the
+    of the --keep newest checkpoints, older checkpoints, old markers (docs/cluster.md), and the
     sandbox blobs no tree left on the stream needs (docs/sandboxes.md). For a namespace whose
-    collection is not running: a collection compacts itself (``compaction: keep: N``)."""
+    collection is not running: a collection compacts itself ('compaction: keep: N')."""
     from ..ledger import Projector, compact
 
     async def go() -> dict[str, Any]:

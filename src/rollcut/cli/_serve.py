@@ -148,8 +148,17 @@ def serve_model(
             help="A continued attempt whose kept tokens are more versions old than this starts over.",
         ),
     ] = None,
+    served_model_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--served-model-name",
+            help="A model name requests may ask for (repeatable; the first answers requests naming "
+            "none; default rollcut-local). Any other name is a 404 model_not_found.",
+        ),
+    ] = None,
 ) -> None:
     """The OpenAI-compatible policy model server with durable call custody."""
+    served_model_name = served_model_name or []
     _serve("model", locals())
 
 

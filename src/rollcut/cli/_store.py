@@ -45,7 +45,7 @@ def nats(
     ] = 1,
 ) -> None:
     """Run nats-server with JetStream in the foreground, with per-role credentials: one server, or a
-    cluster of ``--cluster N`` on this host (their URLs, comma-separated, are what ``--url`` takes)."""
+    cluster of --cluster N on this host (their URLs, comma-separated, are what --url takes)."""
     from .._home import credentials_for
     from ..bus import EmbeddedCluster, EmbeddedServer
 
@@ -93,7 +93,7 @@ def cluster_config(
         "/data/jetstream"
     ),
 ) -> None:
-    """Write a NATS cluster's node configs (``<host>.conf``), its layout and the role credentials, for
+    """Write a NATS cluster's node configs ('<host>.conf'), its layout and the role credentials, for
     nodes on separate hosts (docker/compose.yaml). Run again, it keeps the credentials and the route
     password it made the first time, so a node can be replaced without the others."""
     from .._files import write_private
@@ -264,7 +264,7 @@ def retire_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Retire a rollout: its attempt is fenced off, every server drops it, no attempt opens again,
-    and the collection writes its row as ``retired``."""
+    and the collection writes its row as 'retired'."""
 
     async def go() -> dict[str, Any]:
         async with target.log("collector") as log:

@@ -73,6 +73,9 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     policy_version: int = 0
     policy_version_file: str = ""
     max_policy_lag: int | None = None
+    served_model_name: list[str] = []
+    """The model names requests may ask for (vLLM's ``--served-model-name``); empty: ``rollcut-local``.
+    The first is what a request naming none is answered as; any other name is a 404."""
 
 
 class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
@@ -150,6 +153,8 @@ def cli_argv(opts: ServeSpec) -> list[str]:
             continue
         if isinstance(value, dict):
             out += [a for k, v in value.items() for a in (flag, f"{k}={v}")]
+        elif isinstance(value, list):
+            out += [a for v in value for a in (flag, str(v))]
         elif isinstance(value, bool):
             out += [flag] if value else []
         else:

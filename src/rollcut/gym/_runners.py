@@ -85,7 +85,7 @@ async def serve_participant(
 
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     # imported here: only a model server pays for OpenAI's types (see the package's docstring)
-    from .model import BACKENDS, ModelService, PolicyClock, create_app
+    from .model import BACKENDS, DEFAULT_MODEL, ModelService, PolicyClock, create_app
     from .model.engine import EngineBackend
 
     backend = BACKENDS[opts.backend](opts)
@@ -95,12 +95,23 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers
     policy = PolicyClock(opts.policy_version, opts.policy_version_file or None, opts.max_policy_lag)
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
+        names = opts.served_model_name or [DEFAULT_MODEL]
         service = ModelService(
-            log, tokens, backend, instance=instance, participant=participant, policy=policy
+            log,
+            tokens,
+            backend,
+            instance=instance,
+            participant=participant,
+            policy=policy,
+            model_name=names[0],
         )
-        return create_app(
-            service, return_token_ids=opts.return_token_ids, max_body_bytes=opts.max_body_bytes
-        ), service
+        app = create_app(
+            service,
+            return_token_ids=opts.return_token_ids,
+            served_model_names=names,
+            max_body_bytes=opts.max_body_bytes,
+        )
+        return app, service
 
     try:
         await serve_participant(opts, sock, worker, "exported", make, peers=peers)

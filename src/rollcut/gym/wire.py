@@ -13,9 +13,10 @@ three things, and this module is the only place they are spelled:
   from 1: ``attempt = _ng_attempt_index + 1``, here and nowhere else. Encode
   with :func:`identity_headers` / :func:`ng_path_id`, decode with
   :func:`identity_from`; two encodings that disagree are refused.
-- **Error kinds**: :class:`ErrorKind`, the ``type`` of an OpenAI-style
-  ``{"error": {"type", "message"}}`` answer, each with one HTTP status
-  (:func:`status_of`).
+- **Error kinds**: :class:`ErrorKind`, the ``code`` of OpenAI's
+  ``{"error": {"message", "type", "param", "code"}}`` answer, each with one
+  HTTP status (:func:`status_of`); ``type`` is OpenAI's class of that status
+  (:func:`openai_type`), so OpenAI's clients branch on it as on OpenAI's.
 - **Domain errors**: services raise :class:`GymError` with a kind, never an
   HTTP status. Only the FastAPI apps turn it into an answer; clients turn an
   answer back into the same error with :func:`error_from_response`, so both
@@ -54,6 +55,7 @@ __all__ = [
     "identity_from",
     "identity_headers",
     "ng_path_id",
+    "openai_type",
     "session_cookie",
     "split_ng_path_id",
     "status_of",
@@ -88,12 +90,18 @@ _ROLLOUT_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class ErrorKind(StrEnum):
-    """The ``type`` of every error answer a Gym server here gives."""
+    """What went wrong, by kind: the ``code`` of every error answer a Gym server here gives (its
+    ``type`` is OpenAI's class of the status, :func:`openai_type`)."""
 
     PAYLOAD_TOO_LARGE = "payload_too_large"
     """The body is over the server's limit (``--max-body-bytes``); nothing of it was read further."""
     BAD_REQUEST = "bad_request"
     """The body is not what the route takes (not JSON, wrong shape, invalid fields)."""
+    UNSUPPORTED = "unsupported"
+    """A valid request asks for what this server does not do (``n`` above 1, ``top_logprobs``,
+    a stored response); it says what to send instead."""
+    MODEL_NOT_FOUND = "model_not_found"
+    """The request names a model this server does not serve (OpenAI's own code for it)."""
     MISSING_IDENTITY = "missing_identity"
     BAD_IDENTITY = "bad_identity"
     STALE_ATTEMPT = "stale_attempt"
@@ -129,6 +137,8 @@ class ErrorKind(StrEnum):
 _STATUS: dict[ErrorKind, int] = {
     ErrorKind.PAYLOAD_TOO_LARGE: 413,
     ErrorKind.BAD_REQUEST: 400,
+    ErrorKind.UNSUPPORTED: 400,
+    ErrorKind.MODEL_NOT_FOUND: 404,
     ErrorKind.MISSING_IDENTITY: 400,
     ErrorKind.BAD_IDENTITY: 400,
     ErrorKind.STALE_ATTEMPT: 409,
@@ -181,6 +191,8 @@ class GymError(RollcutError):
     kind: ErrorKind
     status: int
     retry_after_s: float | None = None
+    param: str | None = None
+    """The request field at fault, as OpenAI's error names it (``max_tokens``, ``n``)."""
     rollout_id: str | None = None
     attempt: int | None = None
 
@@ -313,9 +325,29 @@ def identity_from(
     return first
 
 
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def openai_type(status: int) -> str:
+    """OpenAI's error ``type`` for a status: ``invalid_request_error`` for a request it refuses,
+    ``server_error`` for one the server failed, and its own names for 401, 403 and 429."""
+    return _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
 def error_body(err: GymError) -> dict[str, Any]:
-    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``, type and code the kind."""
-    return {"error": {"message": str(err), "type": str(err.kind), "param": None, "code": str(err.kind)}}
+    """OpenAI's error shape, ``{"error": {"message", "type", "param", "code"}}``: ``type`` OpenAI's
+    class of the status (what OpenAI's own clients branch on), ``code`` rollcut's kind."""
+    return {
+        "error": {
+            "message": str(err),
+            "type": openai_type(err.status),
+            "param": err.param,
+            "code": str(err.kind),
+        }
+    }
+
+
+_KINDS = frozenset(k.value for k in ErrorKind)
 
 
 def error_from_response(resp: httpx.Response, *, where: str = "") -> GymError:
@@ -335,9 +367,13 @@ def error_from_response(resp: httpx.Response, *, where: str = "") -> GymError:
     prefix = f"{where}: " if where else ""
     retry = resp.headers.get("retry-after")
     retry_after = float(retry) if retry and retry.replace(".", "", 1).isdigit() else None
-    if isinstance(err, dict) and err.get("type") in ErrorKind.__members__.values():
-        return GymError(
-            ErrorKind(err["type"]), prefix + str(err.get("message", "")), retry_after_s=retry_after
-        )
+    # the kind is the code; an older rollcut put it in ``type`` too, read as a fallback
+    kind = (
+        next((k for k in (err.get("code"), err.get("type")) if k in _KINDS), None)
+        if isinstance(err, dict)
+        else None
+    )
+    if kind is not None:
+        return GymError(ErrorKind(kind), prefix + str(err.get("message", "")), retry_after_s=retry_after)
     text = str(err.get("message")) if isinstance(err, dict) else resp.text[:300]
     return GymError(ErrorKind.HTTP_ERROR, f"{prefix}{resp.status_code} {text}", status=resp.status_code)

@@ -29,6 +29,9 @@ from ..bus import (
     ModelCallFailed,
     ModelCallPrefixCut,
     ModelCallReused,
+    RelayDiverged,
+    RelayExchange,
+    RelayReplayed,
     ResourcesMutated,
     ResourcesRetired,
     ResourcesSeeded,
@@ -269,15 +272,20 @@ class ResourcesFold:
 
 
 class AgentSession(msgspec.Struct, kw_only=True, gc=False):
-    """An attempt's agent state: its last boundary and where it is on the log."""
+    """An attempt's agent state: its last boundary and where it is on the log, and for an opaque
+    agent what its relay did: exchanges journaled, requests answered from the lineage's journal,
+    and each divergence (which request, what was expected, what the policy did and why)."""
 
     boundary: AgentBoundaryRecord | None = None
     boundary_seq: int = 0
     boundaries: int = 0
+    relay_exchanges: int = 0
+    relay_replayed: int = 0
+    relay_diverged: list[RelayDiverged] = []
 
 
 class AgentFold:
-    """Folds agent boundaries into the last boundary of an attempt."""
+    """Folds agent boundaries into the last boundary of an attempt, and counts its relay's work."""
 
     def initial(self) -> AgentSession:
         return AgentSession()
@@ -287,6 +295,12 @@ class AgentFold:
         if isinstance(ev, AgentBoundary):
             state.boundary, state.boundary_seq = ev.record, stored.seq
             state.boundaries += 1
+        elif isinstance(ev, RelayExchange):
+            state.relay_exchanges += 1
+        elif isinstance(ev, RelayReplayed):
+            state.relay_replayed += 1
+        elif isinstance(ev, RelayDiverged):
+            state.relay_diverged.append(ev)
         return state
 
 

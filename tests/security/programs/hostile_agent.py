@@ -62,7 +62,7 @@ def escape() -> dict[str, object]:
     victim = task["victim"]
     own_token = base.rstrip("/").split("/")[-2]  # .../r/<rollout>/<attempt>/<token>/v1
     root = base.split("/r/")[0]
-    body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "x"}]}).encode()
+    body = json.dumps({"model": "rollcut-local", "messages": [{"role": "user", "content": "x"}]}).encode()
     found["as_victim_with_own_token"] = status_of(
         f"{root}/r/{victim}/1/{own_token}/v1/chat/completions", body
     )

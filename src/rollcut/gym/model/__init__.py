@@ -10,7 +10,7 @@ from ._local import LocalBackend, decode, encode
 from ._openai import OpenAIBackend, UpstreamError
 from ._policy import PolicyClock
 from ._routes import create_app
-from ._service import CallResult, ModelService
+from ._service import DEFAULT_MODEL, CallResult, ModelService
 
 BACKENDS: _Registry[_Callable[[_ModelServe], Backend]] = _registries.BACKENDS
 """The model server's generation backends, by the name ``--backend`` takes (entry point group
@@ -18,6 +18,7 @@ BACKENDS: _Registry[_Callable[[_ModelServe], Backend]] = _registries.BACKENDS
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_MODEL",
     "Backend",
     "CallResult",
     "LocalBackend",

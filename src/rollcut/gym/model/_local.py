@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Plan
+from ._requests import requested_limit
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord
@@ -130,9 +131,9 @@ class LocalBackend:
             if at >= 0:
                 text, tool_calls, finish = text[:at], [], "stop"
         ids = encode(text)
-        limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
-        if limit is not None and len(ids) > int(limit):
-            ids, tool_calls, finish = ids[: int(limit)], [], "length"
+        limit = requested_limit(body)
+        if limit is not None and len(ids) > limit:
+            ids, tool_calls, finish = ids[:limit], [], "length"
             text = decode(ids)
         logprobs = [
             -(

@@ -13,7 +13,13 @@ that cannot be attributed cannot be recovered.
 ``return_token_ids``: every assistant message / output item carries
 ``prompt_token_ids``, ``generation_token_ids`` and ``generation_log_probs``,
 read from the token store's record of the call, as NeMo Gym's vLLM model
-server does with ``return_token_id_information``.
+server does with ``return_token_id_information``; a request's own
+``return_token_ids`` (vLLM's name) overrides the server's switch either way.
+
+Models: the server serves the names it was given (``--served-model-name``,
+vLLM's flag; ``rollcut-local`` by default). A request naming another is a
+404 ``model_not_found``, as OpenAI answers; a request naming none is served
+by the first name, which every answer then reports.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,7 +40,7 @@ from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of
 from ..wire import ErrorKind, GymError, Identity, error_body
 from ._local import response_message
 from ._openai import UpstreamError, upstream_error
-from ._requests import check_chat, check_responses
+from ._requests import check_chat, check_responses, wants_training, without_training
 from ._service import CallResult, ModelService
 from ._shapes import (
     DEFAULT_MODEL,
@@ -41,6 +48,7 @@ from ._shapes import (
     chat_chunk,
     chat_completion,
     extension,
+    model_entry,
     models_list,
     response_items,
     response_object,
@@ -59,11 +67,12 @@ def create_app(
     *,
     require_identity: bool = True,
     return_token_ids: bool = False,
-    model_name: str = DEFAULT_MODEL,
+    served_model_names: Sequence[str] = (DEFAULT_MODEL,),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
-    """The OpenAI-compatible FastAPI app over a model service."""
+    """The OpenAI-compatible FastAPI app over a model service, serving ``served_model_names``."""
     app = gym_app("rollcut policy model", max_body_bytes=max_body_bytes)
+    served = tuple(served_model_names) or (DEFAULT_MODEL,)
 
     async def on_upstream(request: Request, exc: Exception) -> JSONResponse:
         # the call is recorded as failed; an engine that went away is waited for by the client's own
@@ -73,48 +82,62 @@ def create_app(
 
     app.add_exception_handler(UpstreamError, on_upstream)
 
-    async def identified(request: Request) -> tuple[Identity, dict[str, Any]]:
+    def named(model: Any) -> str:
+        """The served name a request asked for (the first when it names none), or a 404."""
+        if model is None:
+            return served[0]
+        if model not in served:
+            raise GymError(
+                ErrorKind.MODEL_NOT_FOUND,
+                f"The model `{model}` does not exist: this server serves {', '.join(served)}",
+                param="model",
+            )
+        return str(model)
+
+    async def identified(request: Request) -> tuple[Identity, dict[str, Any], _Answer]:
+        """Who calls, the request as the call is made of it (echoed token arrays dropped), and how
+        the answer is shaped. The model stays as the request named it (or did not): the request's
+        digest, and so the call's identity, is what it was before names were checked."""
         body = await json_body(request)
+        answer = _Answer(named(body.get("model")), wants_training(body, return_token_ids), service)
+        body = without_training(body)
         try:
-            return identity_of(request), body
+            return identity_of(request), body, answer
         except GymError as exc:
             if require_identity or exc.kind is not ErrorKind.MISSING_IDENTITY:
                 raise
-            return Identity("anonymous", 1), body
-
-    async def training(result: CallResult) -> Training | None:
-        if not return_token_ids:
-            return None
-        record = await call_store(service.tokens, service.tokens.get, result.receipt)
-        return Training.of(record)
+            return Identity("anonymous", 1), body, answer
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        ident, body = await identified(request)
+        ident, body, answer = await identified(request)
         check_chat(body)
         if body.get("stream"):
-            return await _chat_stream(service, ident, body, training)
+            return await _chat_stream(service, ident, body, answer)
         result = await service.call(ident, body)
-        return JSONResponse(chat_completion(result, body, await training(result)))
+        return JSONResponse(chat_completion(result, body, await answer.training(result), answer.model))
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
-        ident, body = await identified(request)
+        ident, body, answer = await identified(request)
         check_responses(body)
         chat_body = responses_input_to_chat(body)
         check_chat(chat_body)
         if body.get("stream"):
-            return await _responses_stream(service, ident, body, chat_body, training)
+            return await _responses_stream(service, ident, body, chat_body, answer)
         result = await service.call(ident, chat_body)
-        items = response_items(result, await training(result))
+        items = response_items(result, await answer.training(result))
         usage = (len(result.plan.prompt_ids), len(result.output_ids))
-        return JSONResponse(
-            {**response_object(result.call_id, body, items=items, usage=usage), "rollcut": extension(result)}
-        )
+        shaped = response_object(result.call_id, body, answer.model, items=items, usage=usage)
+        return JSONResponse({**shaped, "rollcut": extension(result)})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return models_list(model_name)
+        return models_list(served)
+
+    @app.get("/v1/models/{model:path}")
+    async def model_by_name(model: str) -> dict[str, Any]:
+        return model_entry(named(model))
 
     engine: Tally | None = getattr(service.backend, "stats", None)
     stats_routes(
@@ -128,6 +151,22 @@ def create_app(
         return {"status": "ok"}
 
     return app
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """How one request's answer is shaped: the served name it reports, and whether it carries the
+    call's token arrays (read from the token store, so a call served from the log shows its own)."""
+
+    model: str
+    wants_training: bool
+    service: ModelService
+
+    async def training(self, result: CallResult) -> Training | None:
+        if not self.wants_training:
+            return None
+        record = await call_store(self.service.tokens, self.service.tokens.get, result.receipt)
+        return Training.of(record)
 
 
 def _refusal(exc: GymError | UpstreamError) -> GymError:
@@ -169,12 +208,12 @@ class _Tokens:
 
 
 async def _chat_stream(
-    service: ModelService, ident: Identity, body: dict[str, Any], training: Any
+    service: ModelService, ident: Identity, body: dict[str, Any], answer: _Answer
 ) -> StreamingResponse:
     tokens = _Tokens(service, ident, body)
     await tokens.started()
     _, call_id = service.call_identity(ident, body)
-    created, model = int(time.time()), body.get("model") or DEFAULT_MODEL
+    created, model = int(time.time()), answer.model
     # content streams token by token when the plan is known to be text; tool calls come whole at the end
     hold = not service.backend.streams_text(body)
     with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -198,7 +237,7 @@ async def _chat_stream(
         final = chat_chunk(
             call_id, created, model, delta, result.plan.finish_reason, extra={"rollcut": extension(result)}
         )
-        fields = await training(result)
+        fields = await answer.training(result)
         if fields is not None:  # on the last delta, as they sit on the message of a plain completion
             final["choices"][0]["delta"].update(fields.fields())
         yield _sse(final)
@@ -211,7 +250,7 @@ async def _chat_stream(
 
 
 async def _responses_stream(
-    service: ModelService, ident: Identity, body: dict[str, Any], chat_body: dict[str, Any], training: Any
+    service: ModelService, ident: Identity, body: dict[str, Any], chat_body: dict[str, Any], answer: _Answer
 ) -> StreamingResponse:
     tokens = _Tokens(service, ident, chat_body)
     await tokens.started()
@@ -227,7 +266,9 @@ async def _responses_stream(
     def shell(
         status: str, items: list[dict[str, Any]], usage: tuple[int, int] | None = None
     ) -> dict[str, Any]:
-        return response_object(call_id, body, items=items, status=status, usage=usage, created_at=created_at)
+        return response_object(
+            call_id, body, answer.model, items=items, status=status, usage=usage, created_at=created_at
+        )
 
     async def events() -> AsyncIterator[str]:
         yield event("response.created", response=shell("in_progress", []))
@@ -263,7 +304,7 @@ async def _responses_stream(
             err = _refusal(exc)
             yield event("error", message=str(err), code=str(err.kind), param=None)
             return
-        items = response_items(result, await training(result))
+        items = response_items(result, await answer.training(result))
         for index, done in enumerate(items):
             if done["type"] == "message":
                 full = done["content"][0]

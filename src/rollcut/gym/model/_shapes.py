@@ -18,6 +18,7 @@ allow extra fields:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "chat_chunk",
     "chat_completion",
     "extension",
+    "model_entry",
     "models_list",
     "response_items",
     "response_object",
@@ -118,8 +120,10 @@ def _usage(result: CallResult) -> tuple[int, int]:
 # --- chat completions ----------------------------------------------------------------
 
 
-def chat_completion(result: CallResult, body: dict[str, Any], training: Training | None) -> dict[str, Any]:
-    """The ``ChatCompletion`` for a finished call."""
+def chat_completion(
+    result: CallResult, body: dict[str, Any], training: Training | None, model: str = DEFAULT_MODEL
+) -> dict[str, Any]:
+    """The ``ChatCompletion`` for a finished call, reporting the served name ``model``."""
     msg = _message(result)
     n_in, n_out = _usage(result)
     logprobs = None
@@ -134,7 +138,7 @@ def chat_completion(result: CallResult, body: dict[str, Any], training: Training
         id=result.call_id,
         object="chat.completion",
         created=int(time.time()),
-        model=body.get("model") or DEFAULT_MODEL,
+        model=model,
         choices=[
             Choice(
                 index=0,
@@ -207,10 +211,14 @@ def chat_chunk(
     return out
 
 
-def models_list(model: str) -> dict[str, Any]:
-    """``GET /v1/models``: the one model this server serves."""
-    entry = Model(id=model, created=0, object="model", owned_by="rollcut")
-    return {"object": "list", "data": [_dump(entry)]}
+def model_entry(name: str) -> dict[str, Any]:
+    """``GET /v1/models/{name}``: one served model, as OpenAI's ``Model``."""
+    return _dump(Model(id=name, created=0, object="model", owned_by="rollcut"))
+
+
+def models_list(names: Sequence[str]) -> dict[str, Any]:
+    """``GET /v1/models``: every name this server serves."""
+    return {"object": "list", "data": [model_entry(n) for n in names]}
 
 
 # --- responses --------------------------------------------------------------------------
@@ -251,16 +259,22 @@ def response_items(result: CallResult, training: Training | None) -> list[dict[s
     return out
 
 
+_TEXT_DEFAULT = {"format": {"type": "text"}}
+
+
 def response_object(
     call_id: str,
     body: dict[str, Any],
+    model: str = DEFAULT_MODEL,
     *,
     items: list[dict[str, Any]],
     status: str = "completed",
     usage: tuple[int, int] | None = None,
     created_at: float | None = None,
 ) -> dict[str, Any]:
-    """The ``Response``: the request's settings echoed, the output items, the usage."""
+    """The ``Response``: the request's settings echoed (OpenAI's defaults where it set none), the
+    output items, the usage. ``store`` is always false: nothing here can be fetched back by id or
+    continued from (``previous_response_id`` is refused), whatever the request asked."""
     tools = [
         FunctionTool(
             type="function",
@@ -276,7 +290,7 @@ def response_object(
         id=call_id,
         object="response",
         created_at=created_at if created_at is not None else time.time(),
-        model=body.get("model") or DEFAULT_MODEL,
+        model=model,
         status=status,  # type: ignore[arg-type]
         output=[],
         parallel_tool_calls=bool(body.get("parallel_tool_calls", True)),
@@ -284,8 +298,20 @@ def response_object(
         tools=tools,  # type: ignore[arg-type]
         instructions=body.get("instructions"),
         max_output_tokens=body.get("max_output_tokens"),
-        temperature=body.get("temperature"),
-        top_p=body.get("top_p"),
+        temperature=body.get("temperature", 1.0),
+        top_p=body.get("top_p", 1.0),
+        metadata=body.get("metadata") or {},
+        text=body.get("text") or _TEXT_DEFAULT,  # type: ignore[arg-type]
+        top_logprobs=body.get("top_logprobs") or 0,
+        truncation=body.get("truncation") or "disabled",
+        background=False,
+        reasoning=body.get("reasoning"),
+        user=body.get("user"),
+        max_tool_calls=body.get("max_tool_calls"),
+        prompt_cache_key=body.get("prompt_cache_key"),
+        safety_identifier=body.get("safety_identifier"),
+        service_tier="default",
+        completed_at=time.time() if status == "completed" else None,
         usage=ResponseUsage(
             input_tokens=usage[0],
             output_tokens=usage[1],
@@ -300,6 +326,7 @@ def response_object(
     )
     out = _dump(response)
     out["output"] = items  # already dumped from their own types, with any training fields
+    out["store"] = False  # OpenAI's field; the SDK's type has no attribute for it
     return out
 
 

@@ -88,7 +88,7 @@ def main() -> int:
             f.write(secrets.token_hex(8))
     for turn in range(int(task.get("max_steps", 8))):
         params = {
-            "model": task.get("model", "policy"),
+            "model": task.get("model", "rollcut-local"),  # the model server's default served name
             "messages": messages,
             "tools": tools,
             "max_tokens": int(task.get("max_tokens", 256)),

@@ -44,6 +44,7 @@ import msgspec
 
 from ..._stats import ENGINE_STATS, tally
 from .._backend import Plan
+from .._requests import requested_limit
 from ._constraint import Constraint, constraint_of, tool_call_of
 from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
 
@@ -131,10 +132,8 @@ class EngineBackend:
             self._free_slots.put_nowait(slot)
 
     def _limit(self, body: dict[str, Any]) -> int:
-        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-            if isinstance(body.get(key), int) and not isinstance(body[key], bool):
-                return int(body[key])
-        return self.default_max_tokens
+        limit = requested_limit(body)
+        return self.default_max_tokens if limit is None else limit
 
     async def start(self, body: dict[str, Any]) -> Plan:
         constraint = constraint_of(body)  # a 400 before anything is asked of the engine

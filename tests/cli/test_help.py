@@ -1,0 +1,33 @@
+"""Every command's ``--help`` reads as text: no reStructuredText markup (the docstrings that say why
+are also what a user reads in a terminal)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import typer
+from typer.testing import CliRunner
+
+from rollcut.cli import app
+
+
+def _commands(group: typer.Typer, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for command in group.registered_commands:
+        name = command.name or (command.callback.__name__ if command.callback else "")
+        yield (*path, name.replace("_", "-"))
+    for sub in group.registered_groups:
+        assert sub.typer_instance is not None and sub.name
+        yield (*path, sub.name)
+        yield from _commands(sub.typer_instance, (*path, sub.name))
+
+
+def test_no_command_s_help_shows_rst_markup() -> None:
+    runner = CliRunner()
+    seen, marked = 0, []
+    for path in [(), *_commands(app)]:
+        out = runner.invoke(app, [*path, "--help"], terminal_width=200)
+        assert out.exit_code == 0, (path, out.output)
+        seen += 1
+        if "``" in out.output or ":func:" in out.output or ":class:" in out.output:
+            marked.append(" ".join(path) or "rollcut")
+    assert seen > 30 and marked == []

@@ -9,6 +9,10 @@ with a GPU and a real model, the same tests run against vLLM or SGLang:
     ROLLCUT_ENGINE_MODEL=Qwen/Qwen3-0.6B ROLLCUT_ENGINE_EOS=151645 \\
     .venv/bin/python -m pytest tests -k engine
 
+or SGLang's runtime (``ROLLCUT_ENGINE_CMD="python -m sglang.launch_server --model-path
+Qwen/Qwen3-0.6B --port 30000"``, ``ROLLCUT_ENGINE_URL=http://127.0.0.1:30000``,
+``ROLLCUT_ENGINE_DIALECT=sglang``).
+
 (``ROLLCUT_ENGINE_EOS`` is the model's end-of-sequence id: tests that need a long generation
 forbid it with ``logit_bias``.) More in ``docs/engines.md``.
 """

@@ -43,6 +43,7 @@ DIALECTS: Registry[Any] = Registry(
     {
         "llama.cpp": "rollcut.gym.model.engine._dialects:LlamaCpp",
         "vllm": "rollcut.gym.model.engine._dialects:VLLM",
+        "sglang": "rollcut.gym.model.engine._sglang:SGLang",
     },
 )
 """Inference engines an engine backend speaks to (``--engine-dialect NAME``): called with the

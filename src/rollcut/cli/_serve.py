@@ -221,9 +221,18 @@ def serve_agent(
             help="opaque: run the program without its bubblewrap sandbox (it can read what this user can).",
         ),
     ] = False,
+    normalise: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--normalise",
+            help="opaque: a request field left out of the replay's comparison, PATH (dotted, * any) or "
+            "PATH~REGEX (matches in its strings); repeatable, none by default (docs/opaque-agents.md).",
+        ),
+    ] = None,
 ) -> None:
     """An agent: the Simple Agent (boundaries, parking, continuation), or an opaque agent's program
     behind the journaling relay (docs/opaque-agents.md)."""
+    normalise = normalise or []
     _serve("agent", locals(), resources=_pairs(resources))
 
 

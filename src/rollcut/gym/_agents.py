@@ -31,7 +31,7 @@ from ..participants import Participant
 from ._http import gym_client
 from ._options import AgentServe
 from .agent import SimpleAgent, create_agent_app
-from .opaque import Capability, Isolation, OpaqueAgent, SandboxSnapshot, create_opaque_app
+from .opaque import Capability, Isolation, Normalise, OpaqueAgent, SandboxSnapshot, create_opaque_app
 
 __all__ = ["AGENTS", "SANDBOXES", "Make", "opaque", "sandbox_of", "simple"]
 
@@ -50,6 +50,10 @@ SANDBOXES: Registry[Callable[[str], SandboxSnapshot]] = _registries.SANDBOXES
 
 def simple(opts: AgentServe, own_url: str) -> Make:
     """The Simple Agent: its loop on rollcut's task rows or NeMo Gym's Responses rows."""
+    if opts.normalise:
+        raise ConfigError(
+            "--normalise is an opaque agent's (its relay compares requests); the Simple Agent has none"
+        )
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         agent = SimpleAgent(
@@ -87,6 +91,7 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
     if not opts.run_timeout >= 0:  # NaN too
         raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
     isolation = None if opts.unisolated else Isolation.find()  # refused here where bwrap cannot run
+    normalise = Normalise(opts.normalise)  # a rule that does not parse stops the server here
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         relay_socket, listener = _relay_socket(instance) if isolation is not None else (None, None)
@@ -105,6 +110,7 @@ def opaque(opts: AgentServe, own_url: str) -> Make:
             run_timeout_s=opts.run_timeout or None,
             isolation=isolation,
             relay_socket=relay_socket,
+            normalise=normalise,
         )
         app = create_opaque_app(agent, max_body_bytes=opts.max_body_bytes)
         app.state.extra_sockets = [listener] if listener is not None else []

@@ -21,7 +21,15 @@ from .._tracing import TraceContext, traced
 from ..bus import Component, Event, EventLog
 from ..participants import Participant
 from ._peers import PeerRouter
-from .wire import NG_ROLLOUT_PREFIX, SESSION_COOKIE, ErrorKind, GymError, Identity, error_body, identity_from
+from .wire import (
+    NG_ROLLOUT_PREFIX,
+    SESSION_COOKIE,
+    ErrorKind,
+    GymError,
+    Identity,
+    error_body_for,
+    identity_from,
+)
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -80,10 +88,11 @@ def gym_client(timeout: float, *, max_connections: int = 1000) -> httpx.AsyncCli
     )
 
 
-def error_response(err: GymError) -> JSONResponse:
-    """The answer for a refused call: OpenAI's error shape, the kind's status, Retry-After if any."""
+def error_response(err: GymError, path: str = "") -> JSONResponse:
+    """The answer for a refused call: the API's error shape (Anthropic's on ``/v1/messages``, OpenAI's
+    elsewhere: :func:`~rollcut.gym.wire.error_body_for`), the kind's status, Retry-After if any."""
     headers = {"Retry-After": f"{max(1, round(err.retry_after_s))}"} if err.retry_after_s else None
-    return JSONResponse(error_body(err), status_code=err.status, headers=headers)
+    return JSONResponse(error_body_for(path, err), status_code=err.status, headers=headers)
 
 
 _PREFIXES = (
@@ -162,7 +171,7 @@ class BodyLimit:
 
     async def _refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         err = GymError(ErrorKind.PAYLOAD_TOO_LARGE, f"the body is over the {self.limit}-byte limit")
-        await error_response(err)(scope, receive, send)
+        await error_response(err, scope.get("path", ""))(scope, receive, send)
 
 
 def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
@@ -180,26 +189,27 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
 
     async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GymError)
-        return error_response(exc)
+        return error_response(exc, request.url.path)
 
     async def on_admission_closed(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, AdmissionClosedError)
-        return error_response(GymError.admission_closed(exc))
+        return error_response(GymError.admission_closed(exc), request.url.path)
 
     async def on_storage(request: Request, exc: Exception) -> JSONResponse:
         # the write did not happen, so the same call is safe to send again once room is made
         assert isinstance(exc, StorageError)
         err = GymError(ErrorKind.STORAGE_UNAVAILABLE, str(exc), retry_after_s=STORAGE_RETRY_AFTER_S)
-        return error_response(err)
+        return error_response(err, request.url.path)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         # the framework's own refusals (no such route, wrong method, a typed parameter that does not
         # parse) in the same shape as every other refusal, so one client parser reads them all
+        path = request.url.path
         if isinstance(exc, RequestValidationError):
-            return error_response(GymError(ErrorKind.BAD_REQUEST, f"invalid request: {exc.errors()}"))
+            return error_response(GymError(ErrorKind.BAD_REQUEST, f"invalid request: {exc.errors()}"), path)
         assert isinstance(exc, StarletteHTTPException)
         kind = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED}.get(exc.status_code)
-        return error_response(GymError(kind or ErrorKind.BAD_REQUEST, str(exc.detail)))
+        return error_response(GymError(kind or ErrorKind.BAD_REQUEST, str(exc.detail)), path)
 
     app.add_exception_handler(GymError, on_gym_error)
     app.add_exception_handler(StarletteHTTPException, on_http)

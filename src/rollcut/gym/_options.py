@@ -113,6 +113,9 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
     """Run the opaque agent's program without its bubblewrap sandbox (docs/security.md: it can then
     read what the server's user can, and reach the bus). Refused to start without it where
     bubblewrap cannot run."""
+    normalise: list[str] = []
+    """The opaque agent's declared request fields left out of a replay's comparison (``PATH`` or
+    ``PATH~REGEX``; :class:`rollcut.gym.opaque.Normalise`): none unless declared."""
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

@@ -46,7 +46,7 @@ from .wire import (
     SESSION_COOKIE,
     ErrorKind,
     GymError,
-    error_body,
+    error_body_for,
     split_ng_path_id,
 )
 
@@ -227,13 +227,15 @@ class PeerRouter:
                 scope["method"], f"http://worker{target}", headers=headers, content=body
             )
         except (httpx.InvalidURL, ValueError) as exc:  # a target no HTTP client can send on
-            await _refuse(GymError(ErrorKind.BAD_REQUEST, f"the request target does not parse: {exc}"), send)
+            err = GymError(ErrorKind.BAD_REQUEST, f"the request target does not parse: {exc}")
+            await _refuse(err, send, scope.get("path", ""))
             return
         try:
             answer = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
             why = f"worker {owner} of this server, which holds this rollout, did not answer ({exc!r}); retry"
-            await _refuse(GymError(ErrorKind.WORKER_UNAVAILABLE, why, retry_after_s=1.0), send)
+            err = GymError(ErrorKind.WORKER_UNAVAILABLE, why, retry_after_s=1.0)
+            await _refuse(err, send, scope.get("path", ""))
             return
         try:
             out = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in _ANSWER_SKIP]
@@ -252,7 +254,7 @@ async def _json(send: Any, status: int, data: bytes, extra: list[tuple[bytes, by
     await send({"type": "http.response.body", "body": data})
 
 
-async def _refuse(err: GymError, send: Any) -> None:
+async def _refuse(err: GymError, send: Any, path: str = "") -> None:
     """An error answer in the API's shape (this module sits below the app's own error handlers)."""
     retry = [(b"retry-after", str(max(1, round(err.retry_after_s))).encode())] if err.retry_after_s else []
-    await _json(send, err.status, msgspec.json.encode(error_body(err)), retry)
+    await _json(send, err.status, msgspec.json.encode(error_body_for(path, err)), retry)

@@ -37,6 +37,7 @@ from .._errors import AdmissionClosedError, RollcutError, StaleAttemptError
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "MESSAGES_ROUTE",
     "NG_ATTEMPT_INDEX",
     "NG_ROLLOUT_ID",
     "NG_ROLLOUT_INDEX",
@@ -50,7 +51,9 @@ __all__ = [
     "ErrorKind",
     "GymError",
     "Identity",
+    "anthropic_error_body",
     "error_body",
+    "error_body_for",
     "error_from_response",
     "identity_from",
     "identity_headers",
@@ -332,6 +335,35 @@ def openai_type(status: int) -> str:
     """OpenAI's error ``type`` for a status: ``invalid_request_error`` for a request it refuses,
     ``server_error`` for one the server failed, and its own names for 401, 403 and 429."""
     return _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+MESSAGES_ROUTE = "/v1/messages"
+"""Anthropic's Messages route: its refusals are in Anthropic's error shape, every other route's in
+OpenAI's (:func:`error_body_for`)."""
+
+
+def anthropic_error_body(err: GymError) -> dict[str, Any]:
+    """Anthropic's error shape, ``{"type": "error", "error": {"type", "message"}}``: ``type`` its class
+    of the status (``invalid_request_error``, ``not_found_error``, ``overloaded_error`` for a 503 the
+    SDK retries, ``api_error`` for another 5xx). Its shape has no code, so the message leads with
+    rollcut's kind."""
+    kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": f"{err.kind}: {err}"}}
+
+
+def error_body_for(path: str, err: GymError) -> dict[str, Any]:
+    """The refusal in the shape of the API ``path`` belongs to: Anthropic's on its Messages route,
+    OpenAI's everywhere else."""
+    return anthropic_error_body(err) if path.endswith(MESSAGES_ROUTE) else error_body(err)
 
 
 def error_body(err: GymError) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP surface: ``/v1/chat/completions``, ``/v1/responses``, ``/v1/models``.
+"""The model server's HTTP surface: OpenAI's ``/v1/chat/completions``, ``/v1/responses``,
+``/v1/models``, and Anthropic's ``/v1/messages`` (``_messages``), one custody under all of them.
 
 Bodies, stream chunks and stream events are OpenAI's own types (see
 ``_shapes``); errors are OpenAI's error shape with statuses the SDK maps
@@ -24,27 +25,24 @@ by the first name, which every answer then reports.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..._metrics import Tally
-from ...tokens import call_store
 from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body, stats_routes
-from ..wire import ErrorKind, GymError, Identity, error_body
+from ..wire import MESSAGES_ROUTE, ErrorKind, GymError, Identity, error_body
+from ._answer import Answer, Tokens, refusal, sse
 from ._local import response_message
+from ._messages import messages_answer
 from ._openai import UpstreamError, upstream_error
 from ._requests import check_chat, check_responses, wants_training, without_training
-from ._service import CallResult, ModelService
+from ._service import ModelService
 from ._shapes import (
     DEFAULT_MODEL,
-    Training,
     chat_chunk,
     chat_completion,
     extension,
@@ -56,10 +54,6 @@ from ._shapes import (
 )
 
 __all__ = ["create_app"]
-
-
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
 
 
 def create_app(
@@ -94,12 +88,12 @@ def create_app(
             )
         return str(model)
 
-    async def identified(request: Request) -> tuple[Identity, dict[str, Any], _Answer]:
+    async def identified(request: Request) -> tuple[Identity, dict[str, Any], Answer]:
         """Who calls, the request as the call is made of it (echoed token arrays dropped), and how
         the answer is shaped. The model stays as the request named it (or did not): the request's
         digest, and so the call's identity, is what it was before names were checked."""
         body = await json_body(request)
-        answer = _Answer(named(body.get("model")), wants_training(body, return_token_ids), service)
+        answer = Answer(named(body.get("model")), wants_training(body, return_token_ids), service)
         body = without_training(body)
         try:
             return identity_of(request), body, answer
@@ -131,6 +125,11 @@ def create_app(
         shaped = response_object(result.call_id, body, answer.model, items=items, usage=usage)
         return JSONResponse({**shaped, "rollcut": extension(result)})
 
+    @app.post(MESSAGES_ROUTE)
+    async def messages(request: Request) -> Any:
+        ident, body, answer = await identified(request)
+        return await messages_answer(service, ident, body, answer)
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return models_list(served)
@@ -153,64 +152,10 @@ def create_app(
     return app
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """How one request's answer is shaped: the served name it reports, and whether it carries the
-    call's token arrays (read from the token store, so a call served from the log shows its own)."""
-
-    model: str
-    wants_training: bool
-    service: ModelService
-
-    async def training(self, result: CallResult) -> Training | None:
-        if not self.wants_training:
-            return None
-        record = await call_store(self.service.tokens, self.service.tokens.get, result.receipt)
-        return Training.of(record)
-
-
-def _refusal(exc: GymError | UpstreamError) -> GymError:
-    """A call that failed once its stream had begun: the error event it ends with."""
-    return upstream_error(exc) if isinstance(exc, UpstreamError) else exc
-
-
-class _Tokens:
-    """A call running in the background, its tokens as they come; custody runs to the end."""
-
-    def __init__(self, service: ModelService, ident: Identity, body: dict[str, Any]) -> None:
-        self.queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
-        self.task = asyncio.ensure_future(service.call(ident, body, on_token=self._on_token))
-        self.task.add_done_callback(lambda _: self.queue.put_nowait(None))
-
-    async def _on_token(self, tok: int, text: str) -> None:
-        await self.queue.put((tok, text))
-
-    async def started(self) -> None:
-        """Wait for the first token or the end; a call refused before it ran raises here, so the
-        refusal is an HTTP error answer, not an event inside a stream."""
-        first = asyncio.ensure_future(self.queue.get())
-        await asyncio.wait([first, self.task], return_when=asyncio.FIRST_COMPLETED)
-        # no token came if the queue is empty, or holds only the end the task's callback put there
-        # (that end often won the race to here, and the refusal then went out inside a stream)
-        no_token = not first.done() or first.result() is None
-        if self.task.done() and self.task.exception() is not None and no_token:
-            first.cancel()
-            exc = self.task.exception()
-            assert exc is not None
-            raise exc
-        self._first = first
-
-    async def __aiter__(self) -> AsyncIterator[tuple[int, str]]:
-        tok = await self._first
-        while tok is not None:
-            yield tok
-            tok = await self.queue.get()
-
-
 async def _chat_stream(
-    service: ModelService, ident: Identity, body: dict[str, Any], answer: _Answer
+    service: ModelService, ident: Identity, body: dict[str, Any], answer: Answer
 ) -> StreamingResponse:
-    tokens = _Tokens(service, ident, body)
+    tokens = Tokens(service, ident, body)
     await tokens.started()
     _, call_id = service.call_identity(ident, body)
     created, model = int(time.time()), answer.model
@@ -219,14 +164,14 @@ async def _chat_stream(
     with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
     async def events() -> AsyncIterator[str]:
-        yield _sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
+        yield sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
         async for _, text in tokens:
             if not hold:
-                yield _sse(chat_chunk(call_id, created, model, {"content": text}))
+                yield sse(chat_chunk(call_id, created, model, {"content": text}))
         try:
             result = await tokens.task  # the completed event is durable before the last chunk leaves
         except (GymError, UpstreamError) as exc:
-            yield _sse(error_body(_refusal(exc)))
+            yield sse(error_body(refusal(exc)))
             return
         msg = response_message(result.plan, result.output_ids)
         delta: dict[str, Any] = (
@@ -240,19 +185,19 @@ async def _chat_stream(
         fields = await answer.training(result)
         if fields is not None:  # on the last delta, as they sit on the message of a plain completion
             final["choices"][0]["delta"].update(fields.fields())
-        yield _sse(final)
+        yield sse(final)
         if with_usage:
             usage = (len(result.plan.prompt_ids), len(result.output_ids))
-            yield _sse(chat_chunk(call_id, created, model, {}, usage=usage))
+            yield sse(chat_chunk(call_id, created, model, {}, usage=usage))
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
 async def _responses_stream(
-    service: ModelService, ident: Identity, body: dict[str, Any], chat_body: dict[str, Any], answer: _Answer
+    service: ModelService, ident: Identity, body: dict[str, Any], chat_body: dict[str, Any], answer: Answer
 ) -> StreamingResponse:
-    tokens = _Tokens(service, ident, chat_body)
+    tokens = Tokens(service, ident, chat_body)
     await tokens.started()
     _, call_id = service.call_identity(ident, chat_body)
     created_at = time.time()
@@ -261,7 +206,7 @@ async def _responses_stream(
     msg_id = f"msg_{call_id}"
 
     def event(kind: str, **fields: Any) -> str:
-        return f"event: {kind}\n" + _sse({"type": kind, "sequence_number": next(seq), **fields})
+        return f"event: {kind}\n" + sse({"type": kind, "sequence_number": next(seq), **fields})
 
     def shell(
         status: str, items: list[dict[str, Any]], usage: tuple[int, int] | None = None
@@ -301,7 +246,7 @@ async def _responses_stream(
         try:
             result = await tokens.task
         except (GymError, UpstreamError) as exc:
-            err = _refusal(exc)
+            err = refusal(exc)
             yield event("error", message=str(err), code=str(err.kind), param=None)
             return
         items = response_items(result, await answer.training(result))

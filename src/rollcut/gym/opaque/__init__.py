@@ -12,7 +12,7 @@ from ...replay import JournalGap
 from ._exchange import Outgoing, RelayRun
 from ._journal import lineage_journal
 from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxRef, SandboxSnapshot
-from ._normalise import canonical_body, normalised_route, request_digest
+from ._normalise import Normalise, canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
 from ._routes import create_opaque_app
 from ._sandbox import Isolation
@@ -21,8 +21,12 @@ from ._tree import TreeSnapshot
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
 """The reference opaque agent: a standalone program (the ``openai`` SDK and ``httpx``, nothing of
 rollcut's) run as ``python REFERENCE_AGENT [--nonce]``."""
+CLAUDE_CODE_AGENT = _pathlib.Path(__file__).with_name("claude_code_agent.py")
+"""Claude Code (the ``claude`` CLI) as an opaque agent, run as ``python CLAUDE_CODE_AGENT --claude
+PATH``: NeMo Gym's ``claude_code_agent`` behind rollcut's relay (docs/opaque-agents.md)."""
 
 __all__ = [
+    "CLAUDE_CODE_AGENT",
     "MAX_AGENT_RESTARTS",
     "MAX_JOURNALED_BYTES",
     "REFERENCE_AGENT",
@@ -30,6 +34,7 @@ __all__ = [
     "DivergencePolicy",
     "Isolation",
     "JournalGap",
+    "Normalise",
     "OpaqueAgent",
     "Outgoing",
     "Relay",

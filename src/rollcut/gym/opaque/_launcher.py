@@ -45,6 +45,7 @@ from .._stats import LAUNCHER_STATS, tally
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import RelayRun, model_calls
+from ._normalise import Normalise
 from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, read_capped
 from ._relay import DivergencePolicy, Relay
 from ._sandbox import SANDBOX_PORT, Isolation
@@ -127,6 +128,7 @@ class OpaqueAgent:
         run_timeout_s: float | None = None,
         isolation: Isolation | None = None,
         relay_socket: Path | None = None,
+        normalise: Normalise | None = None,
     ) -> None:
         if not command:
             raise ConfigError("an opaque agent needs the command that starts it (--command)")
@@ -154,6 +156,7 @@ class OpaqueAgent:
             participant=participant,
             on_divergence=on_divergence,
             admission_wait_s=admission_wait_s,
+            normalise=normalise,
         )
         self.stats = tally(LAUNCHER_STATS)
 
@@ -356,6 +359,8 @@ class OpaqueAgent:
         urls = {
             "OPENAI_BASE_URL": f"{base}/v1",
             "OPENAI_API_KEY": "rollcut-relay",  # the token is in the path: the SDK's key is not checked
+            "ANTHROPIC_BASE_URL": base,  # Anthropic's clients append /v1/messages themselves
+            "ANTHROPIC_API_KEY": "rollcut-relay",
             "ROLLCUT_TOOLS_URL": f"{base}/tools/{env}",
         }
         if self.isolation is not None:

@@ -42,6 +42,7 @@ from .._http import append_or_refuse, envelope
 from .._stats import RELAY_STATS, tally
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
+from ._normalise import Normalise
 
 __all__ = ["MAX_JOURNALED_BYTES", "DivergencePolicy", "Relay", "RelayRun"]
 
@@ -68,8 +69,10 @@ class Relay:
         on_divergence: DivergencePolicy = "fresh_dispatch",
         admission_wait_s: float = 120.0,
         max_journaled_bytes: int = MAX_JOURNALED_BYTES,
+        normalise: Normalise | None = None,
     ) -> None:
         self.log, self.instance, self.http = log, instance, http
+        self.normalise = normalise or Normalise()
         self.model_url = model_url.rstrip("/")
         self.resources = {k: v.rstrip("/") for k, v in resources.items()}
         self.participant = participant

@@ -74,7 +74,7 @@ def create_opaque_app(agent: OpaqueAgent, *, max_body_bytes: int = DEFAULT_MAX_B
         route = normalised_route(route_path, query)  # without the token: the same route in every attempt
         body = await request.body()
         ctype = request.headers.get("content-type", "")
-        digest = request_digest(request.method, route, body, ctype)
+        digest = request_digest(request.method, route, body, ctype, relay.normalise)
         method = request.method.upper()
         return await relay.handle(ident, Outgoing(method, route, digest, url, env, body, ctype))
 

@@ -17,6 +17,7 @@ from ._backend import EngineBackend
 from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
 from ._models import ENGINE_MODELS, EngineModel, engine_model_file, served_engine
+from ._sglang import SGLang
 from ._tiny import (
     TINY_CHAT_TEMPLATE,
     LlamaShape,
@@ -50,6 +51,7 @@ __all__ = [
     "LlamaServer",
     "LlamaShape",
     "Piece",
+    "SGLang",
     "TinyModel",
     "VllmServer",
     "Vocabulary",

@@ -1,0 +1,88 @@
+"""Claude Code, the real ``claude`` CLI from npm, as an opaque agent behind the relay: it speaks
+Anthropic's Messages API to the model server through the relay, its agent server is SIGKILLed
+mid-episode, and the continued attempt's new ``claude`` process is answered from the journal.
+
+Two runs of Claude Code never send the same first request: ``metadata.user_id`` holds a device and
+a session id drawn per process (and the system prompt holds the date). Without the agent's declared
+normalisation the replay diverges at request 1 and the rollout starts over (the same-history guarantee
+at work); with exactly the rules docs/opaque-agents.md justifies, it replays, diverges nowhere, and
+the model server generates nothing again."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcut.bus import ModelCallCompleted, RelayDiverged, RelayExchange, RelayReplayed
+from rollcut.gym.opaque import CLAUDE_CODE_AGENT
+
+from ..claude_code import CLAUDE_CODE_RULES, claude_code
+from ..helpers import until
+from .conftest import Deployment, deploy
+from .episodes import Episodes, episodes
+
+pytestmark = pytest.mark.slow
+
+# Read: the local model calls it with arguments of its own (a file that is not there); Claude Code
+# answers each call with the same error, so the episode is a few model calls and tool rounds
+TASK = {"id": "cc", "env": "counter", "prompt": "What is in notes.txt?", "tools": "Read", "max_turns": 6}
+
+
+def stack(root: Path, rules: list[str]) -> Any:
+    command = f"{sys.executable} {CLAUDE_CODE_AGENT} --claude {claude_code()}"
+    options = {"agent": "opaque", "command": command, "capability": "replayable_egress", "normalise": rules}
+    # a token every 20 ms: each of the episode's model calls takes a second or two, time to kill mid-episode
+    return deploy(root, token_delay=0.02, tool_turns=3, envs=("counter",), agent_options=options)
+
+
+@pytest.fixture(params=["declared", "undeclared"])
+def dep(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    with stack(tmp_path, CLAUDE_CODE_RULES if request.param == "declared" else []) as d:
+        yield d
+
+
+@pytest.fixture
+async def ep(dep: Deployment) -> AsyncIterator[Episodes]:
+    async with episodes(dep) as e:
+        yield e
+
+
+async def kinds(ep: Episodes, rid: str, attempt: int, kind: type) -> list[Any]:
+    return [e for _, e in await ep.events(rid, attempt) if isinstance(e, kind)]
+
+
+async def test_claude_code_killed_mid_episode_is_replayed_only_under_its_declared_rules(
+    ep: Episodes, dep: Deployment
+) -> None:
+    declared = bool(dep.stack_options["agent_options"]["normalise"])
+    await ep.log.dispatch("r", TASK, instance="collector")
+    ep.start_run("r", 1, TASK)
+
+    async def two_exchanges() -> bool:  # two model calls answered (a tool round between them)
+        return len(await kinds(ep, "r", 1, RelayExchange)) >= 2
+
+    await until(two_exchanges, timeout=120, what="Claude Code's first two requests journaled")
+    done = await kinds(ep, "r", 1, RelayExchange)
+    assert all(e.route.startswith("/v1/messages") for e in done), [e.route for e in done]
+    ep.dep.crash_one("agent")  # its workers, the relay in them, and the claude process
+    await ep.runs_broken_off()
+    ck = await ep.checkpoint()
+    attempt = await ep.continue_from("r", ck)
+    resp = await ep.post_run("r", attempt, TASK)
+    if not declared:  # a new process's session id: request 1 is not the journal's request 1
+        assert resp.status_code == 409 and resp.json()["error"]["code"] == "fresh_dispatch", resp.text
+        (diverged,) = await kinds(ep, "r", attempt, RelayDiverged)
+        assert diverged.n == 1 and await kinds(ep, "r", attempt, RelayReplayed) == []
+        assert await kinds(ep, "r", attempt, ModelCallCompleted) == []  # nothing of it went live
+        return
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["continued"] is True and isinstance(out["answer"], str), out
+    replayed = await kinds(ep, "r", attempt, RelayReplayed)
+    assert [e.n for e in replayed] == [e.n for e in done[: len(replayed)]] and len(replayed) >= len(done)
+    assert await kinds(ep, "r", attempt, RelayDiverged) == []
+    assert await ep.regenerated("r") == []  # no model call generated again

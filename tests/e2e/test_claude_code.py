@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from rollcut.bus import ModelCallCompleted, RelayDiverged, RelayExchange, RelayReplayed
+from rollcut.bus import ModelCallCompleted
 from rollcut.gym.opaque import CLAUDE_CODE_AGENT
 
 from ..claude_code import CLAUDE_CODE_RULES, claude_code
-from ..helpers import until
 from .conftest import Deployment, deploy
 from .episodes import Episodes, episodes
+from .relayed import crash_mid_episode, kinds
 
 pytestmark = pytest.mark.slow
 
@@ -51,38 +51,20 @@ async def ep(dep: Deployment) -> AsyncIterator[Episodes]:
         yield e
 
 
-async def kinds(ep: Episodes, rid: str, attempt: int, kind: type) -> list[Any]:
-    return [e for _, e in await ep.events(rid, attempt) if isinstance(e, kind)]
-
-
 async def test_claude_code_killed_mid_episode_is_replayed_only_under_its_declared_rules(
     ep: Episodes, dep: Deployment
 ) -> None:
     declared = bool(dep.stack_options["agent_options"]["normalise"])
-    await ep.log.dispatch("r", TASK, instance="collector")
-    ep.start_run("r", 1, TASK)
-
-    async def two_exchanges() -> bool:  # two model calls answered (a tool round between them)
-        return len(await kinds(ep, "r", 1, RelayExchange)) >= 2
-
-    await until(two_exchanges, timeout=120, what="Claude Code's first two requests journaled")
-    done = await kinds(ep, "r", 1, RelayExchange)
-    assert all(e.route.startswith("/v1/messages") for e in done), [e.route for e in done]
-    ep.dep.crash_one("agent")  # its workers, the relay in them, and the claude process
-    await ep.runs_broken_off()
-    ck = await ep.checkpoint()
-    attempt = await ep.continue_from("r", ck)
-    resp = await ep.post_run("r", attempt, TASK)
+    run = await crash_mid_episode(ep, "r", TASK)  # two model calls answered, a tool round between them
+    assert all(e.route.startswith("/v1/messages") for e in run.journaled), [e.route for e in run.journaled]
     if not declared:  # a new process's session id: request 1 is not the journal's request 1
-        assert resp.status_code == 409 and resp.json()["error"]["code"] == "fresh_dispatch", resp.text
-        (diverged,) = await kinds(ep, "r", attempt, RelayDiverged)
-        assert diverged.n == 1 and await kinds(ep, "r", attempt, RelayReplayed) == []
-        assert await kinds(ep, "r", attempt, ModelCallCompleted) == []  # nothing of it went live
+        assert run.answer.status_code == 409, run.answer.text
+        assert run.answer.json()["error"]["code"] == "fresh_dispatch"
+        assert [d.n for d in run.diverged] == [1] and run.replayed == []
+        assert await kinds(ep, "r", run.attempt, ModelCallCompleted) == []  # nothing of it went live
         return
-    assert resp.status_code == 200, resp.text
-    out = resp.json()
+    assert run.answer.status_code == 200, run.answer.text
+    out = run.answer.json()
     assert out["continued"] is True and isinstance(out["answer"], str), out
-    replayed = await kinds(ep, "r", attempt, RelayReplayed)
-    assert [e.n for e in replayed] == [e.n for e in done[: len(replayed)]] and len(replayed) >= len(done)
-    assert await kinds(ep, "r", attempt, RelayDiverged) == []
+    assert [e.n for e in run.replayed] == [e.n for e in run.journaled] and run.diverged == []
     assert await ep.regenerated("r") == []  # no model call generated again

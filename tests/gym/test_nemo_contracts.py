@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 
 from rollcut.bus import AgentBoundary, EventLog, ModelCallCompleted, ModelCallReused, ResourcesMutated
+from rollcut.gym.resources import Counter, MathVerifier, pass_at_k
 from rollcut.gym.wire import SESSION_COOKIE
 
 from .conftest import Stack
@@ -116,11 +118,35 @@ async def test_aggregate_metrics_has_nemo_gyms_shape(stack: Any) -> None:
         await s.agent.http.post("http://res/aggregate_metrics", json={"verify_responses": VERIFY_RESPONSES})
     ).json()
     assert set(out) == {"group_level_metrics", "agent_metrics", "key_metrics"}
-    assert out["agent_metrics"]["mean/reward"] == 0.5 and out["key_metrics"] == {"mean/reward": 0.5}
+    assert out["agent_metrics"]["mean/reward"] == 0.5
+    assert out["key_metrics"] == {
+        "mean/reward": 0.5,
+        "pass@2/accuracy": 50.0,
+        "pass@1[avg-of-2]/accuracy": 50.0,
+    }
     assert [g["_ng_task_index"] for g in out["group_level_metrics"]] == [0, 1]
     assert out["group_level_metrics"][1]["mean/reward"] == 0.0
     bad = await s.agent.http.post("http://res/aggregate_metrics", json={"verify_responses": "nope"})
     assert bad.status_code == 400
+    # the counter's verification reads its session, gone once the episode ends: no reverification
+    assert (await s.agent.http.get("http://res/reverify_mode")).json() == "unsupported"
+
+
+def test_pass_at_k_is_nemo_gyms_estimate_binary_and_the_best_of_k_continuous() -> None:
+    # one task of 4 binary rollouts, 1 correct: pass@1 = 1 - C(3,1)/C(4,1), pass@2 = 1 - C(3,2)/C(4,2), ...
+    binary = pass_at_k([[0.0, 1.0, 0.0, 0.0]])
+    assert binary["pass@1/accuracy"] == pytest.approx(25.0) and binary["pass@2/accuracy"] == pytest.approx(
+        50.0
+    )
+    assert binary["pass@4/accuracy"] == 100.0 and binary["pass@1[avg-of-2]/accuracy"] == 50.0
+    # continuous rewards: the best of the first k; a task with fewer rollouts counts only up to its own
+    mixed = pass_at_k([[0.2, 0.7, 0.4], [0.5]])
+    assert mixed["pass@1/accuracy"] == pytest.approx(35.0) and mixed["pass@2/accuracy"] == pytest.approx(70.0)
+    assert mixed["pass@1[avg-of-3]/accuracy"] == pytest.approx(100 * ((0.2 + 0.7 + 0.4) / 3 + 0.5) / 2)
+
+
+def test_reverify_mode_follows_what_verification_reads() -> None:
+    assert MathVerifier().reverify_mode == "stateless" and Counter().reverify_mode == "unsupported"
 
 
 async def test_an_id_that_is_not_a_subject_token_is_refused_before_anything_is_read(stack: Any) -> None:

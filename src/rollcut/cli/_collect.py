@@ -89,6 +89,7 @@ def collect_cmd(
                     task_lines=(n for n, _ in lines),
                     output=cfg.path(cfg.output, base),
                     num_repeats=cfg.num_repeats,
+                    agents=cfg.agents,
                     concurrency=cfg.concurrency,
                     max_attempts=cfg.max_attempts,
                     heal_timeout_s=cfg.heal_timeout_s,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from ._handoff import refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._metrics import CollectorMetrics
 from ._recovering import Recovering
+from ._routing import Routing
 from ._rows import Rows, row_kept
 from ._signals import install_signals
 from ._summary import CollectorHooks, Summary, summary_dict
@@ -71,7 +72,8 @@ class Collector(Checkpointing, Recovering):
         tasks: Iterable[dict[str, Any]],
         output: Path,
         task_lines: Iterable[int] | None = None,
-        num_repeats: int = 1,
+        num_repeats: int | Mapping[str, int] = 1,
+        agents: Mapping[str, str] | None = None,
         concurrency: int = 16,
         max_attempts: int = 5,
         checkpoint_every_s: float | None = None,
@@ -101,6 +103,10 @@ class Collector(Checkpointing, Recovering):
             checkpoint_lock=self._ck_lock,
         )
         self.env_url = environment_url.rstrip("/")
+        # which environment server (agent) takes each row, and how many rollouts it makes
+        self.routing = Routing(
+            self.env_url, num_repeats, {k: v.rstrip("/") for k, v in (agents or {}).items()}
+        )
         self.output = output
         self.num_repeats = num_repeats
         self.concurrency = concurrency
@@ -117,7 +123,7 @@ class Collector(Checkpointing, Recovering):
         self.summary = Summary()
         # the rollouts and the rows written for them live on disk (collect/_index.py): the collector's
         # memory follows the rollouts it is running, not every one it has seen
-        self.rows = Rows(tasks, num_repeats, output, lines=task_lines)
+        self.rows = Rows(tasks, self.routing.repeats, output, lines=task_lines)
         # rollout id -> (its row's digest, its reward): what the acknowledgement binds. Not the row: a
         # row holds the whole episode with its token ids, and a week's rows do not fit in memory
         self._written = self.rows.inputs.written()
@@ -230,7 +236,7 @@ class Collector(Checkpointing, Recovering):
                     "invoke_agent", self.log.subjects.namespace, rid, state.attempt, attributes=INVOKE_ATTRS
                 ):
                     resp = await client.post(
-                        f"{self.env_url}/run",
+                        f"{self.routing.url(self.rows.inputs[rid].row)}/run",
                         json=self.rows.run_body(rid, state.attempt),
                         headers=identity_headers(Identity(rid, state.attempt)),
                     )

@@ -38,6 +38,9 @@ class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     keep: Annotated[int, Meta(ge=1, le=1000)] = 2
 
 
+Repeats = Annotated[int, Meta(ge=1, le=10_000)]
+
+
 class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything a collection run needs; paths are relative to the config file."""
 
@@ -49,10 +52,13 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     home: str = ".rollcut"
     ledger: str | None = None  # default: <home>/ledger
     tokens: str | None = None  # default: <home>/tokens
-    environment_url: str  # the environment server's /run
+    environment_url: str  # the environment server's /run (every row's, unless `agents` routes it)
+    # agent_ref.name -> the environment server running that agent (NeMo Gym's routing by agent_ref)
+    agents: dict[str, str] = {}
     tasks: str  # JSONL, one task per line, each with an "id"
     output: str  # JSONL of results, one row per rollout, exactly once
-    num_repeats: Annotated[int, Meta(ge=1, le=10_000)] = 1
+    # an int, or per agent_ref.name with "_default" as the fallback (NeMo Gym's two forms)
+    num_repeats: Repeats | dict[str, Repeats] = 1
     concurrency: Annotated[int, Meta(ge=1, le=MAX_CONCURRENCY)] = 16
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 5
     # how long a run that broke off waits for the environment to answer again

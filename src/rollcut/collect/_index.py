@@ -26,7 +26,7 @@ import socket
 import struct
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,7 +282,7 @@ class Inputs(Mapping[str, RolloutInput]):
     def __init__(
         self,
         tasks: Iterable[dict[str, Any]],
-        num_repeats: int,
+        num_repeats: int | Callable[[dict[str, Any]], int],
         *,
         lines: Iterable[int] | None = None,
         near: Path,
@@ -302,7 +302,8 @@ class Inputs(Mapping[str, RolloutInput]):
                         line = next(numbers) if numbers is not None else position + 1
                         task, base = ident.task(store, row, position, line)
                         store.put("rows", _POS.pack(position), _enc.encode(row))
-                        for _ in range(num_repeats):
+                        repeats = num_repeats(row) if callable(num_repeats) else num_repeats
+                        for _ in range(repeats):
                             k = ident.repeat(store, base)
                             rid = f"{base}-{k}".encode()
                             store.put("where", rid, _enc.encode((position, task, k)))

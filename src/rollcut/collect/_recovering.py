@@ -4,12 +4,12 @@ collector (a Gym process died), each as the runs' next attempts from the newest 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import httpx
 
 from ..participants import RecoveryMode, Restorer
+from ._routing import Routing
 from ._summary import CollectorHooks, Summary
 
 __all__ = ["Recovering"]
@@ -23,6 +23,7 @@ class Recovering:
     summary: Summary
     hooks: CollectorHooks
     env_url: str
+    routing: Routing
     heal_timeout_s: float
     _recovery_checkpoint: str | None
     _recover_lock: asyncio.Lock
@@ -48,6 +49,16 @@ class Recovering:
         if self.hooks.recovery:
             self.hooks.recovery(res)
 
+    async def _environments_up(self, client: httpx.AsyncClient) -> bool:
+        """Whether every environment server of the collection answers its health check."""
+        for url in self.routing.urls():
+            try:
+                if (await client.get(f"{url}/healthz", timeout=2)).status_code != 200:
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
     async def _heal(self, rid: str, client: httpx.AsyncClient) -> bool:
         """A run broke off (a Gym process died under it). Posting the same attempt again would start
         it over and redo completed work, so: wait until the environment answers, then recover every
@@ -60,9 +71,8 @@ class Recovering:
                 return True  # another run's recovery took this one along
             give_up = time.monotonic() + self.heal_timeout_s
             while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"{self.env_url}/healthz", timeout=2)).status_code == 200:
-                        break
+                if await self._environments_up(client):
+                    break
                 if time.monotonic() > give_up or self._stop.is_set():
                     return False
                 await asyncio.sleep(0.2)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -107,7 +107,7 @@ class Rows:
     def __init__(
         self,
         tasks: Iterable[dict[str, Any]],
-        num_repeats: int,
+        num_repeats: int | Callable[[dict[str, Any]], int],
         output: Path,
         *,
         lines: Iterable[int] | None = None,

@@ -14,7 +14,8 @@ from ._envs import (
     WorkplaceExported,
 )
 from ._gym_env import GymEnvironment, tool
-from ._routes import aggregate_metrics, create_resources_app, final_text, task_fields
+from ._metrics import aggregate_metrics, pass_at_k
+from ._routes import create_resources_app, final_text, task_fields
 from ._sandbox import Sandbox, SandboxState
 from ._sandbox_tasks import TASKS as _SANDBOX_TASKS
 from ._sandbox_tasks import Task as SandboxTask
@@ -52,6 +53,7 @@ __all__ = [
     "aggregate_metrics",
     "create_resources_app",
     "final_text",
+    "pass_at_k",
     "task_fields",
     "tool",
 ]

@@ -38,6 +38,14 @@ class Environment:
     state_in_events: ClassVar[bool] = False  # log the full state with every mutation
     verification: ClassVar[str] = "replayable"  # replayable | wait
     bare_answers: ClassVar[bool] = False  # a tool route answers the tool's result alone (Gym-shaped servers)
+    reverify: ClassVar[str | None] = None  # NeMo Gym's ReverifyMode; None: derived from `mode`
+
+    @property
+    def reverify_mode(self) -> str:
+        """NeMo Gym's ``GET /reverify_mode``: ``stateless`` when verification reads only the finished
+        row (a stateless environment), else ``unsupported`` (it reads the session, which is gone
+        once the episode ends); an environment may declare its own (``unknown`` among them)."""
+        return self.reverify or ("stateless" if self.mode == "stateless" else "unsupported")
 
     def tools(self) -> dict[str, Callable[[Any, dict[str, Any]], ToolResult]]:
         """Tool name -> fn(state, arguments) -> (result, delta). May mutate state in place."""

@@ -19,7 +19,6 @@ one, else every field that is not NeMo Gym's own (``NG_RUN_KEYS``, ``_ng_*``).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,16 +27,16 @@ from fastapi.responses import JSONResponse
 from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body, stats_routes
 from ..wire import (
     NG_RUN_KEYS,
-    NG_TASK_INDEX,
     REVISION_HEADER,
     SESSION_COOKIE,
     ErrorKind,
     GymError,
     session_cookie,
 )
+from ._metrics import aggregate_metrics
 from ._service import ResourcesService
 
-__all__ = ["aggregate_metrics", "create_resources_app", "final_text", "task_fields"]
+__all__ = ["create_resources_app", "final_text", "task_fields"]
 
 
 def task_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -57,32 +56,6 @@ def final_text(response: Any) -> str:
                 else ""
             )
     return text
-
-
-def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """NeMo Gym's ``AggregateMetrics``: reward statistics per task and over every rollout."""
-
-    def stats(rewards: list[float]) -> dict[str, float]:
-        return {
-            "mean/reward": statistics.fmean(rewards),
-            "max/reward": max(rewards),
-            "min/reward": min(rewards),
-            "median/reward": statistics.median(rewards),
-            "std/reward": statistics.pstdev(rewards),
-        }
-
-    rewards = [float(v.get("reward") or 0.0) for v in verify_responses]
-    if not rewards:
-        return {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
-    by_task: dict[int, list[float]] = {}
-    for v, r in zip(verify_responses, rewards, strict=True):
-        by_task.setdefault(int(v.get(NG_TASK_INDEX, 0)), []).append(r)
-    overall = stats(rewards)
-    return {
-        "group_level_metrics": [{NG_TASK_INDEX: t, **stats(rs)} for t, rs in sorted(by_task.items())],
-        "agent_metrics": overall,
-        "key_metrics": {k: v for k, v in overall.items() if k.startswith("mean/")},
-    }
 
 
 def create_resources_app(
@@ -121,6 +94,11 @@ def create_resources_app(
         if not isinstance(responses, list) or not all(isinstance(v, dict) for v in responses):
             raise GymError(ErrorKind.BAD_REQUEST, "aggregate_metrics takes {verify_responses: [objects]}")
         return aggregate_metrics(responses)
+
+    @app.get("/reverify_mode")
+    async def reverify_mode() -> str:
+        # NeMo Gym's ReverifyMode: can `gym eval reverify` run /verify again on a finished row alone?
+        return service.env.reverify_mode
 
     @app.post("/close_session")
     async def close_session(request: Request) -> Any:

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai.types.responses import Response
 
 from rollcut.collect import read_turns
 from rollcut.demo import demo_rows
+from rollcut.gym.opaque import REFERENCE_AGENT
 from rollcut.tokens import LocalTokenStore
 
 from ..gym.nemo_bodies import stateful_counter_rows
@@ -54,6 +56,19 @@ def _collect(dep: Deployment, crash: bool) -> dict[str, dict[str, Any]]:
 
 ROW_SETS = {
     "demo": (demo_rows(12, seed=3), {}),
+    # NeMo Gym rows through the reference opaque agent behind the relay: its answer is verified as
+    # the Response NeMo Gym's /verify grades, and the row carries the episode's model calls
+    "opaque": (
+        demo_rows(8, seed=3, envs=("counter",)),
+        {
+            "envs": ("counter",),
+            "agent_options": {
+                "agent": "opaque",
+                "command": f"{sys.executable} {REFERENCE_AGENT}",
+                "capability": "replayable_egress",
+            },
+        },
+    ),
     # the NeMo Gym server ported by docs/porting-a-gym-server.md, on rows shaped like its example data
     "stateful_counter": (stateful_counter_rows(10), {"envs": ("stateful_counter",)}),
 }
@@ -85,6 +100,13 @@ def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path, name: 
         )
         assert shown.returncode == 0, shown.stderr
         assert f"{len(turns)} turns of {len(crashed)} rollouts" in shown.stdout
+        for row in crashed.values():  # what NeMo Gym's consumers parse it as
+            assert (
+                Response.model_validate(row["response"]).output_text
+                == row["response"]["output"][-1]["content"][-1]["text"]
+            )
+        if name == "opaque":  # its Response is the answer's: the token arrays are the model calls'
+            return
         # a row whose arrays the store does not vouch for is refused, naming it
         lines = dep.output.read_text().splitlines()
         first = json.loads(lines[0])

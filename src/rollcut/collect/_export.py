@@ -13,9 +13,10 @@ items), and every turn is checked against the token store: the row names
 each call's receipt (``rollcut.model_calls``), the store's record behind it
 must pass its digest, and must hold exactly the row's arrays. A row whose
 arrays the store does not vouch for is an error naming the rollout and
-turn, never a silently trained-on sample. A row of rollcut's own format
-(an opaque agent's) names only the receipts: its arrays are the store's
-records, each verified against its receipt's digest.
+turn, never a silently trained-on sample. An opaque agent's row (rollcut's
+format, or NeMo Gym's with ``rollcut.transcript: "journal"``: its Response is
+the answer's, the episode is the relay's journal) names only the receipts: its
+arrays are the store's records, each verified against its receipt's digest.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
     reward = _reward(row, where, rid)
     calls = (row.get("rollcut") or {}).get("model_calls") or []
     turns = _row_turns(row)
-    if not turns and calls and "response" not in row:  # receipts only: the store's arrays
+    journal = (row.get("rollcut") or {}).get("transcript") == "journal"  # an opaque agent's row
+    if not turns and calls and ("response" not in row or journal):  # receipts only: the store's arrays
         turns = [dict.fromkeys(_FIELDS) for _ in calls]
     if not turns:
         raise ExportError(

@@ -23,9 +23,11 @@ from .._attempts import FreshDispatchNeeded
 from ..wire import ErrorKind, GymError, Identity
 
 __all__ = [
+    "NG_ROW_KEY",
     "Outgoing",
     "Pending",
     "RelayRun",
+    "answer_response",
     "ends_in_error",
     "journaled",
     "model_calls",
@@ -211,3 +213,38 @@ def revision_of(data: bytes, header: str | None) -> int | None:
         return None
     rev = answer.get("revision") if isinstance(answer, dict) else None
     return rev if isinstance(rev, int) and not isinstance(rev, bool) and rev >= 0 else None
+
+
+NG_ROW_KEY = "responses_create_params"
+"""The field that makes a task a NeMo Gym row."""
+
+
+def answer_response(ident: Identity, task: dict[str, Any], answer: str) -> dict[str, Any]:
+    """The Responses API object NeMo Gym's ``/verify`` grades, for an opaque agent's answer.
+
+    An opaque program reports its answer, not a Response; this is the Response of that answer as
+    the episode's last assistant message (what a NeMo Gym verifier reads: its final output text),
+    with the request's model and tools echoed. The episode's transcript is the journal on the log,
+    not this object."""
+    params = task.get(NG_ROW_KEY) or {}
+    rid = f"{ident.rollout_id}-a{ident.attempt}"
+    tools = [t for t in params.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
+    return {
+        "id": f"resp_{rid}",
+        "object": "response",
+        "created_at": 0.0,
+        "model": str(params.get("model") or "rollcut-local"),
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{rid}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": answer, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": bool(params.get("parallel_tool_calls", True)),
+        "tool_choice": params.get("tool_choice") or "auto",
+        "tools": tools,
+    }

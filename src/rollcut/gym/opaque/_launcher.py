@@ -44,7 +44,7 @@ from .._http import append_or_refuse, envelope
 from .._stats import LAUNCHER_STATS, tally
 from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
-from ._exchange import RelayRun, model_calls
+from ._exchange import NG_ROW_KEY, RelayRun, answer_response, model_calls
 from ._normalise import Normalise
 from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, read_capped
 from ._relay import DivergencePolicy, Relay
@@ -221,9 +221,6 @@ class OpaqueAgent:
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         check_task(task, list(self.resources))
-        if "responses_create_params" in task or "env" not in task:
-            # NeMo Gym's rows end in a verify of a Responses API object, which only the agent could build
-            raise GymError(ErrorKind.BAD_REQUEST, "an opaque agent runs rollcut task rows (env, prompt, …)")
         await claim_attempt(self.log, self.instance, ident, running_here=ident in self.relay.runs)
         self.stats.inc("runs_started")
         attrs = {**INVOKE_ATTRS, "gen_ai.agent.name": "opaque", **of_attempt(ident)}
@@ -279,11 +276,12 @@ class OpaqueAgent:
         self.stats.inc("sandboxes_restored")
 
     async def _run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
-        env = str(task["env"])
+        nemo = NG_ROW_KEY in task  # a NeMo Gym row: seeded, verified and answered in NeMo Gym's shapes
+        env = str(task.get("env") or next(iter(self.resources)))  # check_task: a row without one has one
         res = self.resources[env]
         journal = await self._journal(ident)
         continued = bool(journal)  # the run's journal grows with what it does live
-        await self._post(f"{res}/seed_session", ident, task.get("seed", {}))
+        await self._post(f"{res}/seed_session", ident, task if nemo else task.get("seed", {}))
         run = self.relay.open(ident, env, journal)
         self.stats.inc("runs_replayed", continued)
         try:
@@ -299,6 +297,15 @@ class OpaqueAgent:
             raise GymError(ErrorKind.AGENT_FAILED, f"the agent exited with {code}: {err}")
         result = answer_of(out)
         answer = str(result.get("answer", ""))
+        # the transcript is the relay's journal, not the row's Response: the arrays are the store's
+        calls = {"model_calls": model_calls(run.journal), "transcript": "journal"}
+        own = {"continued": continued, "agent": result, "rollcut": calls}
+        if nemo:  # NeMo Gym's /run answers its /verify response: the row, the Response, the reward
+            body = {**task, "response": answer_response(ident, task, answer)}
+            verdict = await self._post(f"{res}/verify", ident, body)
+            await self._post(f"{res}/close_session", ident, {})
+            self.stats.inc("runs_finished")
+            return {**verdict, **own}
         verdict = await self._post(f"{res}/verify", ident, {**task.get("verify", {}), "answer": answer})
         await self._post(f"{res}/close_session", ident, {})
         self.stats.inc("runs_finished")

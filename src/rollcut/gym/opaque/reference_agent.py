@@ -67,6 +67,23 @@ def _plain(client: OpenAI, **params: Any) -> dict[str, Any]:
     return out
 
 
+def _prompt(task: dict[str, Any]) -> str:
+    """The task's prompt: rollcut's ``prompt``, or the user text of a NeMo Gym row's Responses input."""
+    if "prompt" in task or "responses_create_params" not in task:
+        return str(task["prompt"])
+    given = task["responses_create_params"].get("input")
+    if isinstance(given, str):
+        return given
+    texts = []
+    for item in given or []:
+        content = item.get("content") if isinstance(item, dict) and item.get("role") == "user" else None
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if content:
+            texts.append(str(content))
+    return "\n".join(texts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nonce", action="store_true", help="not deterministic: a random id in its notes")
@@ -77,7 +94,7 @@ def main() -> int:
     tools = tools_http.get("/tools").json()
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a careful agent. Use the tools, then answer."},
-        {"role": "user", "content": task["prompt"]},
+        {"role": "user", "content": _prompt(task)},
     ]
     notes: list[str] = []
     total = 0

@@ -158,3 +158,43 @@ async def test_an_id_that_is_not_a_subject_token_is_refused_before_anything_is_r
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_identity", bad
     negative = await s.client.post("/run", json=with_identity(COUNTER_ROW, "0-0", attempt_index=-1))
     assert negative.status_code == 400
+
+
+async def test_the_agents_own_v1_responses_runs_the_loop_in_a_session_the_caller_seeded(
+    log: EventLog, stack: Any
+) -> None:
+    """NeMo Gym's /run calls its agent's /v1/responses between /seed_session and /verify; a harness
+    doing the same gets the episode's Response, under its attempt like /run, and the session's
+    tools ran on the resources server."""
+    s: Stack = await stack()
+    await log.dispatch("5-0", COUNTER_ROW, instance="collector")
+    ident = {"x-rollout-id": "5-0", "x-rollout-attempt": "1"}
+    seeded = await s.agent.http.post("http://res/seed_session", json=COUNTER_ROW, headers=ident)
+    assert seeded.status_code == 200, seeded.text
+    params = COUNTER_ROW["responses_create_params"]
+    resp = await s.client.post("/v1/responses", json=params, headers=ident)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    # NeMo Gym's Response of an episode (NeMoGymResponse): the function call outputs among its items
+    kinds = [i["type"] for i in out["output"]]
+    assert kinds.count("function_call") == kinds.count("function_call_output") == 3
+    assert ResponseOutputMessage.model_validate(out["output"][-1]).content and out["object"] == "response"
+    mutated = [e async for e in log.read(rollout_id="5-0") if isinstance(e.event, ResourcesMutated)]
+    assert len(mutated) == 3 and len(out["rollcut"]["model_calls"]) == 4
+    verdict = await s.agent.http.post(
+        "http://res/verify", json={**COUNTER_ROW, "response": out}, headers=ident
+    )
+    assert verdict.json()["reward"] == 1.0
+    # the same attempt again is refused as /run's would be: one run per attempt
+    again = await s.client.post("/v1/responses", json=params, headers=ident)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "attempt_in_use"
+    no_input = await s.client.post("/v1/responses", json={"model": "x"}, headers=ident)
+    assert no_input.status_code == 400
+
+
+async def test_the_agents_aggregate_metrics_are_the_resources_servers(stack: Any) -> None:
+    s: Stack = await stack()
+    body = {"verify_responses": VERIFY_RESPONSES}
+    there = (await s.agent.http.post("http://res/aggregate_metrics", json=body)).json()
+    assert (await s.client.post("/aggregate_metrics", json=body)).json() == there
+    assert (await s.client.post("/aggregate_metrics", json={"verify_responses": 1})).status_code == 400

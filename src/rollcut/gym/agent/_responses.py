@@ -27,7 +27,7 @@ from ..resources import task_fields
 from ..wire import REVISION_HEADER, ErrorKind, GymError
 from ._loop import RunContext
 
-__all__ = ["run_responses"]
+__all__ = ["run_responses", "serve_responses"]
 
 _MODE = "responses"
 
@@ -72,13 +72,41 @@ def _sum_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> di
 
 async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]:
     """One attempt of a NeMo Gym run row; returns the verify response."""
-    start = ctx.start
     fields = task_fields(body)
     env = _environment(ctx.resources, fields)
-    res_url, model = ctx.resources[env].rstrip("/"), ctx.model_url.rstrip("/")
-    params = dict(body["responses_create_params"])
+    res_url = ctx.resources[env].rstrip("/")
     seeded = await ctx.send(f"{res_url}/seed_session", body, None)
     cookies = dict(seeded.cookies)
+    response, calls, turn = await _episode(
+        ctx, dict(body["responses_create_params"]), env, cookies, int(fields.get("max_steps", 8))
+    )
+    verdict = await ctx.send(f"{res_url}/verify", {**body, "response": response}, cookies)
+    ctx.count("runs_finished")
+    out: dict[str, Any] = verdict.json()
+    out["rollcut"] = {"model_calls": calls, "turns": turn, "continued": ctx.start is not None}
+    return out
+
+
+async def serve_responses(ctx: RunContext, params: dict[str, Any]) -> dict[str, Any]:
+    """NeMo Gym's agent ``/v1/responses``: the loop alone on a Responses request, in a session the
+    caller seeded (as NeMo Gym's ``/run`` calls it between ``/seed_session`` and ``/verify``);
+    returns the episode's Response (every output item, usage summed) with rollcut's receipts."""
+    body = dict(params)
+    env = _environment(ctx.resources, {"env": body.pop("env")} if "env" in body else {})
+    max_steps = int(body.pop("max_steps", 8))
+    response, calls, turn = await _episode(ctx, body, env, {}, max_steps)
+    ctx.count("runs_finished")
+    return {**response, "rollcut": {"model_calls": calls, "turns": turn, "continued": ctx.start is not None}}
+
+
+async def _episode(
+    ctx: RunContext, params: dict[str, Any], env: str, cookies: dict[str, str], max_steps: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """The loop: the model, then each of its function calls against the environment, until it answers
+    without one or ``max_steps``; a boundary after every turn. Returns the episode's Response, the
+    model calls' receipts and the turns taken."""
+    start = ctx.start
+    res_url, model = ctx.resources[env].rstrip("/"), ctx.model_url.rstrip("/")
     if not params.get("tools"):
         schemas = (await ctx.http.get(f"{res_url}/tools")).json()
         params["tools"] = [{"type": "function", **t["function"]} for t in schemas]
@@ -94,7 +122,6 @@ async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]
     revisions = dict(start.resources_revisions) if resumed and start else {}
     usage: dict[str, Any] | None = dict(state["usage"]) if resumed and state.get("usage") else None
     last: dict[str, Any] = {}
-    max_steps = int(fields.get("max_steps", 8))
     while turn < max_steps:
         ctx.check_retired()
         last = await ctx.chat(f"{model}/v1/responses", {**params, "input": inputs + outputs})
@@ -133,8 +160,4 @@ async def run_responses(ctx: RunContext, body: dict[str, Any]) -> dict[str, Any]
         )
     response = {**last, "output": outputs, "usage": usage}
     response.pop("rollcut", None)
-    verdict = await ctx.send(f"{res_url}/verify", {**body, "response": response}, cookies)
-    ctx.count("runs_finished")
-    out: dict[str, Any] = verdict.json()
-    out["rollcut"] = {"model_calls": calls, "turns": turn, "continued": start is not None}
-    return out
+    return response, calls, turn

@@ -36,7 +36,7 @@ from .._tasks import check_task
 from ..wire import ErrorKind, GymError, Identity
 from ._chat import run_chat
 from ._loop import AgentLoop, RunContext, Upstreams
-from ._responses import run_responses
+from ._responses import run_responses, serve_responses
 
 __all__ = ["Run", "SimpleAgent"]
 
@@ -199,14 +199,22 @@ class SimpleAgent:
         return RunContext(ident, view.boundary, self.upstreams, send, boundary, check_retired, self._count)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
+        """``/run``: one attempt of a task row (rollcut's or NeMo Gym's), seeded, run and verified."""
         check_task(task, list(self.resources))
+        loop: AgentLoop = run_responses if "responses_create_params" in task else run_chat
+        return await self._attempt(ident, task, loop)
+
+    async def responses(self, ident: Identity, params: dict[str, Any]) -> dict[str, Any]:
+        """NeMo Gym's agent ``/v1/responses``: the loop alone, in a session the caller seeded."""
+        return await self._attempt(ident, params, serve_responses)
+
+    async def _attempt(self, ident: Identity, task: dict[str, Any], loop: AgentLoop) -> dict[str, Any]:
         await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
         run = Run(ident)
         self._runs[ident] = run
         self.stats.inc("runs_started")
         try:
             ctx = await self._context(run)
-            loop: AgentLoop = run_responses if "responses_create_params" in task else run_chat
             attrs = {**INVOKE_ATTRS, "gen_ai.agent.name": "simple", **of_attempt(ident)}
             attrs["rollcut.continued"] = ctx.start is not None
             with span("invoke_agent simple", SpanKind.SERVER, attrs):

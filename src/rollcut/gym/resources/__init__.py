@@ -14,7 +14,7 @@ from ._envs import (
     WorkplaceExported,
 )
 from ._gym_env import GymEnvironment, tool
-from ._metrics import aggregate_metrics, pass_at_k
+from ._metrics import aggregate_metrics, pass_at_k, verify_responses
 from ._routes import create_resources_app, final_text, task_fields
 from ._sandbox import Sandbox, SandboxState
 from ._sandbox_tasks import TASKS as _SANDBOX_TASKS
@@ -56,4 +56,5 @@ __all__ = [
     "pass_at_k",
     "task_fields",
     "tool",
+    "verify_responses",
 ]

@@ -20,9 +20,9 @@ import math
 import statistics
 from typing import Any
 
-from ..wire import NG_ROLLOUT_INDEX, NG_TASK_INDEX
+from ..wire import NG_ROLLOUT_INDEX, NG_TASK_INDEX, ErrorKind, GymError
 
-__all__ = ["aggregate_metrics", "pass_at_k"]
+__all__ = ["aggregate_metrics", "pass_at_k", "verify_responses"]
 
 
 def _stats(rewards: list[float]) -> dict[str, float]:
@@ -54,6 +54,14 @@ def pass_at_k(tasks: list[list[float]]) -> dict[str, float]:
         if averages:
             out[f"pass@1[avg-of-{k}]/accuracy"] = 100.0 * statistics.fmean(averages)
     return out
+
+
+def verify_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``verify_responses`` of an ``/aggregate_metrics`` body, or a 400."""
+    responses = body.get("verify_responses")
+    if not isinstance(responses, list) or not all(isinstance(v, dict) for v in responses):
+        raise GymError(ErrorKind.BAD_REQUEST, "aggregate_metrics takes {verify_responses: [objects]}")
+    return responses
 
 
 def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:

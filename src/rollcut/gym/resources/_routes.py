@@ -29,11 +29,9 @@ from ..wire import (
     NG_RUN_KEYS,
     REVISION_HEADER,
     SESSION_COOKIE,
-    ErrorKind,
-    GymError,
     session_cookie,
 )
-from ._metrics import aggregate_metrics
+from ._metrics import aggregate_metrics, verify_responses
 from ._service import ResourcesService
 
 __all__ = ["create_resources_app", "final_text", "task_fields"]
@@ -89,11 +87,7 @@ def create_resources_app(
 
     @app.post("/aggregate_metrics")
     async def aggregate(request: Request) -> Any:
-        body = await json_body(request, empty_ok=True)
-        responses = body.get("verify_responses")
-        if not isinstance(responses, list) or not all(isinstance(v, dict) for v in responses):
-            raise GymError(ErrorKind.BAD_REQUEST, "aggregate_metrics takes {verify_responses: [objects]}")
-        return aggregate_metrics(responses)
+        return aggregate_metrics(verify_responses(await json_body(request, empty_ok=True)))
 
     @app.get("/reverify_mode")
     async def reverify_mode() -> str:

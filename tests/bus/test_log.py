@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 
+import msgspec
 import pytest
+from nats.js.api import StoreCompression
 
 from rollcut import (
     AttemptConflictError,
@@ -191,3 +193,19 @@ async def test_an_append_to_a_full_stream_is_a_storage_error_and_stores_nothing(
     assert isinstance(caught.value, StorageError) and caught.value.rollout_id == "r2"
     assert caught.value.subject is not None and "r2" in caught.value.subject
     assert [s.event.rollout_id async for s in log.read()] == ["r1"]
+
+
+async def test_the_stream_is_created_s2_compressed_unless_told_otherwise(bus_config: BusConfig) -> None:
+    """Every event carries ~200 bytes of repetitive headers; the stream's sealed blocks are stored
+    S2-compressed (docs/event-log.md), and ``compression: none`` keeps a stream as it is."""
+    for how, expected in (("s2", StoreCompression.S2), ("none", StoreCompression.NONE)):
+        config = msgspec.structs.replace(
+            bus_config, namespace=f"{bus_config.namespace}{how}", compression=how
+        )
+        log = await EventLog.connect(config)
+        try:
+            info = await log.nc.jetstream().stream_info(log.stream)
+            assert info.config.compression == expected, how
+            await log.nc.jetstream().delete_stream(log.stream)
+        finally:
+            await log.close()

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
 from rollcut.gym.opaque import REFERENCE_AGENT
-from rollcut.gym.wire import ErrorKind, openai_type
+from rollcut.gym.wire import MESSAGES_ROUTE, ErrorKind, openai_type
 from rollcut.testing import ServerProcess
 
 from .conftest import NS, Deployment, deploy
@@ -179,8 +179,12 @@ def _fuzz(server: ServerProcess) -> None:
                 )
                 err = answer["error"]
                 assert isinstance(err["message"], str) and err["message"], resp.text
-                assert err["code"] in KNOWN_KINDS, resp.text
-                assert err["type"] == openai_type(resp.status_code), resp.text
+                if url.split("?")[0].endswith(MESSAGES_ROUTE):  # Anthropic's route, Anthropic's shape
+                    assert answer["type"] == "error" and err["type"], resp.text
+                    assert err["message"].split(":")[0] in KNOWN_KINDS, resp.text
+                else:
+                    assert err["code"] in KNOWN_KINDS, resp.text
+                    assert err["type"] == openai_type(resp.status_code), resp.text
 
         one()
     assert any(400 <= s < 500 for s in seen), seen  # the fuzz reached the refusals

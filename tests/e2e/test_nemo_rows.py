@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai.types.responses import Response
+from openai.types.responses import ResponseOutputMessage
 
 from rollcut.collect import read_turns
 from rollcut.demo import demo_rows
@@ -100,11 +100,9 @@ def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path, name: 
         )
         assert shown.returncode == 0, shown.stderr
         assert f"{len(turns)} turns of {len(crashed)} rollouts" in shown.stdout
-        for row in crashed.values():  # what NeMo Gym's consumers parse it as
-            assert (
-                Response.model_validate(row["response"]).output_text
-                == row["response"]["output"][-1]["content"][-1]["text"]
-            )
+        for row in crashed.values():  # the episode's last item: the answer, as OpenAI's message type
+            last = ResponseOutputMessage.model_validate(row["response"]["output"][-1])
+            assert last.role == "assistant" and row["response"]["object"] == "response"
         if name == "opaque":  # its Response is the answer's: the token arrays are the model calls'
             return
         # a row whose arrays the store does not vouch for is refused, naming it

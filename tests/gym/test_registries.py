@@ -120,7 +120,9 @@ def test_a_new_engine_dialect_is_one_class_and_its_registration() -> None:
     try:
         backend = engine_backend("http://127.0.0.1:1", "mine")
         assert type(backend.dialect) is Mine
-        with pytest.raises(ConfigError, match=r"unknown engine dialect 'nope'; have: llama\.cpp, vllm, mine"):
+        with pytest.raises(
+            ConfigError, match=r"unknown engine dialect 'nope'; have: llama\.cpp, vllm, sglang, mine"
+        ):
             engine_backend("http://127.0.0.1:1", "nope")
     finally:
         DIALECTS.unregister("mine")

@@ -149,9 +149,11 @@ async def bench_log(
         if url is None:
             server = EmbeddedServer(Path(tmp) / "nats").start()
             url = server.url
+        store = Path(tmp) / "nats" if server is not None else None  # on-disk bytes: ours only
         try:
             runs = [
-                await _run(url, evs, rollouts, concurrency, ledger=(i == 0)) for i in range(max(1, repeat))
+                await _run(url, evs, rollouts, concurrency, ledger=(i == 0), store=store)
+                for i in range(max(1, repeat))
             ]
         finally:
             if server is not None:
@@ -170,8 +172,17 @@ async def bench_log(
     return out
 
 
+def _disk_bytes(store: Path | None, stream: str) -> int | None:
+    """What a stream's message blocks hold on disk (its ``msgs`` files under the server's store),
+    or None where the store is not this process's to read (a server at ``--url``)."""
+    if store is None:
+        return None
+    dirs = [d for d in store.rglob(stream) if d.is_dir() and d.parent.name == "streams"]
+    return sum(f.stat().st_size for d in dirs for f in (d / "msgs").glob("*") if f.is_file()) or None
+
+
 async def _run(
-    url: str, evs: list[Event], rollouts: int, concurrency: int, *, ledger: bool
+    url: str, evs: list[Event], rollouts: int, concurrency: int, *, ledger: bool, store: Path | None = None
 ) -> dict[str, Any]:
     ns = f"bench{os.urandom(4).hex()}"
     log = await EventLog.connect(BusConfig(url=url, namespace=ns), name="rollcut-bench")
@@ -200,6 +211,9 @@ async def _run(
 
         info = await js.stream_info(log.stream)
         stream_bytes, stream_msgs = info.state.bytes, info.state.messages
+        # on disk: S2 compresses a block when it is sealed, so the figure is the store's files, not
+        # the logical bytes stream info reports; the raw baseline's stream is uncompressed
+        disk, raw_disk = _disk_bytes(store, log.stream), _disk_bytes(store, raw_stream)
 
         t0 = time.perf_counter()
         res = await replay(log)
@@ -228,6 +242,7 @@ async def _run(
     finally:
         stats = log.stats
         await log.close()
+    payload = sum(map(len, frames)) / n
     append_rate, raw_rate, ceiling_rate = n / append_s, n / raw_s, n / ceiling_s
     replay_rate, raw_read_rate = replayed / replay_s, n / raw_read_s
     return {
@@ -243,7 +258,16 @@ async def _run(
         "streaming_vs_raw": round(streamed / streaming_s / raw_read_rate, 3),
         **extra,
         "bytes_per_event": round(stream_bytes / max(1, stream_msgs), 1),
-        "payload_bytes_per_event": round(sum(map(len, frames)) / n, 1),
+        "payload_bytes_per_event": round(payload, 1),
+        **(
+            {
+                "disk_bytes_per_event": round(disk / n, 1),
+                "disk_vs_payload": round(disk / n / payload, 3),
+                "raw_disk_bytes_per_event": round(raw_disk / n, 1) if raw_disk else None,
+            }
+            if disk
+            else {}
+        ),
         "commit_batches": stats["batches"],
         "commit_singles": stats["singles"],
         "commit_fallbacks": stats["fallbacks"],

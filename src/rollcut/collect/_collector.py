@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -102,10 +103,9 @@ class Collector(Checkpointing, Recovering):
             deadline_s=checkpoint_deadline_s,
             checkpoint_lock=self._ck_lock,
         )
-        self.env_url = environment_url.rstrip("/")
         # which environment server (agent) takes each row, and how many rollouts it makes
         self.routing = Routing(
-            self.env_url, num_repeats, {k: v.rstrip("/") for k, v in (agents or {}).items()}
+            environment_url.rstrip("/"), num_repeats, {k: v.rstrip("/") for k, v in (agents or {}).items()}
         )
         self.output = output
         self.num_repeats = num_repeats
@@ -141,6 +141,15 @@ class Collector(Checkpointing, Recovering):
         self._collecting: asyncio.Future[Summary] | None = None
         self._working = False  # the workers run: the stop flag reaches them
         self.metrics = CollectorMetrics(self)  # read when scraped (``--metrics-port``)
+
+    @property
+    def env_url(self) -> str:
+        """The default environment server (every row's, unless its ``agent_ref`` routes it)."""
+        return self.routing.environment_url
+
+    @env_url.setter
+    def env_url(self, url: str) -> None:  # an environment that moved (a test restarts it elsewhere)
+        self.routing = dataclasses.replace(self.routing, environment_url=url.rstrip("/"))
 
     # --- identity and hand-off ---------------------------------------------------------
 

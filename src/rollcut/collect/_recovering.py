@@ -22,7 +22,6 @@ class Recovering:
     recovery: RecoveryMode
     summary: Summary
     hooks: CollectorHooks
-    env_url: str
     routing: Routing
     heal_timeout_s: float
     _recovery_checkpoint: str | None

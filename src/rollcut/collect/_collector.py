@@ -291,7 +291,13 @@ class Collector(Checkpointing, Recovering):
         finally:
             await self.watch.stop()
             if self.watch.outage is None:
-                await self.lease.release()
+                try:
+                    await self.lease.release()
+                except ConnectionError as exc:  # cut off at the very end: the lease expires by itself
+                    self.watch.outage = self.summary.bus_outage = (
+                        f"the connection to the bus was lost ({exc!r})"
+                    )
+                    self.lease.abandon()
             else:
                 self.lease.abandon()  # a release would only wait on the bus that is gone
         summary.checkpoint_ms_p50 = percentile(self.checkpoint_ms, 50)
@@ -318,6 +324,12 @@ class Collector(Checkpointing, Recovering):
             if self.watch.outage is None:
                 raise
             self.summary.failed.setdefault("bus", "; ".join([str(exc), *getattr(exc, "__notes__", [])])[:400])
+        except ConnectionError as exc:
+            # the bus client's own transport dropped under a call (a partition cut this host off) before
+            # the watch had waited out its outage: the same outage, said now (CI: exit 74 "Connection
+            # lost" for a host cut off, where the requeue is the answer); the Gym servers' HTTP errors
+            # never arrive here raw (httpx wraps them), nor do the rows' disk errors (not connections)
+            self._connection_lost(exc)
         self._tally(t0)
         return self.summary
 
@@ -327,6 +339,13 @@ class Collector(Checkpointing, Recovering):
         self.summary.results_written = len(self._written)
         self.summary.pending = [rid for rid in self.rows.inputs if rid not in self._written]
         self.summary.wall_s = round(time.perf_counter() - t0, 3)
+
+    def _connection_lost(self, exc: ConnectionError) -> None:
+        """The bus client's transport dropped under a call: an outage, said at once (exit 75)."""
+        if self.watch.outage is None:
+            self.watch.outage = f"the connection to the bus was lost ({exc!r})"
+            self._bus_lost(self.watch.outage)
+        self.summary.failed.setdefault("bus", repr(exc)[:400])
 
     def _bus_lost(self, reason: str) -> None:
         self.summary.bus_outage = reason

@@ -1,10 +1,14 @@
-"""One crash of an opaque agent mid-episode, the same for every program: run it, wait until ``after``
-of its requests are journaled, SIGKILL its agent server, checkpoint the tail and continue the
-rollout, and say what the continued attempt's run answered and what the relay did for it."""
+"""One crash of an opaque agent mid-episode, the same for every program: the stack it runs on, then
+run it, wait until ``after`` of its requests are journaled, SIGKILL its agent server, checkpoint the
+tail and continue the rollout, and say what the continued attempt's run answered and what the relay
+did for it."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +16,18 @@ import httpx
 from rollcut.bus import RelayDiverged, RelayExchange, RelayReplayed
 
 from ..helpers import until
+from .conftest import Deployment, deploy
 from .episodes import Episodes
+
+
+@contextlib.contextmanager
+def relayed_stack(root: Path, command: str, **agent: Any) -> Iterator[Deployment]:
+    """The counter environment with ``command`` as an opaque agent (replayable egress, and ``agent``'s
+    other options); a token every 20 ms, so each model call takes a second or two: time to kill it
+    mid-episode."""
+    options = {"agent": "opaque", "command": command, "capability": "replayable_egress", **agent}
+    with deploy(root, token_delay=0.02, tool_turns=3, envs=("counter",), agent_options=options) as dep:
+        yield dep
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,9 +20,9 @@ from rollcut.bus import ModelCallCompleted
 from rollcut.gym.opaque import CLAUDE_CODE_AGENT
 
 from ..claude_code import CLAUDE_CODE_RULES, claude_code
-from .conftest import Deployment, deploy
+from .conftest import Deployment
 from .episodes import Episodes, episodes
-from .relayed import crash_mid_episode, kinds
+from .relayed import crash_mid_episode, kinds, relayed_stack
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +31,12 @@ pytestmark = pytest.mark.slow
 TASK = {"id": "cc", "env": "counter", "prompt": "What is in notes.txt?", "tools": "Read", "max_turns": 6}
 
 
-def stack(root: Path, rules: list[str]) -> Any:
-    command = f"{sys.executable} {CLAUDE_CODE_AGENT} --claude {claude_code()}"
-    options = {"agent": "opaque", "command": command, "capability": "replayable_egress", "normalise": rules}
-    # a token every 20 ms: each of the episode's model calls takes a second or two, time to kill mid-episode
-    return deploy(root, token_delay=0.02, tool_turns=3, envs=("counter",), agent_options=options)
-
-
 @pytest.fixture(params=["declared", "undeclared"])
 def dep(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
-    with stack(tmp_path, CLAUDE_CODE_RULES if request.param == "declared" else []) as d:
+    command = f"{sys.executable} {CLAUDE_CODE_AGENT} --claude {claude_code()}"
+    with relayed_stack(
+        tmp_path, command, normalise=CLAUDE_CODE_RULES if request.param == "declared" else []
+    ) as d:
         yield d
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import Deployment, deploy
+from .conftest import Deployment
 from .episodes import Episodes, episodes
-from .relayed import crash_mid_episode
+from .relayed import crash_mid_episode, relayed_stack
 
 pytestmark = pytest.mark.slow
 
@@ -42,10 +42,7 @@ def client(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture
 def dep(client: tuple[str, dict[str, Any]], tmp_path: Path) -> Iterator[Deployment]:
-    command = f"{sys.executable} {PROGRAMS / client[0]}"
-    agent = {"agent": "opaque", "command": command, "capability": "replayable_egress"}
-    # a token every 20 ms: each model call takes a second or two, time to kill mid-episode
-    with deploy(tmp_path, token_delay=0.02, tool_turns=3, envs=("counter",), agent_options=agent) as d:
+    with relayed_stack(tmp_path, f"{sys.executable} {PROGRAMS / client[0]}") as d:
         yield d
 
 

@@ -36,7 +36,6 @@ route. Refusals are Anthropic's error shape (``gym.wire.anthropic_error_body``).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -58,7 +57,7 @@ from ..wire import ErrorKind, GymError, Identity, anthropic_error_body
 from ._answer import Answer, Tokens, refusal
 from ._local import response_message
 from ._openai import UpstreamError
-from ._requests import check_chat
+from ._requests import check_chat, checked
 from ._service import CallResult, ModelService
 from ._shapes import Training, extension, responses_input_to_chat
 
@@ -100,7 +99,6 @@ class _Request(msgspec.Struct):
     metadata: dict[str, Any] | None = None
 
 
-_AT = re.compile(r"at `\$\.([A-Za-z_]+)")
 _DROPPED = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -177,11 +175,7 @@ def _items(messages: list[_Message]) -> list[dict[str, Any]]:
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """A checked Messages request as the chat shape the backend plans from (via Responses input,
     as NeMo Gym maps it), or a 400 in Anthropic's shape naming what is wrong."""
-    try:
-        req = msgspec.convert(body, _Request)
-    except msgspec.ValidationError as exc:
-        at = _AT.search(str(exc))
-        raise GymError(ErrorKind.BAD_REQUEST, f"{ROUTE}: {exc}", param=at[1] if at else None) from exc
+    req = checked(body, _Request, ROUTE)
     system = req.system
     if isinstance(system, list):
         system = "\n".join(str(b.get("text", "")) for b in system if b.get("type") == "text")

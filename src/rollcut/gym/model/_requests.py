@@ -20,7 +20,7 @@ the same call as one that does not.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -31,6 +31,7 @@ __all__ = [
     "TRAINING_FIELDS",
     "check_chat",
     "check_responses",
+    "checked",
     "requested_limit",
     "wants_training",
     "without_training",
@@ -161,9 +162,13 @@ class _Responses(msgspec.Struct):
 _AT = re.compile(r"at `\$\.([A-Za-z_]+)")
 
 
-def _check(body: dict[str, Any], shape: type[msgspec.Struct], route: str) -> None:
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def checked(body: dict[str, Any], shape: type[_S], route: str) -> _S:
+    """``body`` as ``shape``, or a 400 naming the field (``param``: the top-level one at fault)."""
     try:
-        msgspec.convert(body, shape)
+        return msgspec.convert(body, shape)
     except msgspec.ValidationError as exc:
         at = _AT.search(str(exc))
         missing = re.search(r"missing required field `([A-Za-z_]+)`", str(exc))
@@ -178,7 +183,7 @@ def _unsupported(route: str, param: str, why: str) -> GymError:
 def check_chat(body: dict[str, Any]) -> None:
     """A ``/v1/chat/completions`` body the server can run, or a 400 naming what is wrong."""
     route = "/v1/chat/completions"
-    _check(body, _Chat, route)
+    checked(body, _Chat, route)
     if (body.get("n") or 1) > 1:
         raise _unsupported(
             route,
@@ -216,7 +221,7 @@ def check_responses(body: dict[str, Any]) -> None:
     (``previous_response_id``, ``conversation``), since nothing is kept to
     continue from but the event log, whose unit is the attempt, not the response."""
     route = "/v1/responses"
-    _check(body, _Responses, route)
+    checked(body, _Responses, route)
     for param in ("previous_response_id", "conversation"):
         if body.get(param):
             raise _unsupported(

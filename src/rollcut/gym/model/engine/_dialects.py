@@ -162,6 +162,20 @@ def _ints(value: Any, what: str, engine: str) -> list[int]:
 _SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "stop")
 
 
+def _sampling(body: dict[str, Any], renamed: dict[str, str] | None = None) -> dict[str, Any]:
+    """OpenAI's sampling parameters a request set, under the engine's names (``renamed``)."""
+    names = renamed or {}
+    return {names.get(k, k): body[k] for k in _SAMPLING if body.get(k) is not None}
+
+
+def _chat(body: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """A request for an engine's chat-templating tokenizer: the messages, the tools if any, ``more``."""
+    req: dict[str, Any] = {"messages": _messages(body), **more}
+    if body.get("tools"):
+        req["tools"] = body["tools"]
+    return req
+
+
 class LlamaCpp:
     """llama.cpp's own server (``llama-server``): its native ``/completion`` route."""
 
@@ -174,10 +188,7 @@ class LlamaCpp:
         self.model = model  # llama-server serves the one model it loaded: the name is not sent
 
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        templ: dict[str, Any] = {"messages": _messages(body)}
-        if body.get("tools"):
-            templ["tools"] = body["tools"]
-        prompt = (await _post(client, self.name, "/apply-template", templ)).get("prompt")
+        prompt = (await _post(client, self.name, "/apply-template", _chat(body))).get("prompt")
         if not isinstance(prompt, str):
             raise EngineError("/apply-template gave no prompt", engine=self.name)
         tok = await _post(
@@ -210,7 +221,7 @@ class LlamaCpp:
             "return_tokens": True,
             "cache_prompt": True,  # a continuation's prompt shares the original's cached prefix
         }
-        req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
+        req.update(_sampling(body))
         if isinstance(body.get("logit_bias"), dict):  # OpenAI's {"id": bias} as llama.cpp's pairs
             req["logit_bias"] = [[int(k), float(v)] for k, v in body["logit_bias"].items()]
         if grammar is not None:
@@ -251,9 +262,7 @@ class VLLM:
         return {"model": self.model, **payload} if self.model else payload
 
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        req: dict[str, Any] = {"messages": _messages(body), "add_generation_prompt": True}
-        if body.get("tools"):
-            req["tools"] = body["tools"]
+        req = _chat(body, add_generation_prompt=True)
         tok = await _post(client, self.name, "/tokenize", self._with_model(req))
         return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
 
@@ -280,7 +289,7 @@ class VLLM:
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
         }
-        req.update({k: body[k] for k in _SAMPLING if body.get(k) is not None})
+        req.update(_sampling(body))
         if isinstance(body.get("logit_bias"), dict):
             req["logit_bias"] = body["logit_bias"]
         if grammar is not None:  # vLLM >= 0.12 (``guided_grammar`` before): GBNF through xgrammar

@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from ._dialects import _SAMPLING, Capabilities, EngineError, Piece, _ints, _messages, _post
+from ._dialects import Capabilities, EngineError, Piece, _chat, _ints, _post, _sampling
 
 __all__ = ["SGLang"]
 
@@ -55,11 +55,7 @@ class SGLang:
         self._seen: dict[str, tuple[int, int]] = {}  # rid -> (ids, text chars) handed over so far
 
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        req: dict[str, Any] = {"messages": _messages(body)}
-        if body.get("tools"):
-            req["tools"] = body["tools"]
-        if self.model:
-            req["model"] = self.model
+        req = _chat(body, **({"model": self.model} if self.model else {}))
         tok = await _post(client, self.name, "/tokenize", req)
         return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
 
@@ -77,8 +73,7 @@ class SGLang:
         grammar: str | None = None,
         slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        sampling: dict[str, Any] = {"max_new_tokens": max_tokens}
-        sampling.update({_RENAMED.get(k, k): body[k] for k in _SAMPLING if body.get(k) is not None})
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, **_sampling(body, _RENAMED)}
         if isinstance(body.get("logit_bias"), dict):
             sampling["logit_bias"] = {str(k): float(v) for k, v in body["logit_bias"].items()}
         if grammar is not None:

@@ -9,6 +9,7 @@ tests share no state.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -47,10 +48,19 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow suites first, each file's order kept: with two workers stealing work from each other
-    (``--dist worksteal``), the long tests then overlap, and short ones fill the end; a long test
-    started last left the other worker idle for its whole length (minutes, in CI)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Slow suites first, the longest files first (``tests/durations.json``: seconds per file from a
+    CI run; a file not in it counts as short), each file's order kept (a module's fixtures stay with
+    its tests): with the workers stealing work from each other (``--dist worksteal``), the long
+    tests then overlap and short ones fill the end; a long test started last left the other worker
+    idle for its whole length (minutes, in CI). The order only schedules: a stale entry costs time,
+    never a result."""
+    seconds: dict[str, float] = json.loads((Path(__file__).parent / "durations.json").read_text())
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            -seconds.get(item.nodeid.split("::", 1)[0], 0.0),
+        )
+    )
 
 
 def _docker_nats() -> Iterator[str]:

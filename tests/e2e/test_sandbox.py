@@ -55,25 +55,27 @@ async def _mid_episode_at_a_cut(log: EventLog) -> bool:
     not completed: a snapshot at revision 1 or more, and an agent boundary at such a revision (what a
     continued attempt starts from), both before the commit. The snapshot alone is not enough: a turn
     whose tool call ran but whose boundary was not yet written continues from the boundary before it
-    (at revision 0), and the crash then had nothing past revision 0 to continue (seen in CI)."""
+    (at revision 0), and the crash then had nothing past revision 0 to continue (seen in CI). Both
+    must be at or below the checkpoint's cut, not merely before its commit marker: events written
+    between the sealed cut and the marker are not part of it (seen in CI: continued at revision 0)."""
     snapshots: dict[str, int] = {}
     boundaries: dict[str, int] = {}
     completed: set[str] = set()
-    committed = 0
+    cut = -1
     async for s in log.read():
         if isinstance(s.event, ResourcesSnapshot) and s.event.revision >= 1:
-            snapshots[s.event.rollout_id] = s.seq
+            snapshots.setdefault(s.event.rollout_id, s.seq)
         elif (
             isinstance(s.event, AgentBoundary)
             and max(s.event.record.resources_revisions.values(), default=0) >= 1
         ):
-            boundaries[s.event.rollout_id] = s.seq
+            boundaries.setdefault(s.event.rollout_id, s.seq)
         elif isinstance(s.event, RolloutCompleted):
             completed.add(s.event.rollout_id)
         elif isinstance(s.event, CheckpointCommitted):
-            committed = s.seq
+            cut = s.event.cut
     return any(
-        seq < committed and boundaries.get(rid, committed) < committed and rid not in completed
+        seq <= cut and boundaries.get(rid, cut + 1) <= cut and rid not in completed
         for rid, seq in snapshots.items()
     )
 

@@ -37,7 +37,6 @@ from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of
 from ..wire import MESSAGES_ROUTE, ErrorKind, GymError, Identity, error_body
 from ._answer import Answer, Tokens, refusal, sse
 from ._local import response_message
-from ._messages import messages_answer
 from ._openai import UpstreamError, upstream_error
 from ._requests import check_chat, check_responses, wants_training, without_training
 from ._service import ModelService
@@ -127,6 +126,10 @@ def create_app(
 
     @app.post(MESSAGES_ROUTE)
     async def messages(request: Request) -> Any:
+        # imported on the first Messages call: the ``anthropic`` SDK's types take 1.5 s to import,
+        # and every model server (one per test stack, one per worker) would pay it at start
+        from ._messages import messages_answer
+
         ident, body, answer = await identified(request)
         return await messages_answer(service, ident, body, answer)
 

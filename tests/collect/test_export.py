@@ -1,13 +1,16 @@
 """The trainer export of rows that name only their receipts (an opaque agent's): the arrays are the
-token store's records, and a receipt the store does not vouch for is an error, never a sample."""
+token store's records, and a receipt the store does not vouch for is an error, never a sample. Rows
+whose records compaction released are checked against what the store kept of them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from rollcut.bus import TokenReceipt
 from rollcut.collect import ExportError, read_turns
 from rollcut.tokens import LocalTokenStore, TokenRecord
 
@@ -61,3 +64,53 @@ def test_a_row_with_neither_arrays_nor_receipts_is_refused(tmp_path: Path) -> No
     rows.write_text(json.dumps(_row("r", [])) + "\n")
     with LocalTokenStore(tmp_path / "tokens") as store, pytest.raises(ExportError, match="no token arrays"):
         list(read_turns(rows, store))
+
+
+def _with_arrays(row: dict[str, object], store: LocalTokenStore, calls: list[dict[str, object]]) -> None:
+    """The row as a collection with token ids on writes it: each call's arrays on its output item."""
+    items = []
+    for c in calls:
+        rec = store.get(
+            TokenReceipt(
+                receipt_id=str(c["receipt_id"]),
+                count=int(str(c["receipt_count"])),
+                digest=str(c["receipt_digest"]),
+            )
+        )
+        items.append(
+            {
+                "type": "message",
+                "prompt_token_ids": rec.prompt_ids,
+                "generation_token_ids": rec.output_ids,
+                "generation_log_probs": rec.logprobs,
+                "policy_segments": [msgspec.structs.asdict(s) for s in rec.spans()],
+            }
+        )
+    row["response"] = {"output": items}
+
+
+def test_rows_whose_records_compaction_released_export_checked_against_what_the_store_kept(
+    tmp_path: Path,
+) -> None:
+    with LocalTokenStore(tmp_path / "tokens") as store:
+        calls = [_call(store, "c1", [1, 2, 3], [7, 8]), _call(store, "c2", [1, 2, 3, 7, 8, 4], [9])]
+        row = _row("r", calls)
+        _with_arrays(row, store, calls)
+        rows = tmp_path / "rows.jsonl"
+        rows.write_text(json.dumps(row) + "\n")
+        before = list(read_turns(rows, store))
+        assert store.release(["c1", "c2"]).records_released == 2
+        after = list(read_turns(rows, store))
+        assert after == before  # the same turns, policy versions included, with the records gone
+
+        output = row["response"]["output"]  # type: ignore[index]
+        output[1]["generation_token_ids"] = [10]  # a row changed after the hand-off
+        rows.write_text(json.dumps(row) + "\n")
+        with pytest.raises(ExportError, match="kept of released record") as caught:
+            list(read_turns(rows, store))
+        assert (caught.value.rollout_id, caught.value.turn) == ("r", 2)
+
+        receipts_only = tmp_path / "opaque.jsonl"  # an opaque agent's row: nothing to check but the store
+        receipts_only.write_text(json.dumps(_row("r", calls)) + "\n")
+        with pytest.raises(ExportError, match="released by compaction"):
+            list(read_turns(receipts_only, store))

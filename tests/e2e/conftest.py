@@ -122,7 +122,11 @@ def deploy(
 ) -> Iterator[Deployment]:
     """JetStream with role credentials, its stream, 16 demo tasks (or ``tasks``) and every Gym server
     as a process. ``nats``: a cluster (or server) already started on ``root / "nats"``'s credentials;
-    by default one server is started here."""
+    by default one server is started here. Every server has one worker, as ``rollcut serve`` does by
+    default, unless ``workers`` or ``agent_workers`` says otherwise (the tests of several workers
+    say so; a worker more per deployment cost a second of CPU at every start, on CI's two cores)."""
+    if "workers" not in stack_options:
+        stack_options.setdefault("agent_workers", 1)
     creds = credentials_for(root / "nats", NS)
     with contextlib.ExitStack() as stack_of:
         if nats is None:

@@ -54,18 +54,18 @@ def _disk_bytes(root: Path, prefix: str = "") -> int:
     return total
 
 
-def _growth(samples: list[dict[str, Any]]) -> float | None:
-    """The collector's anonymous memory growth per row written over the second half of the run
-    (least squares): about 0 when its memory follows the rollouts running, not the rollouts done. The
-    first half fills what is bounded but not small (the bus's caches of 65,536 subjects and open
-    fences, the allocator's arenas)."""
+def _growth(samples: list[dict[str, Any]], field: str = "collector_anon_mb") -> float | None:
+    """Growth in bytes of ``field`` (MB) per row written over the second half of the run (least
+    squares): about 0 for the collector's anonymous memory when it follows the rollouts running, not
+    the rollouts done. The first half fills what is bounded but not small (the bus's caches of 65,536
+    subjects and open fences, the allocator's arenas)."""
     if not samples:
         return None
     late = [s for s in samples if s["rows"] >= samples[-1]["rows"] / 2]
     if len(late) < 3:
         return None
     xs = [float(s["rows"]) for s in late]
-    ys = [s["collector_anon_mb"] * 2**20 for s in late]
+    ys = [s[field] * 2**20 for s in late]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 1) if var else None
@@ -147,6 +147,12 @@ async def bench_soak(
                             "index_mb": round(_disk_bytes(root, ".rollcut-index-") / 2**20, 1),
                             "nats_rss_mb": round(sum(_rss_mb(p) for p in pids), 1),
                             "compacted": col.summary.compacted_rollouts,
+                            # the token store's pages in use, and what it would hold had compaction
+                            # released nothing (its records' stored bytes added back)
+                            "tokens_mb": round(tokens.used_bytes() / 2**20, 2),
+                            "tokens_unreleased_mb": round(
+                                (tokens.used_bytes() + col.summary.compaction_released_token_bytes) / 2**20, 2
+                            ),
                             # the baseline: what the stream would hold had nothing been compacted
                             "uncompacted_mb": round(
                                 (info.state.bytes + col.summary.compaction_freed_bytes) / 2**20, 2
@@ -182,5 +188,9 @@ async def bench_soak(
         "uncompacted_mb_end": samples[-1]["uncompacted_mb"] if samples else 0,
         "collector_anon_bytes_per_rollout": _growth(samples),
         "index_mb_end": samples[-1]["index_mb"] if samples else 0,
+        "tokens_mb_end": samples[-1]["tokens_mb"] if samples else 0,
+        "tokens_unreleased_mb_end": samples[-1]["tokens_unreleased_mb"] if samples else 0,
+        "token_store_bytes_per_rollout": _growth(samples, "tokens_mb"),
+        "stream_bytes_per_rollout": _growth(samples, "stream_mb"),
         "samples": samples,
     }

@@ -130,23 +130,36 @@ def checkpoints_verify(checkpoint_id: str, target: Target, as_json: JsonOpt = Fa
 
 
 @app.command("compact")
-@targeted("url", "replicas", "home", "namespace", "credentials", "ledger")
+@targeted("url", "replicas", "home", "namespace", "credentials", "ledger", "tokens")
 def compact_cmd(
     target: Target,
     keep: Annotated[int, typer.Option("--keep", min=1, help="Newest checkpoints to keep restorable.")] = 2,
+    keep_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--keep-tokens",
+            help="Keep the compacted rollouts' token records (an opaque agent's rows name receipts only).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Let go of what no kept checkpoint needs: the event history of rollouts accepted below the oldest
-    of the --keep newest checkpoints, older checkpoints, old markers (docs/cluster.md), and the
-    sandbox blobs no tree left on the stream needs (docs/sandboxes.md). For a namespace whose
-    collection is not running: a collection compacts itself ('compaction: keep: N')."""
+    of the --keep newest checkpoints, older checkpoints, old markers (docs/cluster.md), the sandbox
+    blobs no tree left on the stream needs (docs/sandboxes.md), and the compacted rollouts' token
+    records unless --keep-tokens (docs/performance.md). For a namespace whose collection is not running:
+    a collection compacts itself ('compaction: keep: N')."""
     from ..ledger import Projector, compact
 
     async def go() -> dict[str, Any]:
-        async with target.log() as log:
-            with target.ledger() as led:
-                await Projector(led, log).catch_up()
-                rep = await compact(log, led, keep=keep)
+        if keep_tokens:
+            async with target.log() as log:
+                with target.ledger() as led:
+                    await Projector(led, log).catch_up()
+                    rep = await compact(log, led, keep=keep)
+        else:
+            async with target.opened() as o:
+                await Projector(o.ledger, o.log).catch_up()
+                rep = await compact(o.log, o.ledger, keep=keep, tokens=o.tokens)
         return {k: v for k, v in rep.__dict__.items() if k != "dropped"}
 
     report("rollcut compact", run(go()), as_json)

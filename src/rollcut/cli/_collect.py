@@ -99,6 +99,7 @@ def collect_cmd(
                     compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
                     hooks=CollectorHooks(progress=progress),
                 )
+                col.release_tokens = cfg.compaction.release_tokens
                 prog.update(bar, total=len(col.rows.inputs))
                 col.install_signals(
                     on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm

@@ -11,6 +11,7 @@ from .._errors import CheckpointError
 from ..bus import EventLog
 from ..ledger import Ledger, compact
 from ..participants import Coordinator, PauseBreakdown
+from ..tokens import Releasable
 from ._metrics import CollectorMetrics
 from ._summary import CollectorHooks, Summary
 
@@ -28,6 +29,8 @@ class Checkpointing:
     deadline_s: float
     every_s: float | None
     compact_keep: int | None
+    release_tokens: bool = True
+    """Compaction releases the compacted rollouts' token records (``compaction.release_tokens``)."""
     checkpoint_ms: list[float]
     pause_ms: list[float]
     pauses: PauseBreakdown
@@ -69,9 +72,17 @@ class Checkpointing:
                 return
             if await self.checkpoint() and self.compact_keep:
                 async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
-                    done_ = await compact(self.log, self.ledger, keep=self.compact_keep)
+                    tokens = self.coordinator.tokens if self.release_tokens else None
+                    done_ = await compact(
+                        self.log,
+                        self.ledger,
+                        keep=self.compact_keep,
+                        tokens=tokens if isinstance(tokens, Releasable) else None,
+                    )
                 self.summary.compacted_rollouts += done_.rollouts_compacted
                 self.summary.compaction_freed_blobs += done_.blobs_deleted
+                self.summary.compaction_released_token_records += done_.token_records_released
+                self.summary.compaction_released_token_bytes += done_.token_bytes_released
                 self.summary.compaction_freed_bytes += max(
                     0, done_.stream_bytes_before - done_.stream_bytes_after
                 )

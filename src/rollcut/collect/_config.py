@@ -36,6 +36,10 @@ class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
     enabled: bool = True
     keep: Annotated[int, Meta(ge=1, le=1000)] = 2
+    release_tokens: bool = True
+    """The compacted rollouts' token records go too (their rows are the hand-off; each keeps a digest
+    of its arrays, which ``rollcut export`` checks a row against). ``false`` keeps every record: an
+    opaque agent's rows name receipts only, and are exported from the store's records."""
 
 
 Repeats = Annotated[int, Meta(ge=1, le=10_000)]

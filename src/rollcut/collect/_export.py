@@ -31,7 +31,7 @@ import msgspec
 
 from .._errors import RollcutError, TokenStoreError
 from ..bus import TokenReceipt
-from ..tokens import TokenSource
+from ..tokens import Releasable, TokenRecord, TokenSource, VersionSegment, arrays_digest
 
 if TYPE_CHECKING:
     import numpy as np
@@ -178,12 +178,7 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
             ),
             digest=call["receipt_digest"],
         )
-        try:
-            record = tokens.get(receipt)  # checks the record against the receipt's digest
-        except TokenStoreError as exc:
-            raise ExportError(f"{rid} turn {i}: {exc}", rollout_id=rid, turn=i) from exc
-        stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
-        segments = [msgspec.structs.asdict(s) for s in record.spans()]
+        stored, segments = _custody(tokens, receipt, arrays, rid, i)
         if arrays["prompt_token_ids"] is not None and (
             stored != tuple(arrays[f] for f in _FIELDS) or arrays.get("policy_segments", segments) != segments
         ):
@@ -193,6 +188,9 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
                 rollout_id=rid,
                 turn=i,
             )
+        versions = TokenRecord(
+            prompt_ids=[], output_ids=stored[1], segments=[VersionSegment(**seg) for seg in segments]
+        ).versions()
         yield Turn(
             rollout_id=rid,
             attempt=int(row.get("attempt", 1)),
@@ -201,8 +199,41 @@ def _turns(row: dict[str, Any], rid: str, where: str, tokens: TokenSource) -> It
             prompt_ids=stored[0],
             generation_ids=stored[1],
             generation_log_probs=stored[2],
-            generation_versions=record.versions(),
+            generation_versions=versions,
         )
+
+
+def _custody(
+    tokens: TokenSource, receipt: TokenReceipt, arrays: dict[str, Any], rid: str, turn: int
+) -> tuple[tuple[list[int], list[int], list[float]], list[dict[str, Any]]]:
+    """A turn's arrays and segments as custody vouches for them: the store's record (checked against
+    its receipt's digest), or, for a record compaction released, the row's own arrays if they match
+    the digest the store kept of them."""
+    try:
+        record = tokens.get(receipt)  # checks the record against the receipt's digest
+    except TokenStoreError as exc:
+        kept = tokens.released(receipt) if isinstance(tokens, Releasable) else None
+        if kept is None:
+            raise ExportError(f"{rid} turn {turn}: {exc}", rollout_id=rid, turn=turn) from exc
+        if arrays["prompt_token_ids"] is None:
+            raise ExportError(
+                f"{rid} turn {turn}: the record of receipt {receipt.receipt_id} was released by compaction "
+                "and the row names receipts only (an opaque agent's): export before compacting, or "
+                "compact with compaction.release_tokens false",
+                rollout_id=rid,
+                turn=turn,
+            ) from exc
+        row_arrays = tuple(arrays[f] for f in _FIELDS)
+        if arrays_digest(*row_arrays) != kept.arrays_digest:
+            raise ExportError(
+                f"{rid} turn {turn}: the row's token arrays differ from what the token store kept of "
+                f"released record {receipt.receipt_id}",
+                rollout_id=rid,
+                turn=turn,
+            ) from exc
+        return row_arrays, [msgspec.structs.asdict(s) for s in kept.segments]
+    stored = (list(record.prompt_ids), list(record.output_ids), list(record.logprobs))
+    return stored, [msgspec.structs.asdict(s) for s in record.spans()]
 
 
 def padded(turns: list[Turn], *, pad_id: int = 0) -> dict[str, np.ndarray]:

@@ -49,6 +49,8 @@ class Summary:
     compaction_s: float = 0.0  # time spent compacting, in all
     compaction_freed_bytes: int = 0  # stream bytes compaction let go (a lower bound: writes go on meanwhile)
     compaction_freed_blobs: int = 0  # sandbox blobs compaction deleted (no tree on the stream names them)
+    compaction_released_token_records: int = 0  # token records compaction released (rows handed off)
+    compaction_released_token_bytes: int = 0  # ... and their stored bytes
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:

@@ -15,11 +15,18 @@ kept checkpoint's cut:
   lease lane keeps its last record (its compare-and-set needs it);
 - the ledger forgets the compacted rollouts' call outcomes and revisions (nothing refers to them);
 - the namespace's sandbox blobs that no tree still named on the stream needs are deleted
-  (:func:`rollcut.sandbox.compact_blobs`).
+  (:func:`rollcut.sandbox.compact_blobs`);
+- given the token store (``tokens``, a :class:`~rollcut.tokens.Releasable` one), the compacted
+  rollouts' token records are released: their rows were written before their acceptance, so the
+  rows are the hand-off, and no kept checkpoint can continue them. Each keeps a digest of its
+  arrays and its policy versions (:class:`~rollcut.tokens.Released`), which the trainer-side
+  reader checks a row against; the dropped checkpoints' token snapshots are forgotten with them.
 
 Restore, ``checkpoints verify`` and ``ledger rebuild`` work on every kept checkpoint afterwards
 (``tests/ledger/test_compact.py``). What is lost: ``rollcut replay`` of a compacted rollout shows it
-accepted, without its turns. The rows hold its result; the token store keeps its tokens.
+accepted, without its turns. The rows hold its result and, with token ids on, its arrays; a row
+that names receipts only (an opaque agent's) cannot be exported from a released store
+(docs/performance.md, "A token store that lets go").
 
 Runs are idempotent and incremental: the ledger remembers the horizon compacted to.
 """
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 from .._errors import ConfigError
 from ..bus import COLLECTOR_LANE, COORDINATOR_LANE, EventLog
 from ..sandbox import compact_blobs
+from ..tokens import Releasable
 from ._ledger import Ledger
 
 __all__ = ["CompactionReport", "compact"]
@@ -57,12 +65,18 @@ class CompactionReport:
     blobs_deleted: int = 0
     """Sandbox blobs freed: no tree the stream still names needs them (:mod:`rollcut.sandbox`)."""
     blobs_kept: int = 0
+    token_records_released: int = 0
+    """Token records of the compacted rollouts let go (each keeps its :class:`Released`)."""
+    token_bytes_released: int = 0
     seconds: float = 0.0
     dropped: list[str] = field(default_factory=list)
 
 
-async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> CompactionReport:
-    """Compact the stream and the ledger below the oldest of the ``keep`` newest checkpoints."""
+async def compact(
+    log: EventLog, ledger: Ledger, *, keep: int = 2, tokens: Releasable | None = None
+) -> CompactionReport:
+    """Compact the stream and the ledger below the oldest of the ``keep`` newest checkpoints, and
+    release the compacted rollouts' records from ``tokens`` if it can release."""
     if keep < 1:
         raise ConfigError(f"compaction keeps at least one checkpoint, not {keep}")
     t0 = time.perf_counter()
@@ -89,6 +103,15 @@ async def compact(log: EventLog, ledger: Ledger, *, keep: int = 2) -> Compaction
             else:  # the coordinator's lane and every instance's: what lies below the horizon
                 purges.append((s.mark(lane), horizon, None))
     out.messages_purged = await _purge_all(log, purges)
+    if tokens is not None:
+        # before the ledger forgets the calls (a crash in between: the next run releases the same
+        # range again, which skips what is gone), in a thread (thousands of records in one LMDB
+        # transaction, off the collector's loop)
+        calls = [c for rid in rollouts for c in ledger.call_ids(rid)]
+        forget = [rec.token_snapshot_id for rec in dropped if rec.token_snapshot_id]
+        released = await asyncio.to_thread(tokens.release, calls, forget)
+        out.token_records_released = released.records_released
+        out.token_bytes_released = released.bytes_released
     with ledger.write() as wb:
         for rec in dropped:
             wb.drop_checkpoint(rec)

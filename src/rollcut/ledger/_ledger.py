@@ -182,6 +182,19 @@ class Ledger(LmdbFile):
                     out.append(bytes(key[8:]).decode())
         return out
 
+    def call_ids(self, rollout_id: str) -> list[str]:
+        """Every model call of the rollout's attempts whose tokens are in custody (it named a receipt)."""
+        prefix = f"{rollout_id}\0".encode()
+        with self.env.begin(db=self._db["calls"]) as txn:
+            cur = txn.cursor()
+            out = []
+            if cur.set_range(prefix):
+                for key in cur.iternext(values=False):
+                    if not bytes(key).startswith(prefix):
+                        break
+                    out.append(bytes(key).rsplit(b"\0", 1)[1].decode())
+        return out
+
     def checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         with self.env.begin(db=self._db["checkpoints"]) as txn:
             raw = txn.get(checkpoint_id.encode())

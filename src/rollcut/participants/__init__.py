@@ -5,17 +5,52 @@ idempotent control endpoint, lease, hooks) and the coordinator side
 (:class:`Coordinator`: discovery, prepare, seal, validation, publication;
 :class:`Restorer`: plan, restore, resume) speak the records in ``_protocol``,
 which is exported whole.
+
+The coordinator side loads on first use (PEP 562): a Gym server is a participant only, and
+does not pay for the coordinator, the restorer, the ledger and the replay they import (about a
+tenth of a second of CPU at every server's start; a test deployment starts ten).
 """
+
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
 
 from . import _protocol
 from ._admission import AdmissionGate
-from ._coordinator import Coordinator, InstanceInfo, new_checkpoint_id
 from ._hooks import ParticipantHooks, ReleaseHook, RetireHook
-from ._pauses import PAUSE_PHASES, PauseBreakdown
 from ._protocol import *  # noqa: F403  (the control-plane records, whole)
-from ._restore import RecoveryMode, RecoveryPlan, RecoveryResult, Restorer, plan_recovery
-from ._result import CheckpointResult
 from ._runtime import Participant, service_name
+
+if _typing.TYPE_CHECKING:
+    from ._coordinator import Coordinator, InstanceInfo, new_checkpoint_id
+    from ._pauses import PAUSE_PHASES, PauseBreakdown
+    from ._restore import RecoveryMode, RecoveryPlan, RecoveryResult, Restorer, plan_recovery
+    from ._result import CheckpointResult
+
+_HOME = {
+    "Coordinator": "_coordinator",
+    "InstanceInfo": "_coordinator",
+    "new_checkpoint_id": "_coordinator",
+    "PAUSE_PHASES": "_pauses",
+    "PauseBreakdown": "_pauses",
+    "RecoveryMode": "_restore",
+    "RecoveryPlan": "_restore",
+    "RecoveryResult": "_restore",
+    "Restorer": "_restore",
+    "plan_recovery": "_restore",
+    "CheckpointResult": "_result",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
 
 __all__ = [
     *_protocol.__all__,

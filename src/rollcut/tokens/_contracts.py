@@ -18,21 +18,26 @@ server's put, get and link, the coordinator's snapshot) through
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
-from ..bus import TokenReceipt
+from ..bus import TokenReceipt, digest
 
 __all__ = [
     "LineageStore",
+    "Releasable",
+    "ReleaseReport",
+    "Released",
     "TokenRecord",
     "TokenSink",
     "TokenSnapshot",
     "TokenSource",
     "TokenStore",
     "VersionSegment",
+    "arrays_digest",
     "call_store",
 ]
 
@@ -80,6 +85,36 @@ class TokenRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         for seg in self.spans():
             out[seg.start : seg.end] = [seg.version] * (seg.end - seg.start)
         return out
+
+
+_arrays_enc = msgspec.msgpack.Encoder()
+
+
+def arrays_digest(prompt_ids: Sequence[int], output_ids: Sequence[int], logprobs: Sequence[float]) -> str:
+    """The digest of a call's training arrays, as a released record keeps it: the trainer-side reader
+    computes it over a row's arrays and compares."""
+    return digest(_arrays_enc.encode((list(prompt_ids), list(output_ids), list(logprobs))))
+
+
+class Released(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What a store keeps of a record it let go (:meth:`Releasable.release`): enough for the
+    trainer-side reader to check a row's arrays against custody (their digest) and to give each
+    token its policy version (the segments), in tens of bytes where the record took about 12 a
+    token."""
+
+    record_version: int = 1
+    arrays_digest: str
+    segments: list[VersionSegment] = []
+
+
+@dataclass
+class ReleaseReport:
+    """What one release let go."""
+
+    records_released: int = 0
+    bytes_released: int = 0
+    """The released records' stored size (compressed); LMDB reuses their pages for new records."""
+    snapshots_forgotten: int = 0
 
 
 class TokenSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,6 +177,23 @@ class LineageStore(Protocol):
 
     def verify_snapshot(self, snapshot: TokenSnapshot) -> list[str]:
         """Recompute the snapshot from the records; the problems found (empty if none)."""
+        ...
+
+
+@runtime_checkable
+class Releasable(Protocol):
+    """A store that can let records go, so that a week-long collection's store does not grow with
+    every call it ever made. Optional: compaction releases from a store that implements it and keeps
+    everything in one that does not."""
+
+    def release(self, call_ids: Sequence[str], forget_snapshots: Sequence[str] = ()) -> ReleaseReport:
+        """Let go of every record of ``call_ids`` (and their lineage links), keeping a
+        :class:`Released` each, and of the snapshots ``forget_snapshots`` (checkpoints no longer
+        kept). The snapshots kept still verify: each remembers what was released below it."""
+        ...
+
+    def released(self, receipt: TokenReceipt) -> Released | None:
+        """What is kept of the record behind ``receipt`` if it was released (None if it never was)."""
         ...
 
 

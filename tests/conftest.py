@@ -50,11 +50,13 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow suites first, the longest files first (``tests/durations.json``: seconds per file from a
     CI run; a file not in it counts as short), each file's order kept. pytest-xdist hands each worker
-    a whole file at a time in this order (``--dist loadfile``: a module's fixtures start once), so the
+    a whole file at a time in this order (``--dist loadfile``: a module's fixtures start once;
+    ``--no-loadscope-reorder``, or it orders the files by their number of tests instead), so the
     long files overlap at the start and the short ones fill the end: longest-first scheduling. With
-    ``worksteal`` a worker was given a contiguous third of the list up front and the others stole
-    from its tail: the longest tests ran last, with one worker left idle (seen: a 3-minute test
-    started 40 minutes in). The order only schedules: a stale entry costs time, never a result."""
+    ``worksteal`` a worker was given a contiguous part of the list up front and the others stole
+    from its tail, and with the reorder on the file with most tests came first: either way the
+    longest tests ran last, with one worker left idle (seen: a 3-minute test started 40 minutes
+    in). The order only schedules: a stale entry costs time, never a result."""
     seconds: dict[str, float] = json.loads((Path(__file__).parent / "durations.json").read_text())
     items.sort(
         key=lambda item: (

@@ -46,9 +46,12 @@ class Deployment:
         )
 
     def rows(self) -> list[dict[str, Any]]:
+        """The rows written so far: whole lines only (read while the collector writes, the last line
+        of a long row can be half there)."""
         if not self.output.exists():
             return []
-        return [json.loads(line) for line in self.output.read_text().splitlines() if line.strip()]
+        lines = self.output.read_text().split("\n")[:-1]  # after the last newline: not yet whole
+        return [json.loads(line) for line in lines if line.strip()]
 
     def wait_rows(self, n: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:
         give_up = time.monotonic() + timeout

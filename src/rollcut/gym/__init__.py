@@ -10,8 +10,9 @@ process, and a test deployment starts ten processes).
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from .._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from ._agents import AGENTS, SANDBOXES
@@ -59,13 +60,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
+__getattr__ = _lazy_names(__name__, _HOME, globals())
 
 
 __all__ = [

@@ -52,30 +52,43 @@ async def _admin(dep: Deployment) -> EventLog:
 
 async def _mid_episode_at_a_cut(log: EventLog) -> bool:
     """Whether a committed checkpoint has cut a session mid-episode whose rollout the environment has
-    not completed: a snapshot at revision 1 or more, and an agent boundary at such a revision (what a
-    continued attempt starts from), both before the commit. The snapshot alone is not enough: a turn
-    whose tool call ran but whose boundary was not yet written continues from the boundary before it
-    (at revision 0), and the crash then had nothing past revision 0 to continue (seen in CI). Both
-    must be at or below the checkpoint's cut, not merely before its commit marker: events written
-    between the sealed cut and the marker are not part of it (seen in CI: continued at revision 0)."""
+    not completed, and the stream's tail still continues it from there.
+
+    - A snapshot at revision 1 or more and an agent boundary at such a revision (what a continued
+      attempt starts from), both at or below the checkpoint's cut: a turn whose tool call ran but
+      whose boundary was not yet written continues from the boundary before it, at revision 0 (seen
+      in CI). The checkpoint's cut, not its commit marker: events between the sealed cut and the
+      marker are not part of it.
+    - No tool call after the rollout's last snapshot: a resume continues from the stream's tail (a
+      checkpoint sealed there, ``RecoveryMode.TAIL``), and a sandbox's tool call carries no state of
+      its own, so a session whose last call no snapshot follows is not continuable at the tail and
+      starts over from its input, seeded at 0 (seen in CI, where the 0.5 s checkpoints and the calls
+      between them made this the common case)."""
     snapshots: dict[str, int] = {}
+    snapshot_rev: dict[str, int] = {}
+    mutated_rev: dict[str, int] = {}
     boundaries: dict[str, int] = {}
     completed: set[str] = set()
     cut = -1
     async for s in log.read():
-        if isinstance(s.event, ResourcesSnapshot) and s.event.revision >= 1:
-            snapshots.setdefault(s.event.rollout_id, s.seq)
-        elif (
-            isinstance(s.event, AgentBoundary)
-            and max(s.event.record.resources_revisions.values(), default=0) >= 1
-        ):
-            boundaries.setdefault(s.event.rollout_id, s.seq)
-        elif isinstance(s.event, RolloutCompleted):
-            completed.add(s.event.rollout_id)
-        elif isinstance(s.event, CheckpointCommitted):
-            cut = s.event.cut
+        ev = s.event
+        if isinstance(ev, ResourcesSnapshot):
+            snapshot_rev[ev.rollout_id] = max(snapshot_rev.get(ev.rollout_id, 0), ev.revision)
+            if ev.revision >= 1:
+                snapshots.setdefault(ev.rollout_id, s.seq)
+        elif isinstance(ev, ResourcesMutated):
+            mutated_rev[ev.rollout_id] = max(mutated_rev.get(ev.rollout_id, 0), ev.revision)
+        elif isinstance(ev, AgentBoundary) and max(ev.record.resources_revisions.values(), default=0) >= 1:
+            boundaries.setdefault(ev.rollout_id, s.seq)
+        elif isinstance(ev, RolloutCompleted):
+            completed.add(ev.rollout_id)
+        elif isinstance(ev, CheckpointCommitted):
+            cut = ev.cut
     return any(
-        seq <= cut and boundaries.get(rid, cut + 1) <= cut and rid not in completed
+        seq <= cut
+        and boundaries.get(rid, cut + 1) <= cut
+        and rid not in completed
+        and mutated_rev.get(rid, 0) <= snapshot_rev[rid]
         for rid, seq in snapshots.items()
     )
 
@@ -153,8 +166,10 @@ def test_sandbox_sessions_continue_from_the_files_of_their_cut_after_every_gym_p
         code, summary = finish(dep.collect("--resume"), timeout=240)
         assert code == 0, summary
         rows = dep.rows()
-        events = asyncio.run(_events(dep, *_SANDBOX_KINDS))
+        events = asyncio.run(_events(dep, *_SANDBOX_KINDS, AttemptOpened, CheckpointCommitted))
 
+    opened = [(e.rollout_id, e.attempt, e.from_cut, e.reason) for e in events if isinstance(e, AttemptOpened)]
+    cuts = [e.cut for e in events if isinstance(e, CheckpointCommitted)]
     assert sorted(r["rollout_id"] for r in rows) == sorted(verdicts)  # each row once
     assert {r["rollout_id"]: r["reward"] for r in rows} == verdicts  # the same verdicts
     assert summary["recovery"].get("continue", 0) >= 1, summary["recovery"]
@@ -175,7 +190,8 @@ def test_sandbox_sessions_continue_from_the_files_of_their_cut_after_every_gym_p
         if isinstance(e, ResourcesSnapshot)
     }
     continued = [e for e in events if isinstance(e, ResourcesSeeded) and e.attempt > 1]
-    assert any(e.revision > 0 for e in continued), [(e.rollout_id, e.revision) for e in continued]
+    seeds = [(e.rollout_id, e.attempt, e.revision) for e in continued]
+    assert any(e.revision > 0 for e in continued), f"seeded {seeds}; opened {opened}; cuts {cuts}; {summary}"
     for seeded in continued:
         before = {
             digest

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     vllm_python(build=False)  # built before the suite: `rollcut engine vllm` in the README's test command
     where = tmp_path_factory.mktemp("vllm")
-    model = tiny_hf_model(where / "tiny-llama")
+    model = tiny_hf_model()  # in the engine cache: vLLM finds its compile of it from the last run
     with VllmServer(model, log=where / "vllm.log") as server:
         yield server
 

@@ -10,10 +10,6 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of its price list from GitHub
-import langchain_openai
-import litellm
-
 from rollcut.bus import ModelCallCompleted
 from rollcut.gym.wire import Identity, ng_path_id
 
@@ -37,6 +33,11 @@ async def test_litellm_calls_are_answered_and_in_custody(rig: ModelRig, base_url
     rid = f"litellm-{provider}"
     await rig.log.dispatch(rid, {"q": 1}, instance="collector")
     common: dict[str, Any] = {"api_base": prefixed(base_url, rid), "api_key": "unused"}
+    # imported by the tests that use them, not at collection: every pytest worker collects every module
+    # and LiteLLM alone costs seconds of CPU to import
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of its price list from GitHub
+    import litellm
+
     plain = await litellm.acompletion(model=f"{provider}/rollcut-local", messages=HELLO, **common)
     assert plain.choices[0].message.content and plain.choices[0].finish_reason == "stop"
     tooled = await litellm.acompletion(
@@ -56,6 +57,8 @@ async def test_litellm_calls_are_answered_and_in_custody(rig: ModelRig, base_url
 async def test_langchain_chat_openai_with_tools_bound(rig: ModelRig, base_url: str, responses: bool) -> None:
     rid = f"langchain-{'responses' if responses else 'chat'}"
     await rig.log.dispatch(rid, {"q": 1}, instance="collector")
+    import langchain_openai  # at use: see the LiteLLM test
+
     model = langchain_openai.ChatOpenAI(
         model="rollcut-local", base_url=prefixed(base_url, rid), api_key="unused", use_responses_api=responses
     )

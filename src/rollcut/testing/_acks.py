@@ -43,11 +43,11 @@ def missing_acks(url: str, creds: Credentials, journal: Path) -> tuple[int, list
     return len(told), wrong
 
 
-async def _generated(url: str, creds: Credentials) -> list[tuple[str, str]]:
+async def _generated(url: str, creds: Credentials) -> list[tuple[str, str, str]]:
     log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
     try:
         return [
-            (s.event.rollout_id, s.event.request_digest)
+            (s.event.rollout_id, s.event.request_digest, f"{s.event.attempt}/{s.event.call_id}@{s.seq}")
             async for s in log.read(strict=False)
             if isinstance(s.event, ModelCallCompleted)
         ]
@@ -56,9 +56,10 @@ async def _generated(url: str, creds: Credentials) -> list[tuple[str, str]]:
 
 
 def generated_twice(url: str, creds: Credentials) -> list[str]:
-    """Each request of a rollout the model server generated more than once (``rollout: digest``):
-    a call that completed is served from the log after any fault, never generated again."""
-    seen: dict[tuple[str, str], int] = {}
-    for key in asyncio.run(_generated(url, creds)):
-        seen[key] = seen.get(key, 0) + 1
-    return [f"{rid}: {digest}" for (rid, digest), n in seen.items() if n > 1]
+    """Each request of a rollout the model server generated more than once (``rollout: digest`` and
+    where each completion is: ``attempt/call@seq``): a call that completed is served from the log
+    after any fault, never generated again."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for rid, digest, where in asyncio.run(_generated(url, creds)):
+        seen.setdefault((rid, digest), []).append(where)
+    return [f"{rid}: {digest} ({', '.join(at)})" for (rid, digest), at in seen.items() if len(at) > 1]

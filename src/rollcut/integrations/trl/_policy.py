@@ -128,9 +128,7 @@ def _tokenizer(vocab: Vocabulary) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(vocab=ids, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>"
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>")
     fast.chat_template = TINY_CHAT_TEMPLATE
     return fast
 
@@ -180,7 +178,7 @@ def new_policy(
     tensors = tiny_weights(shape, len(vocab.tokens), seed=seed, banned=[*range(0x80, 0x100), vocab.bos_id])
     model = LlamaForCausalLM(_config(vocab, shape))
     model.load_state_dict(_hf_state(tensors, shape), strict=True)
-    model.eval()  # type: ignore[no-untyped-call]
+    model.eval()
     return model, _tokenizer(vocab)
 
 

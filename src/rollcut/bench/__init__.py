@@ -4,7 +4,7 @@ from ._baselines import BASELINES
 from ._chaos import FAULTS, bench_chaos
 from ._checkpoint import bench_checkpoint
 from ._durability import bench_durability
-from ._e2e import WAYS, bench_e2e
+from ._e2e import THROUGHPUT_WAYS, WAYS, bench_e2e
 from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
@@ -17,6 +17,7 @@ from ._workers import bench_workers
 __all__ = [
     "BASELINES",
     "FAULTS",
+    "THROUGHPUT_WAYS",
     "WAYS",
     "bench_chaos",
     "bench_checkpoint",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ from ..participants import Coordinator, Participant
 from ..replay import replay
 from ..tokens import LocalTokenStore, TokenRecord
 from ._baselines import BASELINES, baseline_checkpoint
+from ._spread import spread
 from ._synthetic import turn_events
 
 __all__ = ["bench_checkpoint"]
@@ -95,14 +95,6 @@ async def bench_checkpoint(
         finally:
             if server is not None:
                 server.stop()
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 2),
-        "min": round(min(values), 2),
-        "max": round(max(values), 2),
-    }
 
 
 async def _run(
@@ -190,7 +182,7 @@ async def _run(
         for led in ledgers:
             led.close()
         tokens.close()
-    out["cases"] = {case: {k: _stats(v) for k, v in got.items()} for case, got in cases.items()}
+    out["cases"] = {case: {k: spread(v, 2) for k, v in got.items()} for case, got in cases.items()}
     return out
 
 

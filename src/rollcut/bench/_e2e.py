@@ -20,6 +20,9 @@ servers shows in ``wall_s``, the checkpoint times and each server's peak memory.
 ``agent="opaque"`` the rollouts are run by the reference opaque agent behind the journaling relay:
 ``rollcut`` is then journal replay (``exchanges_replayed``), ``restart`` starting it over from its
 input.
+
+Without a crash (``crash=False``) it measures throughput instead: ``rollcut``'s collection against
+``plain``, the same stack without custody, ``repeat`` times each (:mod:`._throughput`: ``vs_plain``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..demo import ALTERNATIVES, run_demo
 from ..gym.resources import ENVIRONMENTS
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
+from ._throughput import PLAIN, bench_throughput
 
 __all__ = ["WAYS", "bench_e2e"]
 
@@ -41,6 +45,9 @@ WAYS = {
     "excluded": RecoveryMode.TAIL,  # with an engine: rollcut's recovery, generation cuts off
 }
 """The recoveries compared, by name."""
+
+THROUGHPUT_WAYS = ("rollcut", PLAIN)
+"""What runs without a crash: rollcut's collection, and the same stack without custody."""
 
 
 async def bench_e2e(
@@ -56,13 +63,22 @@ async def bench_e2e(
     agent: str = "simple",
     intervals: tuple[float, ...] = (),
     home: Path | None = None,
+    crash: bool = True,
+    repeat: int = 1,
 ) -> dict[str, Any]:
     """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (the
     same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own).
     ``intervals``: the same crash recovered the last-checkpoint way at each checkpoint interval too
-    (``curve``: the work done again per way and interval). ``home``: where the main run is kept."""
+    (``curve``: the work done again per way and interval). ``home``: where the main run is kept.
+    Without ``crash``: the throughput of ``ways`` among :data:`THROUGHPUT_WAYS`, ``repeat`` times."""
     if engine is None and "excluded" in ways:
         raise ValueError("the excluded way compares generation cuts on an engine: give engine")
+    if crash and (PLAIN in ways or repeat != 1):
+        raise ValueError("plain and repeat measure throughput without a crash: crash=False")
+    if PLAIN in ways and agent != "simple":
+        raise ValueError("the plain stack runs the Simple Agent: agent='simple'")
+    if not crash and (set(ways) - set(THROUGHPUT_WAYS) or intervals or home is not None):
+        raise ValueError(f"without a crash only {', '.join(THROUGHPUT_WAYS)} run (no intervals, no home)")
     envs = tuple(ENVIRONMENTS) if mixed else DEMO_ENVIRONMENTS
     out: dict[str, Any] = {
         "rollouts": rollouts,
@@ -84,6 +100,8 @@ async def bench_e2e(
         "engine": engine,
         "agent": agent,
     }
+    if not crash:
+        return {**out, **await bench_throughput(common, ways, repeat)}
     if any(w in ways for w in ("rollcut", *ALTERNATIVES)):
         run = await run_demo(
             **common,

@@ -35,7 +35,8 @@ from ..gym.model.engine import LlamaServer, tiny_engine
 from ..ledger import Ledger
 from ..participants import Coordinator
 from ..tokens import LocalTokenStore
-from ._model import _load, _spawn, _spread
+from ._model import _load, _spawn
+from ._spread import spread
 
 __all__ = ["bench_model_engine"]
 
@@ -98,12 +99,12 @@ async def _latency(
             }
             out[str(c)] = {
                 **{
-                    f"{name}_p{p}_ms": _spread([percentile(lat, p, 3) or 0.0 for lat in got[name]])
+                    f"{name}_p{p}_ms": spread([percentile(lat, p, 3) or 0.0 for lat in got[name]])
                     for name in ("direct", "custody")
                     for p in (50, 99)
                 },
-                "added_p50_ms": _spread(added[50]),
-                "added_p99_ms": _spread(added[99]),
+                "added_p50_ms": spread(added[50]),
+                "added_p99_ms": spread(added[99]),
             }
     finally:
         proc.kill()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import httpx
 from .._process import lifeline
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog
+from ._spread import spread
 
 __all__ = ["bench_model"]
 
@@ -107,14 +107,6 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), digits),
-        "min": round(min(values), digits),
-        "max": round(max(values), digits),
-    }
-
-
 def _rates(runs: list[Any]) -> list[float]:
     """Calls per second of each run (its latencies, its wall time)."""
     return [len(lat) / wall for lat, wall in runs]
@@ -132,9 +124,9 @@ def _against(runs: list[Any], base: list[Any], ratio: str, added: str) -> dict[s
 
     ratios = [a / b for a, b in zip(_rates(runs), _rates(base), strict=True)]
     return {
-        ratio: _spread(ratios),
-        f"{added}_p50_ms": _spread(more(50)),
-        f"{added}_p99_ms": _spread(more(99)),
+        ratio: spread(ratios),
+        f"{added}_p50_ms": spread(more(50)),
+        f"{added}_p99_ms": spread(more(99)),
     }
 
 
@@ -221,19 +213,19 @@ async def bench_model(
     out: dict[str, Any] = {"calls": calls, "repeat": repeat, "clients": {}}
     for c, got in runs.items():
         row = out["clients"][str(c)] = {
-            "plain_calls_per_s": _spread(_rates(got["plain"]), 1),
-            "custody_calls_per_s": _spread(_rates(got["custody"]), 1),
-            "plain_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["plain"]]),
-            "plain_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["plain"]]),
-            "custody_p50_ms": _spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["custody"]]),
-            "custody_p99_ms": _spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["custody"]]),
+            "plain_calls_per_s": spread(_rates(got["plain"]), 1),
+            "custody_calls_per_s": spread(_rates(got["custody"]), 1),
+            "plain_p50_ms": spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["plain"]]),
+            "plain_p99_ms": spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["plain"]]),
+            "custody_p50_ms": spread([percentile(lat, 50, 3) or 0.0 for lat, _ in got["custody"]]),
+            "custody_p99_ms": spread([percentile(lat, 99, 3) or 0.0 for lat, _ in got["custody"]]),
             **_against(got["custody"], got["plain"], "throughput_ratio", "added"),
         }
         if got.get("traced"):
-            row["traced_calls_per_s"] = _spread(_rates(got["traced"]), 1)
+            row["traced_calls_per_s"] = spread(_rates(got["traced"]), 1)
             row |= _against(got["traced"], got["custody"], "tracing_ratio", "tracing_added")
         for name, spent in cpu.get(c, {}).items():
-            out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = _spread([u for u, _ in spent], 0)
-            out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = _spread([u for _, u in spent], 0)
+            out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = spread([u for u, _ in spent], 0)
+            out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = spread([u for _, u in spent], 0)
     out.update({k: stats[k] for k in ("calls_generated", "calls_served_from_log", "tokens_generated")})
     return out

@@ -16,9 +16,9 @@ from typing import Any, cast
 
 from ..bus import EventLog, TokenReceipt
 from ..gym import bind, say, serve_on
-from ..gym.model import CallResult, LocalBackend, ModelService, OnToken, create_app
+from ..gym.model import DEFAULT_MODEL, Backend, CallResult, LocalBackend, ModelService, OnToken, create_app
 from ..gym.wire import Identity
-from ..tokens import TokenStore
+from ..tokens import TokenRecord, TokenStore
 
 __all__ = ["PlainModelService"]
 
@@ -28,8 +28,10 @@ _NO_RECEIPT = TokenReceipt(receipt_id="none", count=0, digest="0" * 32)
 class PlainModelService(ModelService):
     """A model service that only generates: the baseline without custody."""
 
-    def __init__(self, backend: LocalBackend) -> None:
-        super().__init__(cast(EventLog, None), cast(TokenStore, None), backend, instance="plain")
+    def __init__(self, backend: Backend, *, model_name: str = DEFAULT_MODEL) -> None:
+        super().__init__(
+            cast(EventLog, None), cast(TokenStore, None), backend, instance="plain", model_name=model_name
+        )
 
     async def call(
         self, ident: Identity, body: dict[str, Any], on_token: OnToken | None = None
@@ -40,9 +42,20 @@ class PlainModelService(ModelService):
         async for tok in self.backend.generate(plan):
             out.append(tok)
             if on_token is not None:
-                await on_token(tok, "")
+                await on_token(tok, self.backend.piece(plan, len(out) - 1))
         self.stats.inc("calls_generated")
         return CallResult(call_id, plan, out, _NO_RECEIPT)
+
+    async def training_record(self, result: CallResult) -> TokenRecord:
+        """The token arrays from the generation itself (a plain server keeps no store)."""
+        plan, out = result.plan, result.output_ids
+        return TokenRecord(
+            prompt_ids=plan.prompt_ids,
+            output_ids=out,
+            mask=[1] * len(out),
+            logprobs=plan.logprobs[: len(out)],
+            policy_version=self._policy_version(),
+        )
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ import zstandard
 
 from ..bus import BusConfig, EmbeddedServer, EventLog
 from ..sandbox import BlobStore, scan
-from ._model import _spread
+from ._spread import spread
 
 __all__ = ["bench_sandbox"]
 
@@ -178,10 +178,10 @@ async def bench_sandbox(
                 n += 1
             keys = runs[0].keys()
             figures: dict[str, Any] = {
-                k: _spread([r[k] for r in runs], 0 if k.endswith("bytes") else 3) for k in keys
+                k: spread([r[k] for r in runs], 0 if k.endswith("bytes") else 3) for k in keys
             }
             for what in ("first_s", "first_bytes", "second_s", "second_bytes", "restore_s"):
-                figures[f"vs_tar_{what}"] = _spread(
+                figures[f"vs_tar_{what}"] = spread(
                     [r[f"rollcut_{what}"] / r[f"tar_{what}"] for r in runs if r[f"tar_{what}"]]
                 )
             out["by_changed"][f"{percent:g}%"] = figures

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._model import _spread
+from ._spread import spread
 
 __all__ = ["bench_train"]
 
@@ -71,7 +71,7 @@ def _crash_cost(steps: int, generations: int, repeat: int) -> dict[str, Any]:
                     kept.append(out["per_step"][0]["recovered"].get("completed", 0))
     return {
         "crash_at_step": at,
-        "crash_cost_s": {way: _spread(v, 2) for way, v in cost.items()},
+        "crash_cost_s": {way: spread(v, 2) for way, v in cost.items()},
         "rollouts_kept_across_the_crash": kept,  # rollcut's: rows of the interrupted step not collected again
     }
 
@@ -98,13 +98,13 @@ def _run(
     pipelined = (
         {
             "max_staleness": max_staleness,
-            "pipelined_tokens_per_s": _spread([a["tokens_per_s"] for a in ahead], 1),
-            "pipelined_vs_sync": _spread(
+            "pipelined_tokens_per_s": spread([a["tokens_per_s"] for a in ahead], 1),
+            "pipelined_vs_sync": spread(
                 [a["tokens_per_s"] / o["tokens_per_s"] for (_, o), a in zip(runs, ahead, strict=True)]
             ),
             "rollouts_across_update": sum(a["rollouts_across_update"] for a in ahead),
             # of the collections' own time, the share the trainer did not wait for (ran while it trained)
-            "collection_hidden": _spread([1 - a["trainer_waited_s"] / a["collect_s"] for a in ahead]),
+            "collection_hidden": spread([1 - a["trainer_waited_s"] / a["collect_s"] for a in ahead]),
         }
         if ahead
         else {}
@@ -112,9 +112,9 @@ def _run(
     return {
         **same,
         "repeat": repeat,
-        "trl_tokens_per_s": _spread([t["tokens_per_s"] for t, _ in runs], 1),
-        "rollcut_tokens_per_s": _spread([o["tokens_per_s"] for _, o in runs], 1),
-        "vs_trl": _spread([o["tokens_per_s"] / t["tokens_per_s"] for t, o in runs]),
+        "trl_tokens_per_s": spread([t["tokens_per_s"] for t, _ in runs], 1),
+        "rollcut_tokens_per_s": spread([o["tokens_per_s"] for _, o in runs], 1),
+        "vs_trl": spread([o["tokens_per_s"] / t["tokens_per_s"] for t, o in runs]),
         **pipelined,
         "rollouts_consumed": sum(o["rollouts_consumed"] for o in rollcut),
         "rollouts_consumed_twice": sum(o["rollouts_consumed_twice"] for o in rollcut),

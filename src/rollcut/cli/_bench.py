@@ -174,7 +174,10 @@ def bench_e2e_cmd(
     ] = False,
     way: Annotated[
         list[str] | None,
-        typer.Option(help="A recovery to run: rollcut, last_checkpoint, restart (repeatable)."),
+        typer.Option(
+            help="A way to run (repeatable): rollcut, last_checkpoint, restart (the crash's recoveries); "
+            "with --no-crash rollcut and plain (the same stack without custody)."
+        ),
     ] = None,
     every: Annotated[float, typer.Option("--every", help="Seconds between periodic checkpoints.")] = 0.5,
     concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 16,
@@ -206,29 +209,50 @@ def bench_e2e_cmd(
         Path | None,
         typer.Option("--home", help="Keep the run (rows, logs, stream, demo.json) in this new directory."),
     ] = None,
+    crash: Annotated[
+        bool,
+        typer.Option(
+            "--crash/--no-crash",
+            help="--no-crash: throughput instead, rollcut's collection against the plain stack (vs_plain).",
+        ),
+    ] = True,
+    repeat: Annotated[int, typer.Option(min=1, help="With --no-crash: runs of each way (medians).")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """One crash, recovered three ways: rollcut, last checkpoint only, restart from input."""
-    from ..bench import WAYS
+    """One crash, recovered three ways: rollcut, last checkpoint only, restart from input; or, with
+    --no-crash, the collection's throughput against the same stack without custody."""
+    from ..bench import THROUGHPUT_WAYS, WAYS
 
     if engine not in (None, "llama.cpp"):
         raise fail(f"--engine {engine!r}: llama.cpp (the one rollcut can start here)")
     if agent not in ("simple", "opaque"):
         raise fail(f"--agent {agent!r}: simple or opaque")
-    ways = tuple(way or (WAYS if engine else [w for w in WAYS if w != "excluded"]))
+    known = WAYS if crash else THROUGHPUT_WAYS
+    ways = tuple(way or ([w for w in known if engine or w != "excluded"]))
+    unknown = [w for w in ways if w not in known]
+    if unknown:
+        what = "recovery" if crash else "way without a crash"
+        raise fail(f"unknown {what} {', '.join(unknown)}; have: {', '.join(known)}")
     if engine is None and "excluded" in ways:
         raise fail("--way excluded compares generation cuts on an engine: add --engine llama.cpp")
-    unknown = [w for w in ways if w not in WAYS]
-    if unknown:
-        raise fail(f"unknown recovery {', '.join(unknown)}; have: {', '.join(WAYS)}")
+    if "plain" in ways and agent != "simple":
+        raise fail("--way plain runs the Simple Agent: drop --agent opaque")
+    if crash and repeat != 1:
+        raise fail("--repeat measures throughput: add --no-crash")
+    if not crash and (intervals or home):
+        raise fail("--no-crash measures throughput: --intervals and --home belong to a crash")
     try:
         every_of = tuple(float(s) for s in intervals.split(",") if s.strip())
     except ValueError:
         raise fail(f"--intervals {intervals!r}: comma-separated seconds, such as 0.5,2,8,32") from None
     if any(not 0 < s < 1e6 for s in every_of):
         raise fail("--intervals: each interval is a number of seconds above 0")
-    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent")
-    status = f"{len(ways) + len(every_of)} recoveries of {rollouts} rollouts"
+    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent crash repeat")
+    status = (
+        f"{len(ways) + len(every_of)} recoveries of {rollouts} rollouts"
+        if crash
+        else f"{', '.join(ways)}: {repeat} collection(s) of {rollouts} rollouts each"
+    )
     _measure(
         "bench_e2e",
         status,

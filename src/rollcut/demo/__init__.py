@@ -7,8 +7,16 @@ Built on the public APIs below it: the collector (:mod:`rollcut.collect`), the p
 
 from . import _story
 from ._phase import DEMO_NAMESPACE
-from ._run import ALTERNATIVES, run_demo
+from ._run import ALTERNATIVES, ENGINE_TASK_PARAMS, run_demo
 from ._story import *  # noqa: F403  (the story's events, whole: their own ``__all__`` is the list)
 from ._tasks import demo_rows, demo_tasks
 
-__all__ = [*_story.__all__, "ALTERNATIVES", "DEMO_NAMESPACE", "demo_rows", "demo_tasks", "run_demo"]
+__all__ = [
+    *_story.__all__,
+    "ALTERNATIVES",
+    "DEMO_NAMESPACE",
+    "ENGINE_TASK_PARAMS",
+    "demo_rows",
+    "demo_tasks",
+    "run_demo",
+]

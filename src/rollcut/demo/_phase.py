@@ -96,6 +96,7 @@ class Phase:
     problems: list[str] | None = None
     started_at: float = 0.0  # wall clock at the phase's start
     episodes: list[float] = field(default_factory=list)  # seconds of each rollout finished by its end
+    collect_s: float = 0.0  # the collector's run alone: from its start to its last row (or its stop)
 
     @property
     def rows(self) -> Path:
@@ -226,9 +227,11 @@ async def run_phase(
                     hooks=watch.hooks(),
                 )
                 watch.running = lambda: col.running
+                c0 = time.perf_counter()
                 run = asyncio.ensure_future(col.run(resume=resume))
                 crashed = await _crash_when_armed(run, watch, stack, col, ledger, t0) if crash else None
                 summary = await run
+                collect_s = time.perf_counter() - c0
                 spec.tell(Progressed(summary.results_written, 0, len(spec.tasks), watch.published))
                 served = 0 if crashed else await _served_tools(stack, len(spec.envs))
                 counts = await count_work(log)
@@ -254,6 +257,7 @@ async def run_phase(
         problems=problems,
         started_at=started_at,
         episodes=episodes,
+        collect_s=round(collect_s, 3),
     )
 
 

@@ -207,6 +207,7 @@ def _report(
     """The demo's one JSON object (``--json``, and ``HOME/demo.json``): how the run went, by the same
     measures as each compared way (:func:`_cost`), and what the main recovery kept and redid."""
     run = compared.get("rollcut") or _cost(main, first, engine)  # the main recovery's, costed once
+    collect_s = round(first.collect_s + (main.collect_s if main is not first else 0.0), 3)
     counts, summary = main.counts, main.summary
     return {
         "rollouts": rollouts,
@@ -239,6 +240,9 @@ def _report(
         "checkpoint_problems": main.problems,  # None: not verified; else every problem found (none: [])
         "compared": compared or None,
         "wall_s": round(wall_s, 2),
+        # the collector's own time (every phase's, without starting servers) and its rate in it
+        "collect_s": collect_s,
+        "rows_per_s": round(run["results_written"] / collect_s, 2) if collect_s > 0 else None,
         "home": str(main.home) if home is not None else None,
         "rows": str(main.rows) if home is not None else None,  # NeMo Gym's row format, one per rollout
         "engine": engine,

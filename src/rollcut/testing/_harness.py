@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -154,7 +155,7 @@ def _vm_hwm_kb(pid: int) -> int:
 
 def start_stack(
     url: str,
-    credentials: Path,
+    credentials: Path | None,
     tokens: Path,
     *,
     namespace: str,
@@ -170,6 +171,8 @@ def start_stack(
     model_options: dict[str, Any] | None = None,
     agent_options: dict[str, Any] | None = None,
     replicas: int = 1,
+    launcher: Callable[[ServeSpec, Path | None], ServerProcess] = ServerProcess.serving,
+    environment: bool = True,
 ) -> list[ServerProcess]:
     """The demo deployment, each server its own process: the local model, one resources server per
         environment in ``envs``, the Simple Agent and the environment server, in that order (each
@@ -177,19 +180,21 @@ def start_stack(
         supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
         the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
         engine backend: ``{"backend": "engine", "upstream": URL}``), ``agent_options`` agent-server options
-    (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``)."""
+    (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``).
+    ``launcher`` makes each server's process from its options (``bench e2e --way plain`` runs the same
+    servers without custody); without ``environment`` there is no environment server (the agent is last)."""
     ports = ports or {}
     common: dict[str, Any] = {"url": url, "namespace": namespace, "replicas": replicas}
 
     def of(role: str) -> dict[str, Any]:  # each server gets its own role's credentials, no other's
-        return {**common, "credentials": str(role_file(credentials, role))}
+        return {**common, "credentials": str(role_file(credentials, role)) if credentials else ""}
 
     each: dict[str, Any] = {"workers": workers} if workers is not None else {}
 
     launched: list[ServerProcess] = []
 
     def launch(opts: ServeSpec) -> ServerProcess:
-        launched.append(ServerProcess.serving(opts, logs).launch())
+        launched.append(launcher(opts, logs).launch())
         return launched[-1]
 
     def build() -> list[ServerProcess]:
@@ -222,6 +227,8 @@ def start_stack(
                 **(agent_options or {}),
             )
         ).ready()
+        if not environment:
+            return [model, *servers.values(), agent]
         env = launch(
             EnvironmentServe(**of("environment"), agent=agent.url, port=ports.get("environment", 0), **each)
         ).ready()

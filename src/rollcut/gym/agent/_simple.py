@@ -183,9 +183,17 @@ class SimpleAgent:
     def _count(self, name: str) -> None:
         self.stats.inc(name)
 
+    async def _claim(self, ident: Identity) -> None:
+        """Custody's first step of an attempt: it runs once (:func:`claim_attempt`)."""
+        await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
+
+    async def _start_of(self, ident: Identity) -> AgentBoundaryRecord | None:
+        """Where the attempt starts: its lineage's last boundary at its cut (None: from its input)."""
+        return (await view_of(self.views, ident)).boundary
+
     async def _context(self, run: Run) -> RunContext:
         ident = run.ident
-        view = await view_of(self.views, ident)
+        start = await self._start_of(ident)
 
         async def send(url: str, body: dict[str, Any], cookies: dict[str, str] | None) -> httpx.Response:
             return await self._send(url, ident, body, cookies)
@@ -196,7 +204,7 @@ class SimpleAgent:
         def check_retired() -> None:
             self._check_retired(run)
 
-        return RunContext(ident, view.boundary, self.upstreams, send, boundary, check_retired, self._count)
+        return RunContext(ident, start, self.upstreams, send, boundary, check_retired, self._count)
 
     async def run(self, ident: Identity, task: dict[str, Any]) -> dict[str, Any]:
         """``/run``: one attempt of a task row (rollcut's or NeMo Gym's), seeded, run and verified."""
@@ -209,7 +217,7 @@ class SimpleAgent:
         return await self._attempt(ident, params, serve_responses)
 
     async def _attempt(self, ident: Identity, task: dict[str, Any], loop: AgentLoop) -> dict[str, Any]:
-        await claim_attempt(self.log, self.instance, ident, running_here=ident in self._runs)
+        await self._claim(ident)
         run = Run(ident)
         self._runs[ident] = run
         self.stats.inc("runs_started")

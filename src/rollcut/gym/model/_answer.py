@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ...tokens import call_store
 from ..wire import GymError, Identity
 from ._openai import UpstreamError, upstream_error
 from ._service import CallResult, ModelService
@@ -35,8 +34,7 @@ class Answer:
     async def training(self, result: CallResult) -> Training | None:
         if not self.wants_training:
             return None
-        record = await call_store(self.service.tokens, self.service.tokens.get, result.receipt)
-        return Training.of(record)
+        return Training.of(await self.service.training_record(result))
 
 
 def refusal(exc: GymError | UpstreamError) -> GymError:

@@ -256,6 +256,12 @@ class ModelService:
     def _policy_version(self) -> str:
         return self.backend.last_policy_version or self.backend.policy_version
 
+    async def training_record(self, result: CallResult) -> TokenRecord:
+        """What an answer's token arrays show: the token store's record of the call, so a call served
+        from the log or continued from a prefix shows exactly what was stored."""
+        record: TokenRecord = await call_store(self.tokens, self.tokens.get, result.receipt)
+        return record
+
     async def _reuse(
         self,
         ident: Identity,

@@ -46,7 +46,7 @@ from ...replay import AttemptView, AttemptViews
 from .._http import Envelope, append_or_refuse, envelope
 from .._stats import RESOURCES_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
-from ._env import Environment
+from ._env import Environment, ToolResult
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
 
@@ -205,20 +205,7 @@ class ResourcesService:
                         ErrorKind.BAD_REQUEST, f"{self.env.name}.{name}: arguments {args!r} refused: {exc!r}"
                     ) from exc
                 rev = s.revision + 1
-                await self._append(
-                    ResourcesMutated(
-                        **self._ev(ident),
-                        session=self.env.name,
-                        revision=rev,
-                        tool=name,
-                        arguments=args,
-                        result=result,
-                        delta=delta,
-                        state=await _settled(self.env.export_state(draft))
-                        if self.env.state_in_events
-                        else None,
-                    )
-                )
+                await self._record_mutation(ident, rev, name, args, (result, delta), draft)
             except BaseException:
                 self.env.close(draft)  # never the session's: what it holds is as before the call
                 raise
@@ -227,6 +214,25 @@ class ResourcesService:
                 self.env.close(old)  # superseded (a sandbox's directory, a database's connection)
             self.stats.inc("tool_calls_executed")
             return {"result": result, "revision": rev, "served_from_log": False}
+
+    async def _record_mutation(
+        self, ident: Identity, rev: int, name: str, args: dict[str, Any], out: ToolResult, draft: Any
+    ) -> None:
+        """The call's ``resources.mutated``, durable before its reply and before the draft becomes the
+        session's state (with that state, for an environment that logs states)."""
+        result, delta = out
+        await self._append(
+            ResourcesMutated(
+                **self._ev(ident),
+                session=self.env.name,
+                revision=rev,
+                tool=name,
+                arguments=args,
+                result=result,
+                delta=delta,
+                state=await _settled(self.env.export_state(draft)) if self.env.state_in_events else None,
+            )
+        )
 
     async def verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
         return await self._guarded(self._verify(ident, args))

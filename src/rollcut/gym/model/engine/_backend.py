@@ -46,7 +46,7 @@ from ..._stats import ENGINE_STATS, tally
 from .._backend import Plan
 from .._requests import requested_limit
 from ._constraint import Constraint, constraint_of, tool_call_of
-from ._dialects import STALE_RETRIES, Dialect, EngineError, Piece
+from ._dialects import STALE, STALE_RETRIES, Dialect, EngineError, Piece
 
 if TYPE_CHECKING:
     from ....tokens import TokenRecord
@@ -239,7 +239,7 @@ class EngineBackend:
             try:
                 stream = self.client.stream("POST", path, json=req)
                 resp = await stream.__aenter__()
-            except httpx.RemoteProtocolError:
+            except STALE:
                 if attempt == STALE_RETRIES:
                     raise
                 continue

@@ -110,6 +110,11 @@ STALE_RETRIES = 2
 llama.cpp's server closes a kept-alive connection after a few requests or seconds; the request was
 never read, so sending it again on a new connection is safe (these routes only read)."""
 
+STALE = (httpx.RemoteProtocolError, httpx.ReadError)
+"""How a request that met a kept-alive connection the engine had closed fails before any answer:
+closed (``RemoteProtocolError``: disconnected without a response) or reset (``ReadError``, as under
+load: a plain collection on the engine lost one call in 500 to it)."""
+
 
 async def _get(client: httpx.AsyncClient, engine: str, path: str) -> Any:
     try:
@@ -124,7 +129,7 @@ async def _post(client: httpx.AsyncClient, engine: str, path: str, payload: dict
         try:
             resp = await client.post(path, json=payload)
             break
-        except httpx.RemoteProtocolError as exc:  # a closed kept-alive connection, or the engine died
+        except STALE as exc:  # a closed kept-alive connection, or the engine died
             if attempt == STALE_RETRIES:
                 raise EngineError(f"unreachable at {path}: {exc!r}", engine=engine, lost=True) from exc
         except httpx.HTTPError as exc:

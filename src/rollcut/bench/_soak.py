@@ -175,6 +175,10 @@ async def bench_soak(
         "checkpoints_published": summary.checkpoints_published,
         "checkpoint_ms_p50_p99": [summary.checkpoint_ms_p50, summary.checkpoint_ms_p99],
         "failed": summary.failed,
+        # what decides the command's exit: a soak that did not write every row is no measurement
+        "unwritten": len(summary.pending) + len(summary.gave_up),
+        "bus_outage": summary.bus_outage,
+        "compactions_failed": summary.compactions_failed,
         "compacted_rollouts": summary.compacted_rollouts,
         "compaction_s": summary.compaction_s,
         "stream_mb_max": max((s["stream_mb"] for s in samples), default=0),

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._target import JsonOpt, UrlOpt, app, console, fail, report, run
+from ._target import ExitCode, JsonOpt, UrlOpt, app, console, fail, report, run
 
 __all__ = ["bench_app"]
 
@@ -20,14 +20,29 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
-def _measure(name: str, status: str, as_json: bool, **options: Any) -> None:
-    """Run the benchmark ``rollcut.bench.<name>`` under a spinner (``bench_log``: ``rollcut bench log``)."""
+def _measure(name: str, status: str, as_json: bool, **options: Any) -> dict[str, Any]:
+    """Run the benchmark ``rollcut.bench.<name>`` under a spinner (``bench_log``: ``rollcut bench log``);
+    its figures, as printed."""
     from .. import bench
 
     fn: Callable[..., Coroutine[Any, Any, dict[str, Any]]] = getattr(bench, name)
     with console.status(status, spinner="dots"):
         out = run(fn(**options))
     report("rollcut " + name.replace("_", " "), out, as_json)
+    return out
+
+
+def soak_exit(out: dict[str, Any]) -> int:
+    """A soak's exit code (the README's table), saying why on stderr when it is not 0: its figures are
+    printed either way (they show where it stopped), but only a soak that wrote every row exits 0."""
+    if out["bus_outage"]:
+        fail(f"the bus stopped answering after {out['written']}/{out['rollouts']} rows: {out['bus_outage']}")
+        return ExitCode.STORAGE
+    if out["unwritten"] or out["written"] < out["rollouts"]:
+        shown = "; ".join(f"{k}: {v}" for k, v in list(out["failed"].items())[:5])
+        fail(f"{out['rollouts'] - out['written']} rollouts without a row ({shown or 'no failure said'})")
+        return ExitCode.ROLLOUTS_FAILED
+    return ExitCode.OK
 
 
 def _pick(given: dict[str, Any], names: str) -> dict[str, Any]:
@@ -365,7 +380,7 @@ def bench_soak_cmd(
     """A long collection with compaction: stream bytes, disk and memory over time, against what the
     stream would hold without compaction (measured in the same run)."""
     status = f"soaking {rollouts} rollouts on {cluster} node(s)"
-    _measure(
+    out = _measure(
         "bench_soak",
         status,
         as_json,
@@ -377,6 +392,7 @@ def bench_soak_cmd(
         sample_s=sample,
         instant=instant,
     )
+    raise typer.Exit(soak_exit(out))
 
 
 @bench_app.command("chaos")

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 
-from .._errors import CheckpointError
+from .._errors import CheckpointError, RollcutError
 from ..bus import EventLog
 from ..ledger import Ledger, compact
 from ..participants import Coordinator, PauseBreakdown
@@ -73,12 +73,21 @@ class Checkpointing:
             if await self.checkpoint() and self.compact_keep:
                 async with self._ck_lock:  # compaction reads the catalog a checkpoint writes
                     tokens = self.coordinator.tokens if self.release_tokens else None
-                    done_ = await compact(
-                        self.log,
-                        self.ledger,
-                        keep=self.compact_keep,
-                        tokens=tokens if isinstance(tokens, Releasable) else None,
-                    )
+                    try:
+                        done_ = await compact(
+                            self.log,
+                            self.ledger,
+                            keep=self.compact_keep,
+                            tokens=tokens if isinstance(tokens, Releasable) else None,
+                        )
+                    except RollcutError as exc:
+                        # compaction is idempotent (what it freed stays freed, the rest is freed the
+                        # next time): a failed one is counted and said, and the checkpoints go on;
+                        # ending this loop on it would leave the rest of the collection without any
+                        self.summary.compactions_failed += 1
+                        self.summary.failed["compaction"] = str(exc)[:300]
+                        continue
+                self.summary.failed.pop("compaction", None)
                 self.summary.compacted_rollouts += done_.rollouts_compacted
                 self.summary.compaction_freed_blobs += done_.blobs_deleted
                 self.summary.compaction_released_token_records += done_.token_records_released

@@ -430,10 +430,12 @@ class Collector(Checkpointing, Recovering):
                     w.cancel()  # a worker whose cancel a publish swallowed sees the stop flag instead
             outcomes = await gathered
             stopper.cancel()
-        if periodic is not None:
-            periodic_done.set()
-            await periodic  # at most one checkpoint in flight, bounded by its deadline
-        await self.coordinator.validator.stop()
+        try:
+            if periodic is not None:
+                periodic_done.set()
+                await periodic  # at most one checkpoint in flight, bounded by its deadline
+        finally:  # whatever the checkpoints' loop raised, the validator is not left running on the ledger
+            await self.coordinator.validator.stop()
         self._tally(t0)
         faults = [o for o in outcomes if isinstance(o, Exception)]
         if faults:  # never swallowed: the first one, with how many there were

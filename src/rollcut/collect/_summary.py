@@ -47,6 +47,7 @@ class Summary:
     checkpoint_pause_breakdown: dict[str, Any] = field(default_factory=dict)
     compacted_rollouts: int = 0  # rollouts whose event history compaction let go (their rows stay)
     compaction_s: float = 0.0  # time spent compacting, in all
+    compactions_failed: int = 0  # compactions that failed (each is taken again after the next checkpoint)
     compaction_freed_bytes: int = 0  # stream bytes compaction let go (a lower bound: writes go on meanwhile)
     compaction_freed_blobs: int = 0  # sandbox blobs compaction deleted (no tree on the stream names them)
     compaction_released_token_records: int = 0  # token records compaction released (rows handed off)

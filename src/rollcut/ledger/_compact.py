@@ -144,4 +144,10 @@ async def _purge_all(log: EventLog, purges: list[tuple[str, int | None, int | No
         async with gate:
             return await log.purge(subject, below=below, keep=keep)
 
-    return sum(await asyncio.gather(*(one(*p) for p in purges)))
+    # every purge settles before a failure is raised: a purge left running would go on after its
+    # compaction had failed (and after its collection had ended, against a closed client)
+    done = await asyncio.gather(*(one(*p) for p in purges), return_exceptions=True)
+    for d in done:
+        if isinstance(d, BaseException):
+            raise d
+    return sum(d for d in done if isinstance(d, int))

@@ -197,10 +197,12 @@ def test_bench_e2e_without_a_crash_measures_the_collection_against_the_same_stac
     assert all(n > 0 for n in rollcut["checkpoints_published"])  # custody on: it checkpointed
     for way in (rollcut, plain):
         assert 0 < way["rows_per_s"]["min"] <= way["rows_per_s"]["median"] <= way["rows_per_s"]["max"]
-    # each repeat's ratio lies between the extremes the two ways' rates allow
-    vs = out["vs_plain"]
-    assert rollcut["rows_per_s"]["min"] / plain["rows_per_s"]["max"] <= vs["min"] <= vs["median"]
-    assert vs["median"] <= vs["max"] <= rollcut["rows_per_s"]["max"] / plain["rows_per_s"]["min"]
+    # each repeat's ratio lies between the extremes the two ways' rates allow (up to the rounding of
+    # the printed figures: rates to 2 decimals, ratios to 3)
+    vs, slack = out["vs_plain"], 1.01
+    assert rollcut["rows_per_s"]["min"] / plain["rows_per_s"]["max"] <= vs["min"] * slack
+    assert vs["min"] <= vs["median"] <= vs["max"]
+    assert vs["max"] <= rollcut["rows_per_s"]["max"] / plain["rows_per_s"]["min"] * slack
 
 
 def test_bench_e2e_refuses_what_does_not_go_with_a_crash(capsys: pytest.CaptureFixture[str]) -> None:

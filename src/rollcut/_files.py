@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +23,7 @@ __all__ = [
     "append_private",
     "file_sha256",
     "private_dir",
+    "read_bounded",
     "read_record",
     "write_private",
 ]
@@ -59,10 +61,33 @@ def write_private(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
+def _regular(path: Path) -> int:
+    """An open descriptor of ``path`` if it is a regular file (not a FIFO, a device or a link to
+    one: opening neither blocks nor follows a last-component symlink); OSError if not."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd
+
+
 def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in blocks (model files are hundreds of MB)."""
-    with path.open("rb") as f:
+    """The SHA-256 of a regular file's bytes, read in blocks (model files are hundreds of MB)."""
+    with os.fdopen(_regular(path), "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, its size checked before any is read: a FIFO, a device or a link is
+    an OSError, so is a file over ``limit`` bytes (nothing of it is read)."""
+    with os.fdopen(_regular(path), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise OSError(f"{path} holds {size} bytes, more than {limit}")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} grew past {limit} bytes while read")
+    return data
 
 
 def append_private(path: Path, data: bytes) -> None:

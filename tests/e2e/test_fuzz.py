@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
 from rollcut.gym.opaque import REFERENCE_AGENT
+from rollcut.gym.resources import ENVIRONMENTS
 from rollcut.gym.wire import MESSAGES_ROUTE, ErrorKind, openai_type
 from rollcut.testing import ServerProcess
 
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.slow
 HOSTILE_IDS = ["a.b", "*", ">", "a b", "../../etc", "x" * 200, "", "%2e%2e", "r\u00e9", "$JS", "a\tb"]
 HOSTILE_ATTEMPTS = ["0", "-5", "x", "1.5", "99999999999999999999", "", "+1"]
 KNOWN_KINDS = {k.value for k in ErrorKind}
+ENVIRONMENT_NAMES = tuple(sorted(ENVIRONMENTS))
 
 EXAMPLES: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "hi"}], "model": "rollcut-local"},
@@ -41,8 +43,13 @@ EXAMPLES: list[dict[str, Any]] = [
     {"env": "counter", "prompt": "count", "seed": {"start": 0}, "max_steps": 2},
     {"responses_create_params": {"input": "hi"}, "env": "counter"},
     {"n": 1},
+    {"task": "hello_file"},
+    {"files": {"a.txt": "x"}, "check": "true"},
+    {"command": "echo hi", "timeout_s": 1},
+    {"path": "a.txt", "content": "x"},
     {},
 ]
+LARGE = [1 << 20, 3 << 20, 15 << 20]  # bodies a record cannot hold, under the 16 MiB body limit
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -53,9 +60,11 @@ _json = st.recursive(
 
 @st.composite
 def _body(draw: st.DrawFn) -> bytes | None:
-    how = draw(st.sampled_from(["none", "json", "example", "nested", "bytes"]))
+    how = draw(st.sampled_from(["none", "json", "example", "nested", "bytes", "large"]))
     if how == "none":
         return None
+    if how == "large":  # before: any /seed_session body of 1 to 16 MiB was a 500, on every environment
+        return b'{"start": 0, "seed": {"junk": "' + b"z" * draw(st.sampled_from(LARGE)) + b'"}}'
     if how == "json":
         return json.dumps(draw(_json)).encode()
     if how == "nested":
@@ -64,16 +73,18 @@ def _body(draw: st.DrawFn) -> bytes | None:
     if how == "bytes":
         return draw(st.binary(max_size=64))
     base = dict(draw(st.sampled_from(EXAMPLES)))
-    for key in draw(st.lists(st.sampled_from([*base, "model", "messages", "input", "stream", "tools"]))):
-        base[key] = draw(_json)
+    keys = [*base, "model", "messages", "input", "stream", "tools", "task", "files", "timeout_s", "path"]
+    for key in draw(st.lists(st.sampled_from(keys))):
+        base[key] = draw(_json | st.sampled_from(["nan", "inf", -1, 1e308, ".", "..", {}]))
     return json.dumps(base).encode()
 
 
 @st.composite
 def _identity(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
     """A path prefix and headers: absent, valid, or hostile."""
-    rid = draw(st.sampled_from([*HOSTILE_IDS, "fz-ok", "never-dispatched"]))
-    attempt = draw(st.sampled_from([*HOSTILE_ATTEMPTS, "1", "2"]))
+    # the valid one half the time: a bad body reaches the handlers behind the identity check too
+    rid = draw(st.just("fz-ok") | st.sampled_from([*HOSTILE_IDS, "fz-ok", "never-dispatched"]))
+    attempt = draw(st.just("1") | st.sampled_from([*HOSTILE_ATTEMPTS, "1", "2"]))
     how = draw(st.sampled_from(["none", "headers", "prefix", "nemo", "cookie"]))
     if how == "headers":
         return "", {"x-rollout-id": rid, "x-rollout-attempt": attempt}
@@ -93,7 +104,9 @@ def _routes(server: ServerProcess) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deploy(tmp_path_factory.mktemp("fuzz"), tasks=[], workers=2) as dep:  # routing is fuzzed too
+    root = tmp_path_factory.mktemp("fuzz")  # every environment's server; routing is fuzzed too
+    # with their logs: a 5xx's assertion quotes the end of the server's own
+    with deploy(root, tasks=[], workers=2, envs=ENVIRONMENT_NAMES, logs=root / "logs") as dep:
         asyncio.run(_dispatch(dep, "fz-ok"))  # so valid identities reach the handlers behind the fence
         yield dep
 
@@ -123,7 +136,7 @@ def fuzzed_opaque(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployme
         yield dep
 
 
-@pytest.mark.parametrize("kind", ["model", "counter", "workplace", "blackjack", "agent", "environment"])
+@pytest.mark.parametrize("kind", ["model", *ENVIRONMENT_NAMES, "agent", "environment"])
 def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: Deployment, kind: str) -> None:
     _fuzz(next(p for p in fuzzed.stack if p.name == kind))
 
@@ -142,7 +155,7 @@ def _fuzz(server: ServerProcess) -> None:
         @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(
             route=st.sampled_from(routes),
-            tool=st.sampled_from(["add", "nope", *HOSTILE_IDS[:5]]),
+            tool=st.sampled_from(["add", "run", "write_file", "read_file", "nope", *HOSTILE_IDS[:5]]),
             rest=st.sampled_from(
                 ["chat/completions", "responses", "models", "add", "tools", "a/b", "%2e%2e"]
             ),

@@ -12,6 +12,7 @@ import pytest
 from rollcut.bus import EventLog, ModelCallAdmitted, ModelCallCompleted, ModelCallReused
 from rollcut.gym.model import decode
 
+from ..helpers import until
 from .conftest import TOOLS, ModelRig
 
 
@@ -396,3 +397,26 @@ async def test_a_call_completed_after_the_cut_before_the_fence_moved_is_reused_n
     reused = [s.event for s in await _events(rig, "r1") if isinstance(s.event, ModelCallReused)]
     assert [c.attempt for c in completed] == [1]
     assert [(r.attempt, r.source_call_id, r.source_attempt) for r in reused] == [(2, first["id"], 1)]
+
+
+async def test_a_running_call_of_a_superseded_attempt_is_settled_failed_and_the_checkpoint_publishes(
+    rig: ModelRig,
+) -> None:
+    """A heal opened attempt 2 while attempt 1's call still generates here: the cut's record of that
+    call is refused by the fence, which settles the call (``failed``), never the prepare (issue 49:
+    before, "model-w0 refused prepare: ... attempt 1 is stale (attempt 2 is current)")."""
+    await rig.log.dispatch("r1", {}, instance="collector")
+    rig.service.backend.token_delay_s = 0.05  # long enough to be caught mid-generation
+    body = {"messages": [{"role": "user", "content": "long"}]}
+    call = asyncio.ensure_future(
+        rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
+    )
+    await until(
+        lambda: any(len(f.emitted) >= 3 for f in rig.service._inflight.values()), what="tokens flowing"
+    )
+    await rig.log.supersede("r1", 1, instance="collector", reason="agent restarted")
+    result = await rig.coordinator.checkpoint(deadline_s=10)
+    assert result.participants == ["model-w0"] and result.record.quarantined == {}
+    rig.service.backend.token_delay_s = 0.0
+    late = await call
+    assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt", late.text

@@ -60,3 +60,18 @@ def test_the_rules_hide_nothing_they_do_not_name(change: Any) -> None:
 def test_a_rule_that_does_not_parse_stops_the_server(rule: str) -> None:
     with pytest.raises(ConfigError, match="normalise rule"):
         Normalise([rule])
+
+
+@pytest.mark.timeout(60)
+def test_a_backtracking_rule_runs_in_linear_time_on_a_hostile_request() -> None:
+    """Issue 49: ``(x+x+)+y`` on 28 characters froze the agent server for 14 s under a backtracking
+    engine, and doubles with each character; on 64 it would not end. RE2 answers at once (this test
+    fails by its timeout, not by a clock, if it does not)."""
+    body = {"messages": [{"role": "user", "content": "x" * 64}, {"role": "user", "content": "xxy"}]}
+    out = Normalise(["messages.*.content~(x+x+)+y"]).apply(body)
+    assert [m["content"] for m in out["messages"]] == ["x" * 64, "<normalised>"]
+
+
+def test_a_rule_outside_re2_is_refused_naming_why() -> None:
+    with pytest.raises(ConfigError, match="RE2"):
+        Normalise([r"a~(x)\1"])

@@ -387,9 +387,11 @@ class CheckpointResumed(CheckpointEvent, frozen=True, kw_only=True, tag="checkpo
 
 
 class CheckpointAborted(CheckpointEvent, frozen=True, kw_only=True, tag="checkpoint.abort"):
-    """The checkpoint will never be published; releases the coordinator lane."""
+    """The checkpoint will never be published; releases the coordinator lane. ``suspects``: what the
+    last failed validation found, which the next to find again quarantines, in any process."""
 
     reason: str
+    suspects: Annotated[list[Token], Meta(max_length=10_000)] = []
 
 
 class CollectorLease(Event, frozen=True, kw_only=True, tag="collector.lease"):

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ._target import ExitCode, JsonOpt, app, fail, print_json
 
@@ -97,26 +98,38 @@ def sample(url: str, servers: list[str], previous: dict[str, Any] | None = None)
     }
 
 
+def _text(value: object, style: str = "") -> Text:
+    """Untrusted text (a rollout's error is a sandboxed program's stderr, a URL is the operator's) as
+    text: never read as markup, every control character shown escaped, so it can neither break the
+    view (``[/red]``) nor drive the terminal (an OSC title, a cursor move)."""
+    raw = str(value)
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in raw)
+    return Text(shown, style=style)
+
+
 def _view(s: dict[str, Any]) -> Group:
-    head = Table(title=f"rollcut top: {s['namespace']} at {s['collector']}", show_header=False)
+    head = Table(title=_text(f"rollcut top: {s['namespace']} at {s['collector']}"), show_header=False)
     r, c = s["rollouts"], s["checkpoints"]
-    head.add_row("rollouts", " · ".join(f"{k} {v}" for k, v in r.items()))
+    head.add_row("rollouts", _text(" · ".join(f"{k} {v}" for k, v in r.items())))
     head.add_row(
         "checkpoints",
-        f"{c['published']} published ({c['per_minute']}/min), {c['failed']} failed; last {c['last'] or '-'}, "
-        f"pause {c['last_pause_ms'] if c['last_pause_ms'] is not None else '-'} ms, "
-        f"{c['participants']} participants",
+        _text(
+            f"{c['published']} published ({c['per_minute']}/min), {c['failed']} failed; "
+            f"last {c['last'] or '-'}, "
+            f"pause {c['last_pause_ms'] if c['last_pause_ms'] is not None else '-'} ms, "
+            f"{c['participants']} participants"
+        ),
     )
-    head.add_row("recovery", " · ".join(f"{k} {v}" for k, v in s["recovery"].items()))
-    head.add_row("bus", "up" if s["bus"]["up"] else f"[red]down: {s['bus']['outage']}[/red]")
+    head.add_row("recovery", _text(" · ".join(f"{k} {v}" for k, v in s["recovery"].items())))
+    head.add_row("bus", _text("up") if s["bus"]["up"] else _text(f"down: {s['bus']['outage']}", "red"))
     servers = Table("server", "health", "workers")
     for srv in s["servers"]:
         up = sum(w["up"] for w in srv["workers"])
-        health = "[green]ok[/green]" if srv["healthy"] else f"[red]{srv.get('error', 'unhealthy')}[/red]"
-        servers.add_row(srv["url"], health, f"{up}/{len(srv['workers'])} up")
+        health = _text("ok", "green") if srv["healthy"] else _text(srv.get("error", "unhealthy"), "red")
+        servers.add_row(_text(srv["url"]), health, f"{up}/{len(srv['workers'])} up")
     errors = Table("rollout", "last error", title=f"errors: {s['errors']['total']}")
     for rid, why in list(s["errors"]["recent"].items())[-10:]:
-        errors.add_row(rid, why)
+        errors.add_row(_text(rid), _text(why))
     return Group(head, servers, errors)
 
 

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._errors import AdmissionClosedError, FenceError, StaleAttemptError, StorageError
+from .._errors import AdmissionClosedError, EventTooLargeError, FenceError, StaleAttemptError, StorageError
 from .._metrics import CONTENT_TYPE, Tally, exposition
 from .._tracing import TraceContext, traced
 from ..bus import Component, Event, EventLog
@@ -288,6 +288,11 @@ async def append_or_refuse(log: EventLog, event: Event) -> int:
         raise GymError.stale(exc) from exc
     except FenceError as exc:  # e.g. a rollout that was never dispatched
         raise GymError(ErrorKind.UNKNOWN_ROLLOUT, str(exc)) from exc
+    except EventTooLargeError as exc:  # the caller's input, too large to keep: refused, nothing stored
+        raise GymError(
+            ErrorKind.PAYLOAD_TOO_LARGE,
+            f"this call's record would be {exc.size} bytes, over the {exc.limit} one record may hold",
+        ) from exc
 
 
 def stats_routes(app: FastAPI, tallies: list[Tally], stats: Callable[[], dict[str, Any]]) -> None:

@@ -126,12 +126,19 @@ async def _serve_resources(
     env.open(unisolated=opts.unisolated)  # a sandbox that cannot isolate its commands refuses here
     exported = env.mode == "exported" or env.verification == "wait"
 
+    services: list[ResourcesService] = []
+
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
         owns = peers.owns if peers is not None else None
         service = ResourcesService(log, env, instance=instance, participant=participant, owns=owns)
+        services.append(service)
         return create_resources_app(service, max_body_bytes=opts.max_body_bytes), service
 
-    await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make, peers=peers)
+    try:
+        await serve_participant(opts, sock, worker, "exported" if exported else env.mode, make, peers=peers)
+    finally:  # a clean stop leaves no session behind (a sandbox's directories: issue 49)
+        for service in services:
+            service.close_all()
 
 
 def _own_url(opts: ServeSpec, sock: socket.socket) -> str:

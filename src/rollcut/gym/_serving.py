@@ -50,8 +50,18 @@ recovered). Longer on the server than any client keeps an idle connection, the c
 lets go first, as behind a load balancer."""
 
 
+def _stopped(sig: int, _frame: object) -> None:
+    raise SystemExit(128 + sig)
+
+
 async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> None:
-    """Serve on ``sockets`` until stopped; print ``READY <instance> pid=<pid>`` once accepting."""
+    """Serve on ``sockets`` until stopped; print ``READY <instance> pid=<pid>`` once accepting.
+
+    A SIGTERM stops uvicorn gracefully, which then raises the signal again under the handler it
+    found: this one, which unwinds the worker (its ``finally`` blocks run: a sandbox's sessions are
+    removed, issue 49) and exits 143, where the default handler ended the process on the spot."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stopped)
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)
     server = uvicorn.Server(config)
     serving = asyncio.ensure_future(server.serve(sockets=sockets))

@@ -83,10 +83,19 @@ RESOURCES_STATS: dict[str, Stat] = {
         "rollcut_sessions",
         "Resources sessions restored from a cut or retired",
         "event",
-        {"sessions_restored": "restored", "sessions_retired": "retired"},
+        {
+            "sessions_restored": "restored",
+            "sessions_retired": "retired",
+            "sessions_superseded": "superseded",
+        },
     ),
     "verifications": Stat("rollcut_verifications", "Rollouts verified (rewards computed)"),
-    "snapshots": Stat("rollcut_sandbox_snapshots", "Sandbox trees snapshotted at a checkpoint"),
+    **_by(
+        "rollcut_sandbox_snapshots",
+        "Sessions at a checkpoint: snapshotted, or refused (their rollout quarantined)",
+        "outcome",
+        {"snapshots": "stored", "snapshots_refused": "refused"},
+    ),
 }
 AGENT_STATS: dict[str, Stat] = {
     **_by(

@@ -18,7 +18,7 @@ import typing as _typing
 from .._lazy import lazy_names as _lazy_names
 from . import _protocol
 from ._admission import AdmissionGate
-from ._hooks import ParticipantHooks, ReleaseHook, RetireHook
+from ._hooks import ParticipantHooks, ReleaseHook, RetireHook, SupersedeHook
 from ._protocol import *  # noqa: F403  (the control-plane records, whole)
 from ._runtime import Participant, service_name
 
@@ -62,6 +62,7 @@ __all__ = [
     "ReleaseHook",
     "Restorer",
     "RetireHook",
+    "SupersedeHook",
     "new_checkpoint_id",
     "plan_recovery",
     "service_name",

@@ -156,6 +156,10 @@ class Coordinator:
             last = await self.log.last_on(lane)
             expect = 0 if last is None else last.seq
             ev = None if last is None else last.event
+            if isinstance(ev, CheckpointAborted):  # what the last failed validation found, whoever ran it
+                self._suspects |= set(ev.suspects)
+            elif isinstance(ev, CheckpointCommitted):  # a validation passed since
+                self._suspects = set()
             if isinstance(ev, CheckpointPrepared | CheckpointSealed) and ev.checkpoint_id != checkpoint_id:
                 await self._clear_unfinished(ev, last.seq)  # type: ignore[union-attr]
                 continue
@@ -382,7 +386,8 @@ class Coordinator:
                 checkpoint_id=cid,
             )
         self._suspects = set()
-        return checked, snapshot, quarantines(self.ledger, findings)
+        told = {rid: f"{r.instance}: {why}" for r in replies for rid, why in r.quarantined.items()}
+        return checked, snapshot, quarantines(self.ledger, findings, told)
 
     async def _check_store_kept(self, snapshot: TokenSnapshot | None, cid: str) -> None:
         """Validation is incremental, so it trusts that what the published checkpoints rely on is still
@@ -428,10 +433,15 @@ class Coordinator:
     async def _abort(self, cid: str, lane_seq: int, found: list[InstanceInfo], cause: BaseException) -> None:
         """Release the lane and reopen admission everywhere; never raises."""
         reason = f"{type(cause).__name__}: {cause}"[:500]
+        suspects = sorted(self._suspects)[:10_000]
         with contextlib.suppress(Exception):
             await self.log.append_expecting(
                 CheckpointAborted(
-                    component="coordinator", instance=self.instance, checkpoint_id=cid, reason=reason
+                    component="coordinator",
+                    instance=self.instance,
+                    checkpoint_id=cid,
+                    reason=reason,
+                    suspects=suspects,
                 ),
                 lane_seq,
             )

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import RollcutError
-from ..bus import EventLog, ResultAccepted, RolloutRetired
+from ..bus import AttemptOpened, EventLog, ResultAccepted, RolloutRetired
 from ._protocol import ExportReport
 
-__all__ = ["LifecycleWatch", "ParticipantHooks", "ReleaseHook", "RetireHook"]
+__all__ = ["LifecycleWatch", "ParticipantHooks", "ReleaseHook", "RetireHook", "SupersedeHook"]
 
 
 class ParticipantHooks(Protocol):
@@ -40,6 +40,14 @@ class RetireHook(Protocol):
     """
 
     def retire(self, rollout_id: str, reason: str) -> Awaitable[None] | None: ...
+
+
+@runtime_checkable
+class SupersedeHook(Protocol):
+    """Optional on hooks: attempt ``attempt`` of the rollout opened, so every older attempt's work
+    held here is over (its writes are fenced off; kept, a prepare would only try to export it)."""
+
+    def supersede(self, rollout_id: str, attempt: int) -> object: ...
 
 
 class _NoHooks:
@@ -112,16 +120,30 @@ class LifecycleWatch:
                 last = await self.log.last_on(msg.subject)
                 return last is not None and isinstance(last.event, ResultAccepted)
 
+        elif isinstance(ev, AttemptOpened) and isinstance(self.hook, SupersedeHook):
+            opened = ev
+
+            async def held() -> bool:
+                state = await self.log.fence_state(opened.rollout_id)
+                return state is not None and state.attempt >= opened.attempt
+
+            if await _eventually(held):
+                self.hook.supersede(ev.rollout_id, ev.attempt)
+            return
         else:
             return
-        # core delivery can overtake the stream's write: look again for a moment before giving up
-        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
-            await asyncio.sleep(delay)
-            if await stored():
-                break
-        else:
+        if not await _eventually(stored):
             return  # the server refused it: nothing is over
         self.dropped += 1
         out = self.hook.retire(ev.rollout_id, reason)
         if asyncio.iscoroutine(out):
             await out
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]]) -> bool:
+    """Core delivery can overtake the stream's write: look again for a moment before giving up."""
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
+        await asyncio.sleep(delay)
+        if await check():
+            return True
+    return False

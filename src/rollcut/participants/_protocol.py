@@ -96,6 +96,9 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
 
     unreproducible: list[str] = []
     calls: list[CallDisposition] | None = None  # None: this participant holds no model calls
+    quarantined: dict[str, str] = {}
+    """Rollouts whose state this participant could not export (rollout -> why): the checkpoint
+    quarantines them, so a restore starts them over from their input, and publishes for the rest."""
 
 
 class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,6 +131,8 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     phases_ms: dict[str, float] = {}
     """Where a prepare's time went inside the participant (``drain``: accepted work finishing,
     ``export``: its hook), so the coordinator can tell them from the wire and a busy loop."""
+    quarantined: Annotated[dict[Token, Annotated[str, Meta(max_length=300)]], Meta(max_length=10_000)] = {}
+    """ExportReport.quarantined, as the prepare's answer carries it (bounded: a reply is input)."""
 
     def refusal(self) -> CheckpointError:
         """The error this refused reply stands for, carrying its checkpoint and participant."""

@@ -42,7 +42,6 @@ from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
 from ._lane import record_expiry, record_reply
 from ._protocol import (
-    CallDisposition,
     Capabilities,
     CheckpointMode,
     ControlErrorKind,
@@ -348,8 +347,7 @@ class Participant:
         t0 = time.perf_counter()
         phases: dict[str, float] = {}
         try:
-            unrepro: list[str] = []
-            calls: list[CallDisposition] | None = None
+            report = ExportReport()
             if self.mode == "exported":
                 self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
                 if self.drain and not await self.gate.drain(req.deadline):
@@ -361,17 +359,14 @@ class Participant:
                     self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
                 )
                 phases["export"] = _ms(time.perf_counter() - t1)
-                if isinstance(out, ExportReport):
-                    unrepro, calls = list(out.unreproducible), out.calls
-                else:
-                    unrepro = list(out)
+                report = out if isinstance(out, ExportReport) else ExportReport(unreproducible=list(out))
             elif self.mode == "restart_only":
-                unrepro = [f"{self.instance}: restart_only, sessions cannot continue"]
+                report = ExportReport(
+                    unreproducible=[f"{self.instance}: restart_only, sessions cannot continue"]
+                )
             a.phase = "prepared"
             phases["total"] = _ms(time.perf_counter() - t0)
-            reply = self._reply(
-                req, True, last_seq=self.log.last_appended, unreproducible=unrepro, calls=calls, phases=phases
-            )
+            reply = self._reply(req, True, last_seq=self.log.last_appended, report=report, phases=phases)
         except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
             self._finish(req.checkpoint_id, "aborted")
             kind = Refusal.DEADLINE if isinstance(exc, TimeoutError) else Refusal.FAILED
@@ -407,12 +402,12 @@ class Participant:
         kind: ControlErrorKind | None = None,
         phase: str | None = None,
         last_seq: int = 0,
-        unreproducible: list[str] | None = None,
+        report: ExportReport | None = None,
         capabilities: Capabilities | None = None,
-        calls: list[CallDisposition] | None = None,
         phases: dict[str, float] | None = None,
     ) -> ControlReply:
         a = self._active
+        report = report or ExportReport()
         return ControlReply(
             ok=ok,
             op=req.op,
@@ -420,13 +415,14 @@ class Participant:
             instance=self.instance,
             phase=phase or (a.phase if a else "idle"),
             last_seq=last_seq,
-            unreproducible=unreproducible or [],
+            unreproducible=list(report.unreproducible),
             error=error,
             error_kind=kind or "",
             capabilities=capabilities,
-            calls=calls,
+            calls=report.calls,
             started_seq=self.started_seq,
             phases_ms=phases or {},
+            quarantined={k: v[:300] for k, v in list(report.quarantined.items())[:10_000]},
         )
 
     # --- lease ----------------------------------------------------------------------

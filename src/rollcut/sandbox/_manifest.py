@@ -7,7 +7,8 @@ stored (and sessions seeded from one tree share theirs). The manifest is small, 
 
 Nothing in a manifest is trusted when it is read back: :func:`decode_manifest` is bounded and
 refuses a path that is absolute, climbs (``..``), repeats, or hangs below something that is not a
-directory, and a symlink whose target is absolute or resolves outside the tree. A tree with
+directory, and a symlink whose target is absolute or resolves outside the tree, following the
+tree's own symlinks as the kernel would. A tree with
 anything but files, directories and symlinks (a device, a FIFO, a socket) is refused when
 scanned, naming the path: it could not be restored.
 """
@@ -178,6 +179,41 @@ def _check(manifest: Manifest) -> None:
             raise SnapshotError(f"{p!r} has no SHA-256 digest", path=p, digest=e.digest)
         if e.kind == "symlink":
             t = e.target
-            inside = posixpath.normpath(posixpath.join(parent, t)) if t else ".."
-            if not t or "\x00" in t or t.startswith("/") or inside == ".." or inside.startswith("../"):
+            if not t or "\x00" in t or t.startswith("/"):
                 raise SnapshotError(f"the symlink {p!r} points out of the tree ({t!r})", path=p)
+    links = {e.path: e.target for e in manifest.entries if e.kind == "symlink"}
+    for p, t in links.items():
+        if not _stays_inside(posixpath.dirname(p), t, links):
+            raise SnapshotError(f"the symlink {p!r} points out of the tree ({t!r})", path=p)
+
+
+_MAX_HOPS = 40
+"""Symlinks followed resolving one target (Linux's own limit)."""
+
+
+def _stays_inside(where: str, target: str, links: dict[str, str]) -> bool:
+    """Whether ``target``, read in the directory ``where``, resolves inside the tree as the kernel
+    would resolve it: every component in turn, a symlink of the tree followed where it stands (so
+    ``d/up -> ..`` then ``d/up/../../etc`` is out, which a lexical check of the string misses)."""
+    parts = [c for c in where.split("/") if c]
+    pending = target.split("/")
+    hops = 0
+    while pending:
+        c = pending.pop(0)
+        if c in ("", "."):
+            continue
+        if c == "..":
+            if not parts:
+                return False
+            parts.pop()
+            continue
+        path = "/".join([*parts, c])
+        if path in links:
+            hops += 1
+            t = links[path]
+            if hops > _MAX_HOPS or t.startswith("/"):
+                return False
+            pending = t.split("/") + pending  # read where the link stands: ``parts`` stays
+            continue
+        parts.append(c)
+    return True

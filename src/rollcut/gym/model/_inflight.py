@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
+from ..._errors import StaleAttemptError
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, ExportReport
 from ...tokens import TokenRecord, TokenWrites
 from .._http import envelope
-from ..wire import Identity
+from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, Plan
 from ._policy import Segments
 
@@ -126,17 +127,20 @@ class InFlightCalls:
             else:
                 calls.append(CallDisposition(**base, disposition="failed"))
         reason = f"the {backend.name} backend cannot cut a running generation"
-        await asyncio.gather(
+        written = await asyncio.gather(
             *(
-                self.append(
+                self._fenced(
                     ModelCallExcluded(
                         **envelope("model", self.instance, fl.ident), call_id=fl.call_id, reason=reason
-                    )
+                    ),
                 )
                 for fl, _ in excluded
             )
         )
-        calls += [CallDisposition(**base, disposition="excluded") for _, base in excluded]
+        calls += [
+            CallDisposition(**base, disposition="excluded" if ok else "failed")
+            for (_, base), ok in zip(excluded, written, strict=True)
+        ]
         receipts = await asyncio.gather(
             *(
                 self.writes.put(
@@ -153,25 +157,39 @@ class InFlightCalls:
                 for fl, _, tokens, plan in frozen
             )
         )
-        await asyncio.gather(
+        written = await asyncio.gather(
             *(
-                self.append(
+                self._fenced(
                     ModelCallPrefixCut(
                         **envelope("model", self.instance, fl.ident),
                         call_id=fl.call_id,
                         receipt=receipt,
                         token_boundary=len(tokens),
                         buffer_id=f"{fl.call_id}-b{fl.cuts}",
-                    )
+                    ),
                 )
                 for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True)
             )
         )
-        self.prefix_cuts += len(frozen)
-        for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True):
+        for (fl, base, tokens, _), receipt, ok in zip(frozen, receipts, written, strict=True):
+            if not ok:
+                calls.append(CallDisposition(**base, disposition="failed"))
+                continue
+            self.prefix_cuts += 1
             fl.durable = (len(tokens), receipt)
-        calls += [
-            CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
-            for (_, base, tokens, _), receipt in zip(frozen, receipts, strict=True)
-        ]
+            calls.append(
+                CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
+            )
         return ExportReport(calls=calls)
+
+    async def _fenced(self, event: Event) -> bool:
+        """Append a cut's record of a call; False if its attempt is no longer current: a newer
+        attempt holds the rollout, so this call's work is over (reported ``failed``: whatever it
+        writes next is refused too), never a reason to fail the prepare (issue 49)."""
+        try:
+            await self.append(event)
+        except (StaleAttemptError, GymError) as exc:
+            if isinstance(exc, GymError) and exc.kind not in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
+                raise
+            return False
+        return True

@@ -15,7 +15,7 @@ from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxRef, 
 from ._normalise import Normalise, canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
 from ._routes import create_opaque_app
-from ._sandbox import Isolation
+from ._sandbox import READ_ONLY_ROOT, Isolation
 from ._tree import TreeSnapshot
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")
@@ -29,6 +29,7 @@ __all__ = [
     "CLAUDE_CODE_AGENT",
     "MAX_AGENT_RESTARTS",
     "MAX_JOURNALED_BYTES",
+    "READ_ONLY_ROOT",
     "REFERENCE_AGENT",
     "Capability",
     "DivergencePolicy",

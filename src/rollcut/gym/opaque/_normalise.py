@@ -21,7 +21,9 @@ An agent whose harness puts such a value in every request (Claude Code's session
 date in its system prompt) declares, per agent server, which fields are normalised away
 (:class:`Normalise`, ``--normalise RULE``): a rule ``PATH`` drops the value at a dotted path
 (``*`` is any key or list index), a rule ``PATH~REGEX`` replaces each match of ``REGEX`` in
-the strings at ``PATH`` with ``<normalised>``. Nothing is normalised unless declared, each rule
+the strings at ``PATH`` with ``<normalised>``. ``REGEX`` is RE2's syntax, matched by RE2 (no
+backtracking: time linear in the request, so an operator's rule such as ``(x+x+)+y`` cannot stall
+the agent server on one request, issue 49). Nothing is normalised unless declared, each rule
 is justified in docs/opaque-agents.md, and the rules are part of what a journal was written
 under: an agent server with other rules digests differently, so its replay diverges (fails
 closed) rather than matching what the rules would not have matched.
@@ -37,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
+import re2
 
 from ..._errors import ConfigError
 
@@ -45,12 +48,14 @@ __all__ = ["Normalise", "canonical_body", "normalised_route", "request_digest"]
 _encoder = msgspec.json.Encoder(order="sorted")
 _PATH = re.compile(r"^[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*$")
 MARK = "<normalised>"
+_RE2 = re2.Options()
+_RE2.log_errors = False  # a rule that does not parse is a ConfigError, not a line on stderr
 
 
 @dataclass(frozen=True)
 class _Rule:
     path: tuple[str, ...]
-    pattern: re.Pattern[str] | None
+    pattern: Any  # a compiled RE2 expression, or None: drop the value
 
 
 class Normalise:
@@ -66,9 +71,17 @@ class Normalise:
                     f"normalise rule {rule!r}: expected PATH or PATH~REGEX (PATH dotted, * any)"
                 )
             try:
-                compiled = re.compile(pattern) if sep else None
-            except re.error as exc:
-                raise ConfigError(f"normalise rule {rule!r}: {exc}") from exc
+                compiled = re2.compile(pattern, options=_RE2) if sep else None
+            except re2.error as exc:
+                why = (
+                    exc.args[0].decode(errors="replace")
+                    if exc.args and isinstance(exc.args[0], bytes)
+                    else exc
+                )
+                raise ConfigError(
+                    f"normalise rule {rule!r}: {why} (rules are RE2 expressions: no backreference, "
+                    "no lookaround; they run in time linear in the request)"
+                ) from exc
             self.rules.append(_Rule(tuple(path.split(".")), compiled))
 
     def __bool__(self) -> bool:
@@ -92,7 +105,7 @@ def _children(node: Any, key: str) -> list[tuple[Any, Any]]:
     return []
 
 
-def _apply(node: Any, path: tuple[str, ...], pattern: re.Pattern[str] | None) -> None:
+def _apply(node: Any, path: tuple[str, ...], pattern: Any) -> None:
     for container, key in _children(node, path[0]):
         if len(path) > 1:
             _apply(container[key], path[1:], pattern)

@@ -4,7 +4,8 @@ What the program gets (``docs/security.md`` has the threat table):
 
 - its own pid, mount, IPC, UTS, user and network namespaces (``bwrap --unshare-all``): it sees no
   other process (its ``/proc`` is its own), and its only network is its own loopback;
-- the system's directories and the interpreter its command names, read-only; a fresh ``/tmp``; a
+- the system's directories (of ``/etc`` only what programs read to run) and the executable its
+  command names with the installation it declares itself part of, read-only; a fresh ``/tmp``; a
   working directory of its own, the only place it can write;
 - no file of rollcut's: not the credentials, the ledger, the token store or any server's home;
 - one way out: ``127.0.0.1:<port>`` inside the sandbox, which ``sandbox_forward.py`` (its first
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from ..._errors import ConfigError
 
-__all__ = ["FORWARDER", "SANDBOX_PORT", "Isolation"]
+__all__ = ["FORWARDER", "READ_ONLY_ROOT", "SANDBOX_PORT", "Isolation"]
 
 FORWARDER = Path(__file__).with_name("sandbox_forward.py")
 """The sandbox's first process (a program of its own, run by path)."""
@@ -37,8 +38,40 @@ SANDBOX_PORT = 8080
 """Where the relay is, from inside a sandbox (its own loopback)."""
 
 RELAY_SOCKET = "/run/rollcut/relay.sock"
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+_ETC = tuple(
+    f"/etc/{name}"
+    for name in (
+        # what programs read to run: the loader's paths, the system's alternatives (Debian's
+        # /usr/bin/python3, awk, editor...), names of users and hosts, the time zone, certificates
+        "alternatives",
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "passwd",
+        "group",
+        "nsswitch.conf",
+        "hosts",
+        "host.conf",
+        "localtime",
+        "timezone",
+        "os-release",
+        "debian_version",
+        "mime.types",
+        "ssl/certs",
+        "ssl/openssl.cnf",
+        "ca-certificates",
+        "python3",
+        "python3.11",
+    )
+)
+"""The host's ``/etc`` as far as a command needs it, never the whole of it: not ``shadow``, not
+private keys, not the host's configuration of its services (issue 49, as root bubblewrap's uid
+mapping would let the sandbox read what root reads)."""
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", *_ETC)
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+READ_ONLY_ROOT = ("--remount-ro", "/")
+"""The sandbox's own root, read-only once every mount is made (the last option before the command):
+a program writes only where it was given a place, never into a directory made to hold a mount."""
 
 
 def _probe(bwrap: str) -> str | None:
@@ -59,16 +92,47 @@ def _ro(paths: tuple[str, ...] | list[str]) -> list[str]:
 
 def _command_paths(command: list[str]) -> list[str]:
     """What the command needs to run, read-only: the Python the forwarder runs on (this venv and the
-    Python it was made from), its executable's prefix, and each file it names by absolute path (a
-    script: the file alone, never its directory, which may hold a home or credentials)."""
+    Python it was made from), the executable (as named and as resolved) with the installation it
+    declares itself part of, its script's interpreter likewise, and each file it names by absolute
+    path: files, never the directories around them, which may hold a home or credentials."""
     out = [sys.prefix, sys.base_prefix, str(FORWARDER)]
     exe = Path(shutil.which(command[0]) or command[0])
     if exe.is_absolute():
-        out += [str(exe.parent.parent), str(exe.resolve().parent.parent)]
+        for f in dict.fromkeys([exe, exe.resolve(), *_interpreter(exe.resolve())]):
+            out.append(str(f))
+            out += [str(p) for p in [_installation(f)] if p is not None]
     out += [a for a in command[1:] if a.startswith("/") and Path(a).is_file()]
-    return [
+    kept = [
         p for p in dict.fromkeys(out) if p not in ("/", "") and not p.startswith(("/proc", "/sys", "/dev"))
     ]
+    # a path inside another one bound is there already (and cannot be bound again: the mount is read-only)
+    return [p for p in kept if not any(q != p and Path(p).is_relative_to(q) for q in kept)]
+
+
+def _installation(exe: Path) -> Path | None:
+    """The installation ``exe`` belongs to, where it says it is one: a virtual environment
+    (``pyvenv.cfg``) or a package (``package.json``) in its directory or the one above; else None
+    (a program in a plain ``<dir>/bin`` gets itself bound, not ``<dir>``: issue 49)."""
+    for d in (exe.parent, exe.parent.parent):
+        if d != d.parent and ((d / "pyvenv.cfg").is_file() or (d / "package.json").is_file()):
+            return d
+    return None
+
+
+def _interpreter(exe: Path) -> list[Path]:
+    """A script's interpreter named by absolute path on its ``#!`` line (``env`` looks on PATH)."""
+    try:
+        with exe.open("rb") as f:
+            head = f.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = head[2:].split(b"\n", 1)[0].split()
+    path = Path(words[0].decode(errors="replace")) if words else None
+    if path is None or not path.is_absolute() or path.name == "env":
+        return []
+    return [path, path.resolve()]
 
 
 @dataclass(frozen=True)
@@ -128,6 +192,7 @@ class Isolation:
             "--setenv",
             "HOME",
             str(workdir),
+            *READ_ONLY_ROOT,
             "--",
             sys.executable,
             str(FORWARDER),

@@ -29,12 +29,14 @@ import msgspec
 
 from ...sandbox import BlobStore, LazyBlobStore, SnapshotError, scan
 from ._env import Environment, ToolResult
-from ._sandbox_exec import OUTPUT_CAP, Runner
-from ._sandbox_tasks import TASKS, Task, task_of
+from ._sandbox_exec import MAX_TIMEOUT_S, OUTPUT_CAP, Runner
+from ._sandbox_tasks import MAX_TASK_BYTES, TASKS, Task, task_of
+from ._sandbox_tree import check_tree, copy_tree
 
 __all__ = ["Sandbox", "SandboxState"]
 
-_MAX_SNAPSHOT_RECORD = 4096
+_MAX_SNAPSHOT_RECORD = MAX_TASK_BYTES + 4096
+"""A snapshot record: the task (inline ones at their documented bound) and a few numbers."""
 
 
 @dataclass
@@ -121,7 +123,11 @@ class Sandbox(Environment):
     @staticmethod
     async def seed_task(task: Task) -> SandboxState:
         root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
-        await asyncio.to_thread(task.write, root)
+        try:
+            await asyncio.to_thread(task.write, root)
+        except BaseException:  # a failed seed leaves no directory behind
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         return SandboxState(root, task, pristine=True)
 
     @classmethod
@@ -130,9 +136,7 @@ class Sandbox(Environment):
         return {"prompt": TASKS[name].prompt, "seed": {"task": name}, "verify": {}}
 
     async def copy(self, state: SandboxState) -> SandboxState:
-        root = Path(tempfile.mkdtemp(prefix="rollcut-sandbox-"))
-        await asyncio.to_thread(shutil.copytree, state.root, root, symlinks=True, dirs_exist_ok=True)
-        return SandboxState(root, state.task)
+        return SandboxState(await asyncio.to_thread(copy_tree, state.root), state.task)
 
     def close(self, state: Any) -> None:
         if isinstance(state, SandboxState):
@@ -144,8 +148,16 @@ class Sandbox(Environment):
         command = args["command"]
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
-        timeout = float(args.get("timeout_s") or 30.0)
-        return await self._runner().run(command, state.root, timeout_s=timeout), None
+        timeout = args.get("timeout_s") or 30.0
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_TIMEOUT_S
+        ):
+            raise ValueError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        out = await self._runner().run(command, state.root, timeout_s=float(timeout))
+        await asyncio.to_thread(check_tree, state.root)
+        return out, None
 
     async def read_file(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
         target = _inside(state, args["path"])
@@ -174,6 +186,7 @@ class Sandbox(Environment):
             written = await asyncio.to_thread(write)
         except OSError as exc:  # a directory in the way, a symlink at the path: the agent's to read
             return {"path": args["path"], "error": f"{type(exc).__name__}: {exc.strerror}"}, None
+        await asyncio.to_thread(check_tree, state.root)
         return {"path": args["path"], "written": written}, None
 
     async def apply_patch(self, state: SandboxState, args: dict[str, Any]) -> ToolResult:
@@ -181,7 +194,9 @@ class Sandbox(Environment):
         if not isinstance(patch, str) or not patch:
             raise ValueError("patch must be a unified diff")
         command = "patch -p1 --batch --forward --no-backup-if-mismatch"
-        return await self._runner().run(command, state.root, stdin=patch.encode()), None
+        out = await self._runner().run(command, state.root, stdin=patch.encode())
+        await asyncio.to_thread(check_tree, state.root)
+        return out, None
 
     async def verify(self, state: SandboxState, args: dict[str, Any]) -> dict[str, Any]:
         out = await self._runner().run(state.task.check, state.root, timeout_s=state.task.check_timeout_s)

@@ -7,7 +7,8 @@ session directory is bound at ``/work``, the one place it can write. Limits: a w
 limit (the process group is killed at it), CPU seconds, the size of a file it writes, open
 files; stdout and stderr are each cut at ``OUTPUT_CAP`` bytes with a marker saying how much
 more there was. When the command ends, its pid namespace ends with it: no background process
-outlives a tool call (a call is atomic; docs/sandboxes.md).
+outlives a tool call (a call is atomic; docs/sandboxes.md). Memory and processes are bounded by a
+control group per command (:mod:`rollcut._cgroup`), which is emptied when the command ends.
 
 Where bubblewrap is missing or cannot make its namespaces, the sandbox refuses to start unless
 told ``--unisolated``; then commands run with the same limits in the session directory, in a
@@ -23,11 +24,12 @@ import os
 import resource
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..opaque import Isolation
+from ..._cgroup import CommandGroup, Confinement
+from ..opaque import READ_ONLY_ROOT, Isolation
 
 __all__ = ["OUTPUT_CAP", "Runner"]
 
@@ -39,10 +41,14 @@ MAX_TIMEOUT_S = 600.0
 WORKDIR = "/work"
 
 
-def _limits(cpu_s: int) -> None:  # in the child, before exec
+def _limits(cpu_s: int, group: CommandGroup | None, confinement: Confinement) -> None:  # in the child
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    if group is not None:
+        group.enter()
+    else:
+        confinement.rlimits()
 
 
 async def _capped(stream: asyncio.StreamReader | None, cap: int) -> str:
@@ -61,9 +67,11 @@ async def _capped(stream: asyncio.StreamReader | None, cap: int) -> str:
 @dataclass(frozen=True)
 class Runner:
     """How this server runs a session's commands: bubblewrap (found and probed at start), or None
-    (``--unisolated``)."""
+    (``--unisolated``), each command in a control group of its own with ``confinement``'s limits
+    (rlimits where the machine makes no cgroups: ``docs/sandboxes.md``)."""
 
     isolation: Isolation | None
+    confinement: Confinement = field(default_factory=Confinement)
 
     @classmethod
     def find(cls, *, unisolated: bool) -> Runner:
@@ -103,6 +111,7 @@ class Runner:
             "--setenv",
             "PYTHONDONTWRITEBYTECODE",
             "1",
+            *READ_ONLY_ROOT,
             "--",
             *shell,
         ]
@@ -113,6 +122,17 @@ class Runner:
         """Run ``command`` in ``workdir``: its exit code (-9 when the time limit killed it), its
         capped stdout and stderr, and whether it timed out."""
         timeout_s = min(max(timeout_s, 0.1), MAX_TIMEOUT_S)
+        group = await asyncio.to_thread(self.confinement.group)
+        try:
+            return await self._run(command, workdir, timeout_s, stdin, group)
+        finally:
+            if group is not None:  # whatever it left, however it detached, goes with the group
+                await asyncio.to_thread(group.kill)
+                await asyncio.to_thread(group.remove)
+
+    async def _run(
+        self, command: str, workdir: Path, timeout_s: float, stdin: bytes | None, group: CommandGroup | None
+    ) -> dict[str, Any]:
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(workdir),
@@ -127,7 +147,7 @@ class Runner:
             cwd=workdir,
             env=env,
             start_new_session=True,
-            preexec_fn=lambda: _limits(int(timeout_s) + 1),
+            preexec_fn=lambda: _limits(int(timeout_s) + 1, group, self.confinement),
         )
         if stdin is not None and proc.stdin is not None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):

@@ -20,7 +20,10 @@ from ..wire import ErrorKind, GymError
 __all__ = ["TASKS", "Task", "task_of"]
 
 MAX_TASK_FILES = 1000
-MAX_TASK_BYTES = 1 << 20
+MAX_TASK_BYTES = 256 << 10
+"""An inline task, encoded (files, prompt and check): the seeding record holds the row's seed and
+the task's tree as seeded, and one record holds at most 1 MiB (NATS' payload), so a task of this
+size is restorable, not only accepted (issue 49)."""
 
 
 class Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -85,18 +88,29 @@ def task_of(args: dict[str, Any]) -> Task:
     "check": "...", "prompt": "..."}`` (inline, bounded)."""
     if "files" not in args:
         name = args.get("task", "fix_add")
-        if name not in TASKS:
+        if not isinstance(name, str) or name not in TASKS:
             raise _bad(f"no bundled task {name!r} (there are {sorted(TASKS)})")
         return TASKS[name]
     files, check = args.get("files"), args.get("check")
     if not isinstance(files, dict) or not isinstance(check, str) or not check:
         raise _bad("an inline task needs files (path -> text) and a check command")
-    if len(files) > MAX_TASK_FILES or sum(len(str(v)) for v in files.values()) > MAX_TASK_BYTES:
-        raise _bad(f"an inline task holds at most {MAX_TASK_FILES} files and {MAX_TASK_BYTES} bytes")
+    if len(files) > MAX_TASK_FILES:
+        raise _bad(f"an inline task holds at most {MAX_TASK_FILES} files")
     for path, text in files.items():
         normal = isinstance(path, str) and path and "\x00" not in path and posixpath.normpath(path) == path
-        if not normal or path.startswith(("/", "..")) or not isinstance(text, str):
+        if not normal or path in (".", "..") or path.startswith(("/", "../")) or not isinstance(text, str):
             raise _bad(f"the task file {path!r} is not a text file inside the tree")
-    return Task(
+    dirs = {d for p in files for d in _ancestors(p)}
+    if clash := sorted(dirs & set(files)):
+        raise _bad(f"the task names {clash[0]!r} both as a file and as a directory")
+    task = Task(
         name=str(args.get("name", "inline")), prompt=str(args.get("prompt", "")), files=files, check=check
     )
+    if len(msgspec.json.encode(task)) > MAX_TASK_BYTES:
+        raise _bad(f"an inline task holds at most {MAX_TASK_BYTES} bytes (files, prompt and check, encoded)")
+    return task
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,20 +45,13 @@ from ...replay import AttemptView, AttemptViews
 from .._http import Envelope, append_or_refuse, envelope
 from .._stats import RESOURCES_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
+from ._at_cut import NotContinuable, state_at_cut
+from ._at_cut import settled as _settled
 from ._env import Environment, ToolResult
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
 
 T = TypeVar("T")
-
-
-async def _settled(value: Any) -> Any:
-    """An environment's hook may be a coroutine (a sandbox copies, snapshots and restores files)."""
-    return await value if inspect.isawaitable(value) else value
-
-
-class NotContinuable(RollcutError):
-    """This session cannot be rebuilt at the cut: the rollout needs a fresh dispatch."""
 
 
 @dataclass
@@ -94,6 +86,7 @@ class ResourcesService:
         self.sessions: dict[Identity, Session] = {}
         self.views = AttemptViews(log)  # what each continued attempt starts from, read once
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollouts that are over; bounded
+        self._current: OrderedDict[str, int] = OrderedDict()  # rollout -> newest attempt seen open; bounded
         self._verifying = 0
         self._verified_idle = asyncio.Event()
         self._verified_idle.set()
@@ -137,7 +130,12 @@ class ResourcesService:
         existing = self.sessions.get(ident) or await self._restored(ident)
         if existing is not None:  # a continued attempt keeps its restored session; a repeat is idempotent
             return {"session": self.env.name, "revision": existing.revision, "restored": ident.attempt > 1}
-        state = await _settled(self.env.seed(args))
+        try:
+            state = await _settled(self.env.seed(args))
+        except (KeyError, TypeError, ValueError) as exc:  # the caller's seed, refused: nothing made
+            raise GymError(
+                ErrorKind.BAD_REQUEST, f"{self.env.name}: seed {args!r:.300} refused: {exc!r}"
+            ) from exc
         try:
             await self._append(
                 ResourcesSeeded(
@@ -157,6 +155,14 @@ class ResourcesService:
 
     async def _session(self, ident: Identity) -> Session:
         s = self.sessions.get(ident) or await self._restored(ident)
+        if s is None and ident.attempt < self._current.get(ident.rollout_id, 0):
+            raise GymError(
+                ErrorKind.STALE_ATTEMPT,
+                f"{ident.rollout_id}: attempt {ident.attempt} is stale "
+                f"(attempt {self._current[ident.rollout_id]} is current); its session was dropped",
+                rollout_id=ident.rollout_id,
+                attempt=ident.attempt,
+            )
         if s is None:
             raise GymError(
                 ErrorKind.NO_SESSION,
@@ -243,8 +249,11 @@ class ResourcesService:
         self._verified_idle.clear()
         try:
             async with s.lock:
-                verdict = self.env.verify(s.state, args)
-                out = await verdict if inspect.isawaitable(verdict) else verdict
+                try:
+                    out = await _settled(self.env.verify(s.state, args))
+                except (KeyError, TypeError, ValueError) as exc:  # the caller's expectation, refused
+                    why = f"{self.env.name}: verify arguments {args!r:.300} refused: {exc!r}"
+                    raise GymError(ErrorKind.BAD_REQUEST, why) from exc
         finally:
             self._verifying -= 1
             if self._verifying == 0:
@@ -288,9 +297,15 @@ class ResourcesService:
     # --- checkpoint hooks -----------------------------------------------------------------
 
     async def export(self, checkpoint_id: str) -> ExportReport:
-        """Aligned prepare: wait-mode verifications finish; exported envs snapshot every session."""
+        """Aligned prepare: wait-mode verifications finish; exported envs snapshot every session.
+
+        One session's failure is that rollout's, never the namespace's (docs/security.md): a tree
+        that cannot be snapshotted (a link out of it, over a limit) quarantines its rollout in this
+        checkpoint, which then starts over from its input if restored, said why; a session whose
+        attempt is no longer current (a newer one opened, the fence refuses its record) is dropped."""
         if self.env.verification == "wait":
             await self._verified_idle.wait()
+        quarantined: dict[str, str] = {}
         if self.env.mode == "exported":
             for s in list(self.sessions.values()):
                 if s.retired:
@@ -298,21 +313,59 @@ class ResourcesService:
                 async with s.lock:  # drained: no mutation is half-done
                     if s.retired or self.sessions.get(s.ident) is not s:
                         continue  # closed or retired while this waited for it: its state is gone
-                    blob = await _settled(self.env.export_state(s.state))
-                    await self._append(
-                        ResourcesSnapshot(
-                            **self._ev(s.ident),
-                            session=self.env.name,
-                            revision=s.revision,
-                            codec=self.env.name,
-                            codec_version=self.env.codec_version,
-                            state=blob,
-                            digest=digest(blob),
-                        )
-                    )
-                    self.stats.inc("snapshots")
+                    why = await self._snapshot(s)
+                    if why:
+                        quarantined[s.ident.rollout_id] = why
         unrepro = [f"{self.env.name}: restart_only"] if self.env.mode == "restart_only" else []
-        return ExportReport(unreproducible=unrepro)
+        return ExportReport(unreproducible=unrepro, quarantined=quarantined)
+
+    async def _snapshot(self, s: Session) -> str:
+        """Log one session's snapshot; why it could not be (its rollout's quarantine), or ""."""
+        try:
+            blob = await _settled(self.env.export_state(s.state))
+        except RollcutError as exc:  # the environment's own refusal (SnapshotError): this rollout's
+            self.stats.inc("snapshots_refused")
+            return f"{self.env.name} session at revision {s.revision} cannot be snapshotted: {exc}"[:300]
+        try:
+            await self._append(
+                ResourcesSnapshot(
+                    **self._ev(s.ident),
+                    session=self.env.name,
+                    revision=s.revision,
+                    codec=self.env.name,
+                    codec_version=self.env.codec_version,
+                    state=blob,
+                    digest=digest(blob),
+                )
+            )
+        except GymError as exc:
+            if exc.kind not in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
+                raise
+            self._drop(s.ident)  # a newer attempt holds the rollout: this one's work is over
+            return ""
+        self.stats.inc("snapshots")
+        return ""
+
+    def _drop(self, ident: Identity) -> None:
+        s = self.sessions.pop(ident, None)
+        if s is not None:
+            self.env.close(s.state)
+            self.stats.inc("sessions_superseded")
+
+    def close_all(self) -> None:
+        """The server stops: every session's state goes (its log stays; a restore rebuilds it)."""
+        for ident in list(self.sessions):
+            self.env.close(self.sessions.pop(ident).state)
+
+    def supersede(self, rollout_id: str, attempt: int) -> int:
+        """Attempt ``attempt`` of the rollout opened: every older attempt's session goes at once
+        (its calls are fenced off anyway; kept, it would only be snapshotted in vain)."""
+        if attempt > self._current.get(rollout_id, 0):
+            remember(self._current, rollout_id, attempt, 100_000)
+        gone = [k for k in self.sessions if k.rollout_id == rollout_id and k.attempt < attempt]
+        for k in gone:
+            self._drop(k)
+        return len(gone)
 
     async def restore(self, checkpoint_id: str, cut: int, rollouts: list[str] | None = None) -> None:
         """Rebuild every listed rollout's session this worker owns at the cut; activate all or none."""
@@ -368,41 +421,14 @@ class ResourcesService:
         at_cut = view.resources.get(self.env.name)
         if at_cut is None:
             return None
-        seeded, base = at_cut.seeded, at_cut.base
-        mode = self.env.mode
-        if mode == "restart_only":
-            raise NotContinuable(
-                f"{self.env.name} is restart_only: {ident.rollout_id} needs a fresh dispatch"
-            )
-        if mode == "stateless":
-            state: Any = await _settled(self.env.seed(seeded.seed or {}))
-        else:
-            try:
-                state = await _settled(
-                    self.env.import_state(base, self.env.codec_version)
-                    if base is not None
-                    else self.env.seed(seeded.seed or {})
-                )
-                for m in at_cut.after_base:
-                    if m.delta is None:
-                        raise NotContinuable(
-                            f"{self.env.name} mutation at revision {m.revision} has no delta "
-                            "and no snapshot follows it"
-                        )
-                    state = self.env.apply_delta(state, m.tool, m.arguments, m.delta)
-            except NotContinuable:
-                raise
-            except Exception as exc:  # a codec that cannot read its own state: fail closed
-                raise NotContinuable(
-                    f"{self.env.name} state of {ident.rollout_id} does not restore: {exc!r}"
-                ) from exc
+        state = await state_at_cut(self.env, at_cut, ident.rollout_id)
         revision = at_cut.revision
         await self._append(
             ResourcesSeeded(
                 **self._ev(ident),
                 session=self.env.name,
                 env=self.env.name,
-                seed=seeded.seed,
+                seed=at_cut.seeded.seed,
                 revision=revision,
                 state=await self._logged_state(state),
             )

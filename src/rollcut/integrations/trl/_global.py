@@ -21,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
-from ..._files import file_sha256, private_dir, write_private
+from ..._files import file_sha256, private_dir, read_bounded, write_private
 from ...ledger import Ledger
 from ...tokens import LocalTokenStore
 
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 _MAX_RECORD = 1 << 20  # a record names ids, digests and a path: a larger file is not one of ours
+_ROWS = re.compile(r"step-([0-9]{6,})\.jsonl")  # a step's rows, as the loop names them
 
 
 class GlobalCheckpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -96,12 +98,8 @@ def global_records(root: Path) -> Iterator[tuple[Path, GlobalCheckpoint | str]]:
     """Every record file, newest step first: the record, or why it cannot be read."""
     where = _records_dir(root)
     for path in sorted(where.glob("step-*.json"), reverse=True) if where.is_dir() else []:
-        try:
-            raw = path.read_bytes()
-            if len(raw) > _MAX_RECORD:
-                yield path, f"larger than {_MAX_RECORD} bytes"
-                continue
-            yield path, msgspec.json.decode(raw, type=GlobalCheckpoint)
+        try:  # a regular file of a record's size, or passed over (a FIFO, /dev/zero, a link)
+            yield path, msgspec.json.decode(read_bounded(path, _MAX_RECORD), type=GlobalCheckpoint)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             yield path, f"unreadable: {exc}"
 
@@ -172,7 +170,8 @@ def set_aside(root: Path, point: RestorePoint) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.replace(_records_dir(root) / name, aside / name)
     for rows in sorted((root / "rows").glob("step-*.jsonl")):
-        if int(rows.stem.removeprefix("step-")) >= first:
+        step = _ROWS.fullmatch(rows.name)
+        if step is not None and int(step[1]) >= first:  # what is not the loop's own is left alone
             os.replace(rows, aside / rows.name)
 
 

@@ -250,7 +250,7 @@ class ResourcesService:
         try:
             async with s.lock:
                 try:
-                    out = await _settled(self.env.verify(s.state, args))
+                    out: dict[str, Any] = await _settled(self.env.verify(s.state, args))
                 except (KeyError, TypeError, ValueError) as exc:  # the caller's expectation, refused
                     why = f"{self.env.name}: verify arguments {args!r:.300} refused: {exc!r}"
                     raise GymError(ErrorKind.BAD_REQUEST, why) from exc

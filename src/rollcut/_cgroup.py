@@ -82,10 +82,10 @@ class Confinement:
         return CommandGroup(tuple(made))
 
     def rlimits(self) -> None:
-        """In the child, where no group could be made: address space and (for a user other than
-        root) processes, the nearest rlimits can come."""
+        """In the child, where no group could be made: address space, the nearest an rlimit comes to
+        memory. Processes stay unbounded there: ``RLIMIT_NPROC`` counts every process of the user
+        (a desktop's would stop every command) and does not bind root (docs/security.md)."""
         resource.setrlimit(resource.RLIMIT_AS, (self.memory_bytes * 2, self.memory_bytes * 2))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,15 @@ async def _run(service: ResourcesService, ident: Identity, command: str, **extra
     return out
 
 
+@pytest.fixture(autouse=True)
+def _own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's own temporary directory: what it finds there is what its sessions left."""
+    mine = tmp_path / "tmp"
+    mine.mkdir()
+    monkeypatch.setenv("TMPDIR", str(mine))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # computed again from TMPDIR on next use
+
+
 def _drafts() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("rollcut-sandbox-*")}
 
@@ -102,6 +111,7 @@ async def test_the_hosts_secrets_in_etc_are_not_readable_in_the_sandbox(log: Eve
         ("run", {"command": "true", "timeout_s": "nan"}, "timeout_s must be a number"),
         ("run", {"command": "true", "timeout_s": float("inf")}, "timeout_s must be a number"),
         ("run", {"command": "true", "timeout_s": -1}, "timeout_s must be a number"),
+        ("run", {"command": "true", "timeout_s": True}, "timeout_s must be a number"),
     ],
 )
 async def test_bad_tool_arguments_are_400s_that_change_nothing(
@@ -110,6 +120,8 @@ async def test_bad_tool_arguments_are_400s_that_change_nothing(
     service, ident = await _session(log, f"bad-{abs(hash(str(args))) % 10_000}")
     assert said in await _refused(service, ident, tool, args)
     assert service.sessions[ident].revision == 0
+    ok = await _run(service, ident, "echo fine", timeout_s="5")  # a number a model wrote as text is one
+    assert ok["exit_code"] == 0 and service.sessions[ident].revision == 1
 
 
 @pytest.mark.parametrize(
@@ -163,13 +175,11 @@ async def test_a_seed_over_what_one_record_holds_is_a_413_for_every_environment(
 
 
 async def test_a_clean_stop_leaves_no_session_directory(
-    log: EventLog, bus_config: BusConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    log: EventLog, bus_config: BusConfig, tmp_path: Path
 ) -> None:
     """``rollcut serve resources sandbox`` stopped with SIGTERM removes what its sessions held
     (before: every session directory stayed in the temporary directory)."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp))
+    tmp = tmp_path / "tmp"  # this test's own TMPDIR, which the server inherits
     opts = ResourcesServe(url=bus_config.url, namespace=bus_config.namespace, env="sandbox")
     server = ServerProcess.serving(opts, logs=tmp_path / "logs").start()
     try:

@@ -60,6 +60,22 @@ class _Snapshot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pristine: bool = False  # the task's tree as seeded: made again from the task, no blob stored
 
 
+def _timeout(value: Any) -> float:
+    """A command's time limit: seconds above 0 and at most 600 (a number, or a model's "20"); absent
+    or 0, the default 30. Anything else (``"nan"``, ``inf``, ``-1``, ``true``) is refused."""
+    if value in (None, 0, ""):
+        return 30.0
+    try:
+        seconds = (
+            float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else -1.0
+        )
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_TIMEOUT_S:  # False for NaN too
+        raise ValueError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+    return seconds
+
+
 def _inside(state: SandboxState, path: str) -> Path:
     """``path`` in the session's directory, refused if it leaves it (``..``, absolute, a symlink out)."""
     if not isinstance(path, str) or not path or "\x00" in path:
@@ -148,14 +164,7 @@ class Sandbox(Environment):
         command = args["command"]
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
-        timeout = args.get("timeout_s") or 30.0
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout <= MAX_TIMEOUT_S
-        ):
-            raise ValueError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
-        out = await self._runner().run(command, state.root, timeout_s=float(timeout))
+        out = await self._runner().run(command, state.root, timeout_s=_timeout(args.get("timeout_s")))
         await asyncio.to_thread(check_tree, state.root)
         return out, None
 

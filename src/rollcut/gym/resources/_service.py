@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..._bounded import remember
-from ..._errors import AdmissionClosedError, RollcutError, StaleAttemptError
+from ..._errors import AdmissionClosedError, StaleAttemptError
 from ..._tracing import TOOL_ATTRS, SpanKind, of_attempt, span
 from ...bus import (
     AttemptOpened,
@@ -42,6 +42,7 @@ from ...bus import (
 )
 from ...participants import ExportReport, Participant
 from ...replay import AttemptView, AttemptViews
+from ...sandbox import SnapshotError
 from .._http import Envelope, append_or_refuse, envelope
 from .._stats import RESOURCES_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
@@ -299,10 +300,12 @@ class ResourcesService:
     async def export(self, checkpoint_id: str) -> ExportReport:
         """Aligned prepare: wait-mode verifications finish; exported envs snapshot every session.
 
-        One session's failure is that rollout's, never the namespace's (docs/security.md): a tree
-        that cannot be snapshotted (a link out of it, over a limit) quarantines its rollout in this
-        checkpoint, which then starts over from its input if restored, said why; a session whose
-        attempt is no longer current (a newer one opened, the fence refuses its record) is dropped."""
+        One session's failure is that rollout's, never the namespace's (docs/security.md): a state
+        the environment says cannot be kept (``SnapshotError``: a link out of the tree) or that no
+        record holds quarantines its rollout in this checkpoint, which then starts over from its
+        input if restored, said why; a session whose attempt is no longer current (a newer one
+        opened, the fence refuses its record) is dropped. A storage failure still fails the prepare:
+        it says nothing about the rollout, and the next checkpoint tries again."""
         if self.env.verification == "wait":
             await self._verified_idle.wait()
         quarantined: dict[str, str] = {}
@@ -323,7 +326,7 @@ class ResourcesService:
         """Log one session's snapshot; why it could not be (its rollout's quarantine), or ""."""
         try:
             blob = await _settled(self.env.export_state(s.state))
-        except RollcutError as exc:  # the environment's own refusal (SnapshotError): this rollout's
+        except SnapshotError as exc:  # the environment's word that this state cannot be kept
             self.stats.inc("snapshots_refused")
             return f"{self.env.name} session at revision {s.revision} cannot be snapshotted: {exc}"[:300]
         try:
@@ -339,8 +342,11 @@ class ResourcesService:
                 )
             )
         except GymError as exc:
+            if exc.kind == ErrorKind.PAYLOAD_TOO_LARGE:  # a state no record holds: this rollout's
+                self.stats.inc("snapshots_refused")
+                return f"{self.env.name} session at revision {s.revision}: {exc}"[:300]
             if exc.kind not in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
-                raise
+                raise  # the bus or the store failed: this checkpoint fails, the next one tries again
             self._drop(s.ident)  # a newer attempt holds the rollout: this one's work is over
             return ""
         self.stats.inc("snapshots")

@@ -139,9 +139,22 @@ def test_one_trace_per_attempt_across_every_process_and_a_continued_attempt_link
     tools = [s for s in spans if s.name.startswith("execute_tool ") and s.service == "rollcut-agent"]
     assert tools and all(s.attributes.get("gen_ai.tool.call.id") for s in tools)
     executed = [s for s in spans if s.name.startswith("execute_tool ") and s.service == "rollcut-resources"]
-    assert executed and all(
-        s.attributes["rollcut.disposition"] in {"executed", "served_from_log"} for s in executed
-    )
+    # what ran, ran once or was served from the log; a late call of an attempt the resume superseded
+    # is refused, and its span says so (seen under a full run's load)
+    assert any(s.attributes["rollcut.disposition"] == "executed" for s in executed), executed
+    assert all(
+        s.attributes["rollcut.disposition"] in {"executed", "served_from_log"}
+        or (
+            s.error
+            and s.attributes
+            == {**s.attributes, "rollcut.disposition": "refused", "error.type": "stale_attempt"}
+        )
+        for s in executed
+    ), [
+        s.attributes
+        for s in executed
+        if s.attributes.get("rollcut.disposition") not in {"executed", "served_from_log"}
+    ]
 
     # checkpoints: the coordinator's phases under one span, each participant's prepare in its trace
     checkpoints = [s for s in spans if s.name == "rollcut.checkpoint"]

@@ -9,7 +9,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog, login_options
+from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog, ModelCallAdmitted, login_options
 
 NS = "sec"
 
@@ -55,3 +55,16 @@ async def raw_as() -> AsyncIterator[object]:
     yield connect
     for nc in opened:
         await nc.close()
+
+
+def forged_admitted(rollout_id: str) -> ModelCallAdmitted:
+    """A valid model-call admission, as if ``model-w0`` had admitted it (the attacks publish it on the
+    model role's own connection)."""
+    return ModelCallAdmitted(
+        component="model",
+        instance="model-w0",
+        rollout_id=rollout_id,
+        attempt=1,
+        call_id="c-forged",
+        request_digest="ab" * 8,
+    )

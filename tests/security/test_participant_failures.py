@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from rollcut.bus import Codec, Credentials, EmbeddedServer, EventLog, ModelCallAdmitted
+from rollcut.bus import Codec, Credentials, EmbeddedServer, EventLog
 from rollcut.gym.resources import ResourcesService, Sandbox
 from rollcut.gym.wire import GymError, Identity
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, ExportReport, Participant, plan_recovery
 
 from ..helpers import until
+from .conftest import forged_admitted
 
 NS = "sec"
 
@@ -101,17 +102,6 @@ async def test_a_stale_session_still_held_at_a_prepare_is_dropped_not_a_failed_c
     assert published.record.quarantined == {} and old not in sandbox.sessions
 
 
-def _admitted(rollout_id: str) -> ModelCallAdmitted:
-    return ModelCallAdmitted(
-        component="model",
-        instance="model-w0",
-        rollout_id=rollout_id,
-        attempt=1,
-        call_id="c-forged",
-        request_digest="ab" * 8,
-    )
-
-
 async def test_the_found_twice_rule_holds_across_coordinator_processes(
     server: EmbeddedServer,
     creds: Credentials,
@@ -138,7 +128,7 @@ async def test_the_found_twice_rule_holds_across_coordinator_processes(
     try:
         nc = await raw_as(server, creds, "model")  # type: ignore[operator]
         await nc.jetstream().publish(
-            admin.subjects.event("victim", 1, "model"), Codec().encode(_admitted("victim"))
+            admin.subjects.event("victim", 1, "model"), Codec().encode(forged_admitted("victim"))
         )
         home = tmp_path / "home"
         # in a thread: this loop answers for the participant while each CLI process coordinates

@@ -20,21 +20,11 @@ from rollcut.bus import (
     Credentials,
     EmbeddedServer,
     EventLog,
-    ModelCallAdmitted,
 )
 
+from .conftest import forged_admitted
+
 NS = "sec"
-
-
-def _admitted(rollout_id: str) -> ModelCallAdmitted:
-    return ModelCallAdmitted(
-        component="model",
-        instance="model-w0",
-        rollout_id=rollout_id,
-        attempt=1,
-        call_id="c-forged",
-        request_digest="ab" * 8,
-    )
 
 
 def _cli(server: EmbeddedServer, data_dir: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -62,7 +52,7 @@ async def test_a_participant_record_of_a_rollout_never_dispatched_does_not_block
         )
     )
     nc = await raw_as(server, creds, "model")
-    forged = _admitted("ghost")  # a valid record, on a rollout nobody dispatched
+    forged = forged_admitted("ghost")  # a valid record, on a rollout nobody dispatched
     await nc.jetstream().publish(admin.subjects.event("ghost", 1, "model"), Codec().encode(forged))
     home = tmp_path / "home"
     ck = _json(_cli(server, data_dir, home, "checkpoint", "--json"))
@@ -93,7 +83,7 @@ async def test_a_forged_admitted_call_no_reply_names_quarantines_its_rollout_not
     await part.start()  # a real model participant: its prepare reply names no call of its own
     try:
         nc = await raw_as(server, creds, "model")
-        forged = _admitted("victim")  # as if that participant had admitted it
+        forged = forged_admitted("victim")  # as if that participant had admitted it
         await nc.jetstream().publish(admin.subjects.event("victim", 1, "model"), Codec().encode(forged))
         with Ledger(tmp_path / "ledger") as ledger:
             coordinator = Coordinator(admin, ledger, None, instance="coordinator")

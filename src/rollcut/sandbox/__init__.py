@@ -19,6 +19,7 @@ from ._manifest import (
     decode_manifest,
     is_digest,
     scan,
+    walk,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "is_digest",
     "named_manifests",
     "scan",
+    "walk",
 ]

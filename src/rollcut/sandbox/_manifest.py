@@ -19,6 +19,7 @@ import hashlib
 import os
 import posixpath
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,6 +39,7 @@ __all__ = [
     "decode_manifest",
     "is_digest",
     "scan",
+    "walk",
 ]
 
 MAX_FILES = 200_000
@@ -102,36 +104,43 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def walk(root: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """Every path below ``root``: its path relative to ``root``, where it is, and its own status
+    (symlinks not followed, directories descended into)."""
+    stack = [(root, "")]
+    while stack:
+        where, rel = stack.pop()
+        with os.scandir(where) as it:
+            for d in it:
+                st = d.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((Path(d.path), f"{rel}{d.name}/"))
+                yield f"{rel}{d.name}", Path(d.path), st
+
+
 def scan(root: Path, *, max_files: int = MAX_FILES, max_bytes: int = MAX_TREE_BYTES) -> Tree:
     """The manifest of the tree under ``root`` (``root`` itself is not an entry). Symlinks are
     recorded, never followed."""
     entries: list[Entry] = []
     sources: dict[str, Path] = {}
     total = 0
-    stack = [(root, "")]
-    while stack:
-        where, rel = stack.pop()
-        with os.scandir(where) as it:
-            for d in it:
-                path = f"{rel}{d.name}"
-                st = d.stat(follow_symlinks=False)
-                mode = stat.S_IMODE(st.st_mode)
-                if stat.S_ISLNK(st.st_mode):
-                    entries.append(Entry(path, "symlink", mode, target=os.readlink(d.path)))
-                elif stat.S_ISDIR(st.st_mode):
-                    entries.append(Entry(path, "dir", mode))
-                    stack.append((Path(d.path), f"{path}/"))
-                elif stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-                    if total > max_bytes:
-                        raise SnapshotError(f"the tree holds more than {max_bytes} bytes", path=path)
-                    digest = _sha256(Path(d.path))
-                    sources.setdefault(digest, Path(d.path))
-                    entries.append(Entry(path, "file", mode, size=st.st_size, digest=digest))
-                else:
-                    raise SnapshotError(f"{path} is not a file, a directory or a symlink", path=path)
-                if len(entries) > max_files:
-                    raise SnapshotError(f"the tree holds more than {max_files} entries", path=path)
+    for path, where, st in walk(root):
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            entries.append(Entry(path, "symlink", mode, target=os.readlink(where)))
+        elif stat.S_ISDIR(st.st_mode):
+            entries.append(Entry(path, "dir", mode))
+        elif stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if total > max_bytes:
+                raise SnapshotError(f"the tree holds more than {max_bytes} bytes", path=path)
+            digest = _sha256(where)
+            sources.setdefault(digest, where)
+            entries.append(Entry(path, "file", mode, size=st.st_size, digest=digest))
+        else:
+            raise SnapshotError(f"{path} is not a file, a directory or a symlink", path=path)
+        if len(entries) > max_files:
+            raise SnapshotError(f"the tree holds more than {max_files} entries", path=path)
     entries.sort(key=lambda e: e.path)
     manifest = Manifest(entries)
     _check(manifest)  # what a scan makes must also read back (a symlink out of the tree does not)

@@ -10,11 +10,12 @@ checkpoint could not keep, and no session's size grows past what a call may cost
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
+
+from ...sandbox import walk
 
 __all__ = ["MAX_LIVE_BYTES", "MAX_LIVE_ENTRIES", "TreeRefused", "check_tree", "copy_tree"]
 
@@ -37,30 +38,21 @@ class TreeRefused(ValueError):
 
 def check_tree(root: Path, *, max_bytes: int = MAX_LIVE_BYTES, max_entries: int = MAX_LIVE_ENTRIES) -> None:
     """Refuse a tree with anything but files, directories and symlinks, or past a bound."""
-    total = entries = 0
-    stack = [(root, "")]
-    while stack:
-        where, rel = stack.pop()
-        with os.scandir(where) as it:
-            for d in it:
-                path = f"{rel}{d.name}"
-                st = d.stat(follow_symlinks=False)
-                kind = stat.S_IFMT(st.st_mode)
-                entries += 1
-                if kind == stat.S_IFDIR:
-                    stack.append((Path(d.path), f"{path}/"))
-                elif kind == stat.S_IFREG:
-                    total += st.st_size
-                elif kind != stat.S_IFLNK:
-                    raise TreeRefused(
-                        f"the call left {_KINDS.get(kind, 'a special file')} at {path!r}; a session keeps "
-                        "files, directories and symlinks only, so the call was undone"
-                    )
-                if total > max_bytes or entries > max_entries:
-                    raise TreeRefused(
-                        f"the call left more than {max_bytes} bytes or {max_entries} paths in the tree "
-                        f"(sparse files count at their full size), so it was undone"
-                    )
+    total = 0
+    for entries, (path, _, st) in enumerate(walk(root), start=1):
+        kind = stat.S_IFMT(st.st_mode)
+        if kind == stat.S_IFREG:
+            total += st.st_size
+        elif kind not in (stat.S_IFDIR, stat.S_IFLNK):
+            raise TreeRefused(
+                f"the call left {_KINDS.get(kind, 'a special file')} at {path!r}; a session keeps "
+                "files, directories and symlinks only, so the call was undone"
+            )
+        if total > max_bytes or entries > max_entries:
+            raise TreeRefused(
+                f"the call left more than {max_bytes} bytes or {max_entries} paths in the tree "
+                f"(sparse files count at their full size), so it was undone"
+            )
 
 
 def copy_tree(src: Path) -> Path:

@@ -178,7 +178,11 @@ class ResourcesService:
             raise GymError(ErrorKind.UNKNOWN_TOOL, f"{self.env.name} has no tool {name!r}")
         attrs = {**TOOL_ATTRS, "gen_ai.tool.name": name, "rollcut.environment": self.env.name}
         with span(f"execute_tool {name}", SpanKind.SERVER, {**attrs, **of_attempt(ident)}) as s:
-            out = await self._guarded(self._tool(ident, name, fn, args))
+            try:
+                out = await self._guarded(self._tool(ident, name, fn, args))
+            except GymError as exc:  # a trace says why the call did not run (an old attempt's, late)
+                s.set_attributes({"rollcut.disposition": "refused", "error.type": str(exc.kind)})
+                raise
             s.set_attribute(
                 "rollcut.disposition", "served_from_log" if out["served_from_log"] else "executed"
             )

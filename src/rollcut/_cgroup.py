@@ -119,6 +119,11 @@ class CommandGroup:
                 out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
         return out
 
+    def close(self) -> None:
+        """:meth:`kill`, then :meth:`remove` (one call: one hop off the event loop)."""
+        self.kill()
+        self.remove()
+
     def remove(self) -> None:
         """The group itself, once empty (a group that still holds a process stays, harmless)."""
         for d in self.dirs:

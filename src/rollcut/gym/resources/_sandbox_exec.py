@@ -127,8 +127,7 @@ class Runner:
             return await self._run(command, workdir, timeout_s, stdin, group)
         finally:
             if group is not None:  # whatever it left, however it detached, goes with the group
-                await asyncio.to_thread(group.kill)
-                await asyncio.to_thread(group.remove)
+                await asyncio.to_thread(group.close)
 
     async def _run(
         self, command: str, workdir: Path, timeout_s: float, stdin: bytes | None, group: CommandGroup | None

@@ -91,8 +91,8 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             if isinstance(s.event, ModelCallPrefixCut)
         ]
         assert len(cuts) == 1, (
-            f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}; "
-            f"participants {sorted(res.record.participants)}"
+            f"{len(cuts)} cuts; the call had ended by then: {ended} (try {tried + 1} of 3); "
+            f"streamed {len(seen)}; participants {sorted(res.record.participants)}"
         )
         assert 30 <= cuts[0].token_boundary < n
         k = cuts[0].token_boundary

@@ -37,14 +37,14 @@ from .._errors import (
 )
 from .._telemetry import percentile
 from .._tracing import INVOKE_ATTRS, attempt_span, traced
-from ..bus import EventLog, ResultAccepted
+from ..bus import EventLog
 from ..gym.wire import ErrorKind, Identity, error_from_response, identity_headers
 from ..ledger import Ledger, RolloutIndex
 from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._buswatch import OUTAGE_FLOOR_S, BusWatch
 from ._checkpointing import Checkpointing
-from ._handoff import refuse_foreign, standing, write_row
+from ._handoff import HandOff, refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._metrics import CollectorMetrics
 from ._recovering import Recovering
@@ -127,6 +127,7 @@ class Collector(Checkpointing, Recovering):
         # rollout id -> (its row's digest, its reward): what the acknowledgement binds. Not the row: a
         # row holds the whole episode with its token ids, and a week's rows do not fit in memory
         self._written = self.rows.inputs.written()
+        self.hand_off = HandOff(log, instance, self.rows, output, self.summary, self._written)
         self._stop = asyncio.Event()
         self._running = 0
         self._interrupted: set[str] = set()  # runs that broke off, waiting for recovery
@@ -166,15 +167,6 @@ class Collector(Checkpointing, Recovering):
             not self._written.add(row["rollout_id"], row_kept(row)) for row in self.rows.written()
         )
 
-    async def _hand_off(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
-        kept = self._written.get(rid)
-        if kept is None:  # the row first, durable; then the acknowledgement
-            row = self.rows.result_row(rid, attempt, result)
-            write_row(self.output, row)
-            self._written[rid] = kept = row_kept(row)
-            self.summary.results_written += 1
-        await self._accept(rid, attempt, kept)
-
     async def retire(self, rid: str, reason: str = "") -> None:
         """Give a rollout up: the fence first (every server drops it, its writes are refused), then
         its row, marked ``retired``, so the output still names every rollout exactly once. A rollout
@@ -182,30 +174,7 @@ class Collector(Checkpointing, Recovering):
         if rid in self._written:
             return
         state = await self.log.retire(rid, instance=self.instance, reason=reason)
-        self._hand_off_retired(rid, state.attempt, reason)
-
-    def _hand_off_retired(self, rid: str, attempt: int, reason: str) -> None:
-        if rid in self._written:
-            return
-        path, row = self.rows.failure_row(rid, attempt, reason)
-        write_row(path, row)
-        self._written[rid] = row_kept(row)
-        self.summary.results_written += 1
-        self.summary.retired += 1
-
-    async def _accept(self, rid: str, attempt: int, kept: tuple[str, float]) -> None:
-        """The hand-off acknowledgement: binds the row's digest to the rollout for good."""
-        digest, reward = kept
-        await self.log.append(
-            ResultAccepted(
-                component="collector",
-                instance=self.instance,
-                rollout_id=rid,
-                attempt=attempt,
-                result_digest=digest,
-                reward=reward,
-            )
-        )
+        self.hand_off.retired(rid, state.attempt, reason)
 
     # --- the run -------------------------------------------------------------------------
 
@@ -230,7 +199,7 @@ class Collector(Checkpointing, Recovering):
                 return
             state = await self.log.fence_state(rid)
             if state is not None and state.retired:
-                self._hand_off_retired(rid, state.attempt, "retired while running")
+                self.hand_off.retired(rid, state.attempt, "retired while running")
                 return
             if state is None or not state.open:
                 return
@@ -258,7 +227,7 @@ class Collector(Checkpointing, Recovering):
                 continue
             if resp.status_code == 200:
                 try:
-                    await self._hand_off(rid, state.attempt, resp.json())
+                    await self.hand_off.result(rid, state.attempt, resp.json())
                 except StaleAttemptError:
                     continue
                 self.summary.failed.pop(rid, None)
@@ -370,9 +339,9 @@ class Collector(Checkpointing, Recovering):
         for rid in was.unacknowledged:  # a row written, its acknowledgement lost: acknowledge only
             st = await self.log.fence_state(rid)
             if st is not None and st.open:
-                await self._accept(rid, st.attempt, self._written[rid])
+                await self.hand_off.accept(rid, st.attempt, self._written[rid])
         for rid, attempt in was.rowless:  # retired, its row lost in a crash: write the row only
-            self._hand_off_retired(rid, attempt, "retired")
+            self.hand_off.retired(rid, attempt, "retired")
         self.summary.accepted_before = was.completed + was.retired
         if resume:
             await self._recover(was.unfinished)

@@ -15,10 +15,13 @@ from typing import Any
 
 from .._errors import ConfigError, StorageError
 from .._files import append_private
-from ..bus import EventLog
+from ..bus import EventLog, ResultAccepted
 from ..ledger import Ledger, Projector
+from ._index import Written
+from ._rows import Rows, row_kept
+from ._summary import Summary
 
-__all__ = ["Standing", "refuse_foreign", "standing", "write_row"]
+__all__ = ["HandOff", "Standing", "refuse_foreign", "standing", "write_row"]
 
 
 def write_row(path: Path, row: dict[str, Any]) -> None:
@@ -31,6 +34,53 @@ def write_row(path: Path, row: dict[str, Any]) -> None:
             path=str(path),
             errno=exc.errno,
         ) from exc
+
+
+@dataclass
+class HandOff:
+    """Each rollout's one row, durable, then its acknowledgement on the log (``result.accepted``):
+    what the collection hands over, and the record of what it has (``written``: rollout id -> the
+    row's digest and reward, what the acknowledgement binds; not the row, which holds the episode)."""
+
+    log: EventLog
+    instance: str
+    rows: Rows
+    output: Path
+    summary: Summary
+    written: Written
+
+    async def result(self, rid: str, attempt: int, result: dict[str, Any]) -> None:
+        kept = self.written.get(rid)
+        if kept is None:  # the row first, durable; then the acknowledgement
+            row = self.rows.result_row(rid, attempt, result)
+            write_row(self.output, row)
+            self.written[rid] = kept = row_kept(row)
+            self.summary.results_written += 1
+        await self.accept(rid, attempt, kept)
+
+    def retired(self, rid: str, attempt: int, reason: str) -> None:
+        """A rollout given up: its row, marked ``retired`` (the output names every rollout once)."""
+        if rid in self.written:
+            return
+        path, row = self.rows.failure_row(rid, attempt, reason)
+        write_row(path, row)
+        self.written[rid] = row_kept(row)
+        self.summary.results_written += 1
+        self.summary.retired += 1
+
+    async def accept(self, rid: str, attempt: int, kept: tuple[str, float]) -> None:
+        """The hand-off acknowledgement: binds the row's digest to the rollout for good."""
+        digest, reward = kept
+        await self.log.append(
+            ResultAccepted(
+                component="collector",
+                instance=self.instance,
+                rollout_id=rid,
+                attempt=attempt,
+                result_digest=digest,
+                reward=reward,
+            )
+        )
 
 
 @dataclass

@@ -13,6 +13,7 @@ enters the group before it execs, and the group is emptied and removed after it 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import signal
@@ -37,8 +38,10 @@ def _own_paths() -> dict[str, str]:
     return out
 
 
+@functools.cache
 def _parents() -> list[tuple[Path, dict[str, str]]] | None:
-    """Where a command's groups go and what each limit file is called there, or None."""
+    """Where a command's groups go and what each limit file is called there, or None: read once (a
+    process's own group does not move), not at every command."""
     own = _own_paths()
     v1 = [_ROOT / c for c in ("memory", "pids")]
     if all((d / "cgroup.procs").is_file() for d in v1) and "memory" in own and "pids" in own:

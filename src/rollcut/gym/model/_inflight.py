@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from ..._errors import StaleAttemptError
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, ExportReport
 from ...tokens import TokenRecord, TokenWrites
@@ -187,9 +186,9 @@ class InFlightCalls:
         attempt holds the rollout, so this call's work is over (reported ``failed``: whatever it
         writes next is refused too), never a reason to fail the prepare (issue 49)."""
         try:
-            await self.append(event)
-        except (StaleAttemptError, GymError) as exc:
-            if isinstance(exc, GymError) and exc.kind not in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
+            await self.append(event)  # the service's append: a fence refusal comes back as a GymError
+        except GymError as exc:
+            if exc.kind not in (ErrorKind.STALE_ATTEMPT, ErrorKind.RETIRED):
                 raise
             return False
         return True

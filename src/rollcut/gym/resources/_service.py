@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -53,6 +53,16 @@ from ._env import Environment, ToolResult
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _refused(what: str, args: Any) -> Iterator[None]:
+    """An environment's hook refusing the caller's arguments (KeyError, TypeError, ValueError) is the
+    caller's 400, never a 500: seeds, tool calls and verifications alike."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GymError(ErrorKind.BAD_REQUEST, f"{what} {args!r:.300} refused: {exc!r}") from exc
 
 
 @dataclass
@@ -131,12 +141,8 @@ class ResourcesService:
         existing = self.sessions.get(ident) or await self._restored(ident)
         if existing is not None:  # a continued attempt keeps its restored session; a repeat is idempotent
             return {"session": self.env.name, "revision": existing.revision, "restored": ident.attempt > 1}
-        try:
+        with _refused(f"{self.env.name}: seed", args):  # nothing made
             state = await _settled(self.env.seed(args))
-        except (KeyError, TypeError, ValueError) as exc:  # the caller's seed, refused: nothing made
-            raise GymError(
-                ErrorKind.BAD_REQUEST, f"{self.env.name}: seed {args!r:.300} refused: {exc!r}"
-            ) from exc
         try:
             await self._append(
                 ResourcesSeeded(
@@ -205,16 +211,8 @@ class ResourcesService:
                 return {"result": head.result, "revision": head.revision, "served_from_log": True}
             draft = await _settled(self.env.copy(s.state))
             try:
-                try:
+                with _refused(f"{self.env.name}.{name}: arguments", args):  # on the draft: nothing changed
                     result, delta = await _settled(fn(draft, args))
-                except (
-                    KeyError,
-                    TypeError,
-                    ValueError,
-                ) as exc:  # on the draft: nothing changed, nothing logged
-                    raise GymError(
-                        ErrorKind.BAD_REQUEST, f"{self.env.name}.{name}: arguments {args!r} refused: {exc!r}"
-                    ) from exc
                 rev = s.revision + 1
                 await self._record_mutation(ident, rev, name, args, (result, delta), draft)
             except BaseException:
@@ -254,11 +252,8 @@ class ResourcesService:
         self._verified_idle.clear()
         try:
             async with s.lock:
-                try:
+                with _refused(f"{self.env.name}: verify arguments", args):
                     out: dict[str, Any] = await _settled(self.env.verify(s.state, args))
-                except (KeyError, TypeError, ValueError) as exc:  # the caller's expectation, refused
-                    why = f"{self.env.name}: verify arguments {args!r:.300} refused: {exc!r}"
-                    raise GymError(ErrorKind.BAD_REQUEST, why) from exc
         finally:
             self._verifying -= 1
             if self._verifying == 0:

@@ -49,6 +49,20 @@ async def _until(cond: Any, what: str, limit_s: float = 120.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _all_through(engine: LlamaServer, running: list[Any], at_least: int) -> bool:
+    """Whether every call is running ``at_least`` tokens in at once; False the moment one ended
+    first. Under a loaded machine's scheduling one call can start after another has finished (the
+    tiny model is fast): the scene is then set again, not waited for in vain."""
+    give_up = time.monotonic() + 120.0
+    while engine.decoding(at_least=at_least) < len(running):
+        if any(f.done() for f in running):
+            return False
+        if time.monotonic() > give_up:
+            raise RuntimeError(f"bench model: the calls never ran {at_least} tokens in at once")
+        await asyncio.sleep(0.01)
+    return True
+
+
 def _serve(nats: str, ns: str, tokens: Path, engine: LlamaServer, *, cuts: bool) -> tuple[Any, str]:
     argv = [sys.executable, "-m", "rollcut", "serve", "model", "--url", nats, "--namespace", ns]
     argv += ["--tokens", str(tokens), "--port", "0", "--backend", "engine", "--upstream", engine.url]
@@ -116,6 +130,19 @@ async def _latency(
 async def _crash(
     nats: str, root: Path, engine: LlamaServer, eos: int, n: int, tokens: int, *, cuts: bool
 ) -> dict[str, Any]:
+    """The crash scene, set at most three times (see :func:`_all_through`); ``tries`` says how
+    many it took."""
+    for tried in range(1, 4):
+        got = await _crash_once(nats, root, engine, eos, n, tokens, cuts=cuts)
+        if got is not None:
+            return {**got, "tries": tried}
+        await _until(engine.idle, "the engine stopped the set-aside scene's requests")
+    raise RuntimeError("bench model: in three tries, a call always ended before the rest were in")
+
+
+async def _crash_once(
+    nats: str, root: Path, engine: LlamaServer, eos: int, n: int, tokens: int, *, cuts: bool
+) -> dict[str, Any] | None:
     ns = f"benchcrash{os.urandom(3).hex()}"
     log = await EventLog.connect(BusConfig(url=nats, namespace=ns))
     store = root / f"tokens-{ns}"
@@ -143,13 +170,15 @@ async def _crash(
                     )
                     for r in rollouts
                 ]
-                await _until(
-                    lambda: engine.decoding(at_least=tokens // 4) == n, "all calls a quarter through"
-                )
-                res = await coord.checkpoint(deadline_s=30)
-                proc.kill()  # SIGKILL the model server; the engine lives
-                proc.wait()
-                await asyncio.gather(*running, return_exceptions=True)
+                try:
+                    through = await _all_through(engine, running, tokens // 4)
+                    res = await coord.checkpoint(deadline_s=30) if through else None
+                finally:
+                    proc.kill()  # SIGKILL the model server; the engine lives
+                    proc.wait()
+                    await asyncio.gather(*running, return_exceptions=True)
+            if res is None:
+                return None
             await _until(engine.idle, "the engine stopped the dead server's requests")
             before = engine.tokens_predicted() - start
             events = [s.event async for s in log.read(up_to=res.record.cut)]

@@ -93,11 +93,15 @@ class Coordinator:
     # --- discovery ----------------------------------------------------------------
 
     async def discover(
-        self, *, timeout: float | None = None, expect: frozenset[str] = frozenset()
+        self,
+        *,
+        timeout: float | None = None,
+        expect: frozenset[str] = frozenset(),
+        expect_s: float | None = None,
     ) -> list[InstanceInfo]:
         """Every live participant instance (see :class:`Membership`: a round ends when every known
         member answered; the ``expect``ed ones are waited for)."""
-        return await self.membership.discover(timeout=timeout, expect=expect)
+        return await self.membership.discover(timeout=timeout, expect=expect, expect_s=expect_s)
 
     @staticmethod
     def check_membership(found: list[InstanceInfo], expect: set[str]) -> None:
@@ -237,7 +241,11 @@ class Coordinator:
         resumed: list[str] | None = None  # set once the participants are released
         try:
             with timer.phase("discover"):
-                found = await self.discover(expect=frozenset(expect or ()))
+                # an instance the caller named is waited for up to half the deadline: it is live,
+                # and the other half is the prepare's
+                found = await self.discover(
+                    expect=frozenset(expect or ()), expect_s=(deadline - time.time()) / 2
+                )
                 self.check_membership(found, expect or set())
             paused_at = time.perf_counter()
             replies = await self._prepare(timer, found, cid, deadline)

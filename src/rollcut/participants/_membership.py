@@ -17,8 +17,9 @@ known member answered and every coordinated group is complete. Only when a known
 member is missing (it left, or it is slow) does the round fall back to waiting
 for quiet, bounded by the discovery timeout; the view then forgets it. A group
 that declares more workers than answered is waited for longer (``short_s``,
-3 s): its workers exist, and under load one answers late; so are the instances the
-caller expects by name. An announcement during a round counts as an answer.
+3 s): its workers exist, and under load one answers late. An instance the caller
+expects by name is waited for as long as the caller says (a checkpoint: half its
+deadline). An announcement during a round counts as an answer.
 """
 
 from __future__ import annotations
@@ -122,11 +123,16 @@ class Membership:
             self.known.add(info.instance)
 
     async def discover(
-        self, *, timeout: float | None = None, expect: frozenset[str] = frozenset()
+        self,
+        *,
+        timeout: float | None = None,
+        expect: frozenset[str] = frozenset(),
+        expect_s: float | None = None,
     ) -> list[InstanceInfo]:
         """Every live participant instance: the answers to one ping. The ``expect``ed instances are
-        waited for as a short group's workers are (a fresh coordinator knows nobody yet, and a busy
-        participant answers late); one still missing after that is for the caller to refuse."""
+        waited for ``expect_s`` (a short group's wait unless told: a fresh coordinator knows nobody
+        yet, and a busy participant answers late); one still missing after that is for the caller
+        to refuse."""
         await self.listen()
         nc = self.log.nc
         got: list[InstanceInfo] = []
@@ -148,10 +154,16 @@ class Membership:
             await asyncio.shield(nc.flush())  # nats-py: a cancelled flush kills its read loop
             start, base = time.monotonic(), (timeout if timeout is not None else self.timeout_s)
             while True:
-                complete = _groups_complete(got) and expect <= answered
+                groups, named = _groups_complete(got), expect <= answered
+                complete = groups and named
                 # a group short of a worker is listened to longer: under load (dozens of processes
-                # on two cores, measured in the scale test) a live worker's answer can take > 0.5 s
-                left = start + (base if complete else max(base, self.short_s)) - time.monotonic()
+                # on two cores, measured in the scale test) a live worker's answer can take > 0.5 s;
+                # an instance the caller named, as long as the caller allows (a model server beside
+                # vLLM's CPU engine on two cores once took over 3 s)
+                wait = base if groups else max(base, self.short_s)
+                if not named:
+                    wait = max(wait, self.short_s if expect_s is None else expect_s)
+                left = start + wait - time.monotonic()
                 if left <= 0:
                     break
                 if want and want <= answered and complete:

@@ -54,7 +54,14 @@ class Engine:
         if not self.external_url and named != "tiny":  # a named real model (rollcut engine model)
             binary = llama_server_binary(build=False)
             path = engine_model_file(named)
-            self.server = LlamaServer(path, binary=binary, ctx=slots * 2048, slots=slots, threads=1)
+            self.server = LlamaServer(
+                path,
+                binary=binary,
+                ctx=slots * 2048,
+                slots=slots,
+                threads=1,
+                extra=ENGINE_MODELS[named].server_flags,
+            )
             self.server.log_path = tmp / f"{named}.engine.log"
             eos = str(ENGINE_MODELS[named].eos_id)
         elif not self.external_url:

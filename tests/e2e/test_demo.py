@@ -113,6 +113,7 @@ def test_the_demo_tells_the_crash_shows_what_it_saved_and_leaves_a_home_to_repor
     out = json.loads((home / "demo.json").read_text())
     assert out["crashes"] == 1 and out["results_written"] == ROLLOUTS and out["duplicate_results"] == 0
     assert out["model_calls"]["regenerated_after_crash"] == 0 and out["failed"] == {}
+    assert out["model"] == {"backend": "local", "engine": None, "name": "rollcut-local"}
     _check_rows(home)
     _check_story(done.stderr, out)
     _check_saving(done.stdout, out)

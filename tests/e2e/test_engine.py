@@ -257,6 +257,12 @@ def test_the_demo_on_the_engine_writes_every_row_once_with_the_engines_tokens(tm
     assert out["model_calls"]["regenerated_after_crash"] == 0  # no completed call generated twice
     eng = out["engine"]
     assert eng["dialect"] == "llama.cpp" and eng["cuts"] is True
+    assert out["model"] == {
+        "backend": "engine",
+        "engine": "llama.cpp",
+        "name": "tiny",
+        "upstream": out["model"]["upstream"],
+    } and out["model"]["upstream"].startswith("http://127.0.0.1:")
     assert eng["tokens_generated"] >= eng["tokens_for_completed_calls"] > 0
     rows = [json.loads(line) for line in (tmp_path / "demo" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and all(r["response"]["output"] for r in rows)

@@ -327,5 +327,8 @@ def test_the_demo_on_gemma_runs_tool_episodes_through_the_crash_and_names_its_ba
     assert rollcut["model_calls_regenerated"] == 0 and rollcut["tokens_regenerated"] == 0
     assert restart["tokens_regenerated"] > 0
     assert out["engine"]["dialect"] == "llama.cpp" and out["engine"]["cuts"] is True
+    # which model made the rows, by the name it was asked for
+    assert out["model"]["backend"] == "engine" and out["model"]["engine"] == "llama.cpp"
+    assert out["model"]["name"] == "gemma-3-270m"
     base = out["baseline"]
     assert base == out["compared"]["last_checkpoint"]["baseline"] and base["every_s"] >= 4.0 and base["why"]

@@ -42,7 +42,10 @@ class PlainModelService(ModelService):
         async for tok in self.backend.generate(plan):
             out.append(tok)
             if on_token is not None:
-                await on_token(tok, self.backend.piece(plan, len(out) - 1))
+                i = len(out) - 1
+                await on_token(
+                    tok, self.backend.piece(plan, i), plan.logprobs[i] if i < len(plan.logprobs) else 0.0
+                )
         self.stats.inc("calls_generated")
         return CallResult(call_id, plan, out, _NO_RECEIPT)
 

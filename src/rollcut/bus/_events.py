@@ -149,6 +149,9 @@ class ModelCallCompleted(RolloutEvent, frozen=True, kw_only=True, tag="model.com
     finish_reason: str = "stop"
     policy_version: str = ""
     response: Any = None
+    # the stop string that ended the generation, when the backend says which (llama.cpp does):
+    # Anthropic's ``stop_sequence``, answered the same when the call is served from the log
+    stop_sequence: str | None = None
 
 
 class ModelCallPrefixCut(RolloutEvent, frozen=True, kw_only=True, tag="model.prefix_cut"):
@@ -170,6 +173,9 @@ class ModelCallReused(RolloutEvent, frozen=True, kw_only=True, tag="model.reused
     receipt: TokenReceipt
     parent_call_id: str | None = None
     response: Any = None
+    # how the source call's generation ended, carried so a reuse of this reuse answers the same
+    finish_reason: str = "stop"
+    stop_sequence: str | None = None
 
 
 class ModelCallContinued(RolloutEvent, frozen=True, kw_only=True, tag="model.continued"):

@@ -190,6 +190,7 @@ async def run_demo(
             rollouts, first, main, compared, time.perf_counter() - t0, home, counter.work(main, total)
         )
         out["by_interval"] = by_interval or None
+        out["model"] = _served(engine, engine_model if local_engine is not None else None, model)
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -262,6 +263,14 @@ one by constrained decoding: docs/engines.md), in a bounded budget, so an episod
 
 REAL_MODEL_MAX_STEPS = 4
 """Tool calls per episode on a real model (``--model gemma-3-270m``): the demo stays minutes long."""
+
+
+def _served(engine: str | None, name: str | None, model: dict[str, Any]) -> dict[str, Any]:
+    """Which policy the rows come from: the backend, and on an engine, which engine serving which
+    model (``name`` None: an engine started elsewhere, whose model the caller named to it)."""
+    if engine is None:
+        return {"backend": "local", "engine": None, "name": "rollcut-local"}
+    return {"backend": "engine", "engine": engine, "name": name, "upstream": model["upstream"]}
 
 
 def _baseline(first: Phase, copy: Path, every_s: float | None) -> BaselineCut:

@@ -103,6 +103,8 @@ class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     admitted_seq: int = 0
     final_seq: int = 0
     response: Any = None
+    finish_reason: str = "stop"  # how a completed (or reused) call's generation ended
+    stop_sequence: str | None = None
 
 
 class ModelSession(msgspec.Struct, kw_only=True, gc=False):
@@ -164,6 +166,8 @@ class ModelFold:
             response=ev.response,
             admitted_seq=stored.seq,
             final_seq=stored.seq,
+            finish_reason=ev.finish_reason,
+            stop_sequence=ev.stop_sequence,
         )
         state.last_completed_call_id = ev.call_id
 
@@ -177,6 +181,7 @@ class ModelFold:
     def _completed(self, state: ModelSession, stored: StoredEvent, ev: ModelCallCompleted) -> None:
         call = self._call(state, stored, ev.call_id)
         call.status, call.receipt, call.response = "completed", ev.receipt, ev.response
+        call.finish_reason, call.stop_sequence = ev.finish_reason, ev.stop_sequence
         call.request_digest, call.parent_call_id = ev.request_digest, ev.parent_call_id
         state.last_completed_call_id = ev.call_id
 

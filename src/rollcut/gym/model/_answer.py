@@ -46,12 +46,12 @@ class Tokens:
     """A call running in the background, its tokens as they come; custody runs to the end."""
 
     def __init__(self, service: ModelService, ident: Identity, body: dict[str, Any]) -> None:
-        self.queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, str, float] | None] = asyncio.Queue()
         self.task = asyncio.ensure_future(service.call(ident, body, on_token=self._on_token))
         self.task.add_done_callback(lambda _: self.queue.put_nowait(None))
 
-    async def _on_token(self, tok: int, text: str) -> None:
-        await self.queue.put((tok, text))
+    async def _on_token(self, tok: int, text: str, logprob: float) -> None:
+        await self.queue.put((tok, text, logprob))
 
     async def started(self) -> None:
         """Wait for the first token or the end; a call refused before it ran raises here, so the
@@ -68,7 +68,7 @@ class Tokens:
             raise exc
         self._first = first
 
-    async def __aiter__(self) -> AsyncIterator[tuple[int, str]]:
+    async def __aiter__(self) -> AsyncIterator[tuple[int, str, float]]:
         tok = await self._first
         while tok is not None:
             yield tok

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
 __all__ = ["Backend", "OnToken", "Plan"]
 
 
-OnToken = Callable[[int, str], Awaitable[None]]
-"""Called with each token id of a call and its text as it is generated (a stream's deltas)."""
+OnToken = Callable[[int, str, float], Awaitable[None]]
+"""Called with each token id of a call, its text and its log-prob as it is generated (a stream's
+deltas, and their log-probs when a streamed request asks for them)."""
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Plan:
     finish_reason: str
     text: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    stop_sequence: str | None = None  # the stop string that ended it, when the backend says which
     handle: Any = None  # the backend's own state of a running call (an engine's open request)
     # set by the model service before it generates, for a backend that knows which request made which
     # token: the policy version in force now, and the hook to call with (first output index, version)

@@ -19,13 +19,15 @@ import asyncio
 import hashlib
 import json
 import random
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Plan
+from ._logprobs import TokenText, of_bytes
 from ._requests import requested_limit
 
 if TYPE_CHECKING:
+    from ...replay import ModelCall
     from ...tokens import TokenRecord
 
 __all__ = ["LocalBackend", "decode", "encode", "render_prompt", "replayed_plan", "response_message"]
@@ -44,7 +46,7 @@ def encode(text: str) -> list[int]:
 
 def decode(ids: list[int]) -> str:
     """Token ids of the local backend back to text."""
-    return bytes(i - _OFFSET for i in ids if i >= _OFFSET).decode("utf-8", "replace")
+    return bytes(i - _OFFSET for i in ids if _OFFSET <= i < _OFFSET + 256).decode("utf-8", "replace")
 
 
 def render_prompt(messages: list[dict[str, Any]]) -> str:
@@ -126,14 +128,15 @@ class LocalBackend:
             words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 40))]
             text = " ".join(words) + f". The answer is {rng.randint(0, 99)}."
             finish = "stop"
+        matched: str | None = None  # the stop string found first in the text (the last one to cut)
         for stop in [body["stop"]] if isinstance(body.get("stop"), str) else body.get("stop") or []:
             at = text.find(stop) if stop else -1
             if at >= 0:
-                text, tool_calls, finish = text[:at], [], "stop"
+                text, tool_calls, finish, matched = text[:at], [], "stop", stop
         ids = encode(text)
         limit = requested_limit(body)
         if limit is not None and len(ids) > limit:
-            ids, tool_calls, finish = ids[:limit], [], "length"
+            ids, tool_calls, finish, matched = ids[:limit], [], "length", None
             text = decode(ids)
         logprobs = [
             -(
@@ -153,6 +156,7 @@ class LocalBackend:
             finish_reason=finish,
             text=None if tool_calls else text,
             tool_calls=tool_calls,
+            stop_sequence=matched,
         )
 
     async def start(self, body: dict[str, Any]) -> Plan:
@@ -175,20 +179,29 @@ class LocalBackend:
     def piece(self, plan: Plan, index: int) -> str:
         return decode(plan.output_ids[index : index + 1])
 
+    async def token_texts(self, ids: Sequence[int]) -> list[TokenText]:
+        """A token is a byte (0-2 are reserved: no text)."""
+        return [
+            of_bytes(bytes([i - _OFFSET])) if _OFFSET <= i < _OFFSET + 256 else TokenText("", None)
+            for i in ids
+        ]
+
     def interrupt(self, plan: Plan) -> None:
         """Nothing to stop: the plan goes on from the frozen boundary by itself."""
 
 
-def replayed_plan(record: TokenRecord, response: Any) -> Plan:
-    """A plan rebuilt from the log and the token store: what the reused call returned."""
-    msg = response if isinstance(response, dict) else {}
+def replayed_plan(record: TokenRecord, call: ModelCall) -> Plan:
+    """A plan rebuilt from the log and the token store: what the reused call returned, ended as it
+    ended (a tool call, a stop string, the token limit)."""
+    msg = call.response if isinstance(call.response, dict) else {}
     return Plan(
         prompt_ids=list(record.prompt_ids),
         output_ids=list(record.output_ids),
         logprobs=list(record.logprobs),
-        finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
+        finish_reason="tool_calls" if msg.get("tool_calls") else call.finish_reason,
         text=msg.get("content"),
         tool_calls=list(msg.get("tool_calls") or []),
+        stop_sequence=call.stop_sequence,
     )
 
 

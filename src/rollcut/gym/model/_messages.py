@@ -209,7 +209,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _blocks(result: CallResult) -> tuple[list[dict[str, Any]], str]:
-    """The answer's content blocks and its stop reason."""
+    """The answer's content blocks and its stop reason (``stop_sequence`` when a stop string the
+    backend names ended it)."""
     msg = response_message(result.plan, result.output_ids)
     blocks: list[dict[str, Any]] = []
     calls = msg.get("tool_calls") or []
@@ -226,7 +227,13 @@ def _blocks(result: CallResult) -> tuple[list[dict[str, Any]], str]:
             {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": tool_input}
         )
     reason = "max_tokens" if result.plan.finish_reason == "length" else "tool_use" if calls else "end_turn"
+    if reason == "end_turn" and result.plan.stop_sequence is not None:
+        reason = "stop_sequence"
     return blocks, reason
+
+
+def _stopped_by(reason: str, result: CallResult) -> str | None:
+    return result.plan.stop_sequence if reason == "stop_sequence" else None
 
 
 def _extras(result: CallResult, training: Training | None) -> dict[str, Any]:
@@ -249,7 +256,7 @@ def message_object(result: CallResult, model: str, training: Training | None) ->
             "model": model,
             "content": blocks,
             "stop_reason": reason,
-            "stop_sequence": None,
+            "stop_sequence": _stopped_by(reason, result),
             "usage": {"input_tokens": len(result.plan.prompt_ids), "output_tokens": len(result.output_ids)},
         }
     )
@@ -296,7 +303,7 @@ async def _stream(
         if not hold:
             start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
             yield _event(RawContentBlockStartEvent.model_validate(start))
-        async for _, text in tokens:
+        async for _, text, _ in tokens:
             if not hold:
                 delta = {
                     "type": "content_block_delta",
@@ -334,7 +341,7 @@ async def _stream(
         end = RawMessageDeltaEvent.model_validate(
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": None},
+                "delta": {"stop_reason": reason, "stop_sequence": _stopped_by(reason, result)},
                 "usage": {
                     "input_tokens": len(result.plan.prompt_ids),
                     "output_tokens": len(result.output_ids),

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ENGINE_RETRY_AFTER_S", "OpenAIBackend", "UpstreamError", "upstream_error"]
 
+CLIENT_ERRORS = frozenset({400, 413, 422})
+"""An upstream's answers that refuse the request as it was asked (not a route or server fault)."""
+
 ENGINE_RETRY_AFTER_S = 1.0
 """The Retry-After of an ``engine_unavailable`` answer: an engine restarts in seconds."""
 
@@ -35,15 +38,20 @@ ENGINE_RETRY_AFTER_S = 1.0
 class UpstreamError(RollcutError):
     """The upstream model server failed a call."""
 
-    def __init__(self, message: str, *, lost: bool = False) -> None:
+    def __init__(self, message: str, *, lost: bool = False, client_error: bool = False) -> None:
         super().__init__(message)
         self.lost = lost  # it went away (the same call is safe to send again), not: it answered wrongly
+        self.client_error = client_error  # it refused the request as asked (sending it again cannot help)
 
 
 def upstream_error(exc: UpstreamError) -> GymError:
-    """The answer for a call the engine failed: 503 and Retry-After when it went away, else 502."""
+    """The answer for a call the engine failed: 503 and Retry-After when it went away; 400 when it
+    refused the request itself (a 4xx: a prompt longer than its context, a limit it does not take),
+    so a client's retry policy does not send it again; else 502."""
     if exc.lost:
         return GymError(ErrorKind.ENGINE_UNAVAILABLE, str(exc), retry_after_s=ENGINE_RETRY_AFTER_S)
+    if exc.client_error:
+        return GymError(ErrorKind.BAD_REQUEST, str(exc))
     return GymError(ErrorKind.ENGINE_ERROR, str(exc))
 
 
@@ -73,7 +81,10 @@ class OpenAIBackend:
         except httpx.HTTPError as exc:
             raise UpstreamError(f"upstream unreachable: {exc!r}", lost=True) from exc
         if resp.status_code != 200:
-            raise UpstreamError(f"upstream answered {resp.status_code}: {resp.text[:300]}")
+            raise UpstreamError(
+                f"upstream answered {resp.status_code}: {resp.text[:300]}",
+                client_error=resp.status_code in CLIENT_ERRORS,
+            )
         out = resp.json()
         choice = out["choices"][0]
         msg = choice.get("message") or {}

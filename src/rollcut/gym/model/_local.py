@@ -65,6 +65,32 @@ def render_prompt(messages: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A value that follows a JSON schema's type, enum, properties and items (what structured
+    outputs ask; deeper than 8 levels, null)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    if schema.get("type") == "object":
+        props = schema.get("properties") or {}
+        return {k: _value_for(v, rng, depth + 1) for k, v in sorted(props.items())}
+    if schema.get("type") == "array":
+        return [_value_for(schema.get("items") or {}, rng, depth + 1) for _ in range(rng.randint(1, 3))]
+    return _arg_for(schema, rng)
+
+
+def _structured(body: dict[str, Any], rng: random.Random) -> str | None:
+    """The answer's text when ``response_format`` asks for JSON: an object following the schema."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") or {}
+        return json.dumps(_value_for(spec.get("schema") or {"type": "object"}, rng))
+    if fmt.get("type") == "json_object":
+        return json.dumps({"answer": rng.choice(_WORDS)})
+    return None
+
+
 def _arg_for(schema: dict[str, Any], rng: random.Random) -> Any:
     t = schema.get("type")
     if isinstance(schema.get("enum"), list) and schema["enum"]:
@@ -111,7 +137,10 @@ class LocalBackend:
         rng = random.Random(key)
         tool_results = sum(1 for m in messages if m.get("role") == "tool")
         tool_calls: list[dict[str, Any]] = []
-        if tools and tool_results < self.tool_turns:
+        structured = _structured(body, rng)
+        if structured is not None:
+            text, finish = structured, "stop"
+        elif tools and tool_results < self.tool_turns and body.get("tool_choice") != "none":
             fn = rng.choice(tools).get("function", {})
             props = (fn.get("parameters") or {}).get("properties") or {}
             args = {k: _arg_for(v, rng) for k, v in sorted(props.items())}

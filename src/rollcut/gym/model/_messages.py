@@ -303,8 +303,10 @@ async def _stream(
         if not hold:
             start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
             yield _event(RawContentBlockStartEvent.model_validate(start))
+        streamed = 0
         async for _, text, _ in tokens:
             if not hold:
+                streamed += 1
                 delta = {
                     "type": "content_block_delta",
                     "index": 0,
@@ -318,6 +320,14 @@ async def _stream(
             return
         blocks, reason = _blocks(result)
         if not hold:
+            said = "".join(b["text"] for b in blocks if b["type"] == "text")
+            if not streamed and said:  # the same call again, answered from the log: its text whole
+                delta = {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": said},
+                }
+                yield _event(RawContentBlockDeltaEvent.model_validate(delta))
             yield _event(RawContentBlockStopEvent(type="content_block_stop", index=0))
             blocks, index = [b for b in blocks if b["type"] != "text"], 1
         for block in blocks:

@@ -183,8 +183,10 @@ async def _chat_stream(
 
     async def events() -> AsyncIterator[str]:
         yield sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
+        streamed = 0
         async for tok, text, lp in tokens:
             if not hold:
+                streamed += 1
                 lps = await _entries(service, body, [tok], [lp])
                 yield sse(chat_chunk(call_id, created, model, {"content": text}, logprobs=lps))
         try:
@@ -193,13 +195,16 @@ async def _chat_stream(
             yield sse(error_body(refusal(exc)))
             return
         msg = response_message(result.plan, result.output_ids)
+        # sent whole at the end: a reply that may be a tool call, and one that streamed nothing (the
+        # same call again, answered from what it produced)
+        whole = hold or not streamed
         delta: dict[str, Any] = (
             {"tool_calls": msg["tool_calls"]}
             if msg.get("tool_calls")
-            else ({"content": msg["content"]} if hold else {})
+            else ({"content": msg["content"]} if whole else {})
         )
-        # a reply sent whole at the end carries its tokens' log-probs there
-        held = await _entries(service, body, result.output_ids, result.plan.logprobs) if hold else None
+        # a reply sent whole carries its tokens' log-probs there
+        held = await _entries(service, body, result.output_ids, result.plan.logprobs) if whole else None
         final = chat_chunk(
             call_id,
             created,
@@ -243,6 +248,7 @@ async def _responses_stream(
         )
 
     async def events() -> AsyncIterator[str]:
+        streamed = 0
         yield event("response.created", response=shell("in_progress", []))
         yield event("response.in_progress", response=shell("in_progress", []))
         if not hold:
@@ -259,6 +265,7 @@ async def _responses_stream(
                 "response.content_part.added", item_id=msg_id, output_index=0, content_index=0, part=part
             )
             async for tok, text, lp in tokens:
+                streamed += 1
                 lps = await _entries(service, body, [tok], [lp]) or []
                 yield event(
                     "response.output_text.delta",
@@ -286,7 +293,23 @@ async def _responses_stream(
                     yield event(
                         "response.output_item.added",
                         output_index=index,
-                        item={**done, "status": "in_progress"},
+                        item={**done, "status": "in_progress", "content": []},
+                    )
+                    yield event(
+                        "response.content_part.added",
+                        item_id=done["id"],
+                        output_index=index,
+                        content_index=0,
+                        part={**full, "text": "", "logprobs": []},
+                    )
+                if hold or not streamed:  # sent whole: held, or the same call answered from the log
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=done["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=full["text"],
+                        logprobs=[_delta_logprob(e) for e in whole or []],
                     )
                 yield event(
                     "response.output_text.done",

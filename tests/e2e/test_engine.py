@@ -56,7 +56,7 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], engine: Engine
 ) -> None:
     tokens_dir = tmp_path / "tokens"
-    short = {"messages": [{"role": "user", "content": "the tool"}], "max_tokens": 30}
+    short = {"messages": [{"role": "user", "content": "the tool"}], "max_tokens": 30, "logprobs": True}
     n = max(1500, engine.long)  # long enough to be running when the checkpoint cuts it
     srv = engine_model_server(nats_url, namespace, tokens_dir, engine)
     servers.append(srv)
@@ -65,6 +65,14 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
         coord = Coordinator(log, led, tokens)
         async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
             first = (await client.post("/v1/chat/completions", json=short, headers=_headers("r1", 1))).json()
+            # log-probs name the engine's own tokens (llama.cpp's, vLLM's): one entry per token, its
+            # bytes where the engine's text says them (a random model's tokens end mid-character)
+            named = first["choices"][0]["logprobs"]["content"]
+            assert [e["logprob"] for e in named] == first["choices"][0]["message"]["generation_log_probs"]
+            assert all(
+                e["bytes"] is None or bytes(e["bytes"]).decode("utf-8", "backslashreplace") == e["token"]
+                for e in named
+            )
             # a generation that ends before the checkpoint's prepare has nothing to cut: under a full
             # run's load vLLM's 3,500 tokens once did (the coordinator starved). Then the same scene
             # again with a new request (another one, so the continuation cannot reuse the finished

@@ -25,9 +25,10 @@ def bytes_engine(tmp_path: Path) -> Iterator[Engine]:
 async def test_byte_tokens_are_their_bytes_and_a_character_they_do_not_complete_is_not_guessed(
     bytes_engine: Engine,
 ) -> None:
-    ids = httpx.post(f"{bytes_engine.url}/tokenize", json={"content": "é the"}).json()["tokens"]
-    # the engine's own split: 'é' is two byte tokens, neither a character alone
-    alone = [httpx.post(f"{bytes_engine.url}/detokenize", json={"tokens": [i]}).json()["content"] for i in ids[:2]]
+    async with httpx.AsyncClient(base_url=bytes_engine.url) as eng:
+        ids = (await eng.post("/tokenize", json={"content": "é the"})).json()["tokens"]
+        # the engine's own split: 'é' is two byte tokens, neither a character alone
+        alone = [(await eng.post("/detokenize", json={"tokens": [i]})).json()["content"] for i in ids[:2]]
     assert all("\ufffd" in a for a in alone), alone
     fresh = bytes_engine.backend()
     # one byte token alone, its character never completed: its text as the engine wrote it, no bytes

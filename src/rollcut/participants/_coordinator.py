@@ -26,12 +26,7 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from .._errors import (
-    CheckpointConflictError,
-    CheckpointError,
-    CheckpointFailedError,
-    RollcutError,
-)
+from .._errors import CheckpointConflictError, CheckpointError, CheckpointFailedError, RollcutError
 from .._telemetry import PhaseTimer, count_outcome
 from .._tracing import inject, span
 from ..bus import (
@@ -102,11 +97,6 @@ class Coordinator:
         """Every live participant instance (see :class:`Membership`: a round ends when every known
         member answered; the ``expect``ed ones are waited for)."""
         return await self.membership.discover(timeout=timeout, expect=expect, expect_s=expect_s)
-
-    @staticmethod
-    def check_membership(found: list[InstanceInfo], expect: set[str]) -> None:
-        """Every worker of every coordinated group, and every expected instance, must be live."""
-        check_membership(found, expect)
 
     # --- control calls ------------------------------------------------------------
 
@@ -241,12 +231,11 @@ class Coordinator:
         resumed: list[str] | None = None  # set once the participants are released
         try:
             with timer.phase("discover"):
-                # an instance the caller named is waited for up to half the deadline: it is live,
-                # and the other half is the prepare's
+                # an instance the caller named is waited for up to half the deadline (the rest: prepare)
                 found = await self.discover(
                     expect=frozenset(expect or ()), expect_s=(deadline - time.time()) / 2
                 )
-                self.check_membership(found, expect or set())
+                check_membership(found, expect or set())
             paused_at = time.perf_counter()
             replies = await self._prepare(timer, found, cid, deadline)
             with timer.phase("seal"):

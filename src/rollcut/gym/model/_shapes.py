@@ -130,6 +130,14 @@ def _choice_logprobs(entries: list[dict[str, Any]] | None) -> ChoiceLogprobs | N
     return ChoiceLogprobs(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
 
 
+def _with_bytes(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Responses log-prob, whose ``bytes`` may not be null: a token whose own bytes the backend
+    cannot say is given the UTF-8 of the text it reports (what vLLM reports for every token)."""
+    if entry["bytes"] is not None:
+        return entry
+    return {**entry, "bytes": list(str(entry["token"]).encode("utf-8"))}
+
+
 def _chunk_logprobs(entries: list[dict[str, Any]] | None) -> ChunkLogprobs | None:
     if entries is None:
         return None
@@ -170,6 +178,8 @@ def chat_completion(
         usage=CompletionUsage(prompt_tokens=n_in, completion_tokens=n_out, total_tokens=n_in + n_out),
     )
     out = _dump(completion)
+    if logprobs is not None:  # as dumped, but ``bytes: null`` kept where a token's bytes are unknown
+        out["choices"][0]["logprobs"]["content"] = logprobs
     if training is not None:
         out["choices"][0]["message"].update(training.fields())
     out["rollcut"] = extension(result)
@@ -221,6 +231,8 @@ def chat_chunk(
         else None,
     )
     out = _dump(chunk)
+    if logprobs is not None and out["choices"]:  # ``bytes: null`` kept, as in a plain completion
+        out["choices"][0]["logprobs"]["content"] = logprobs
     if extra:
         out.update(extra)
     return out
@@ -272,7 +284,7 @@ def response_items(
                         annotations=[],
                         logprobs=[]
                         if logprobs is None
-                        else [OutputLogprob.model_validate(e) for e in logprobs],
+                        else [OutputLogprob.model_validate(_with_bytes(e)) for e in logprobs],
                     )
                 ],
             )

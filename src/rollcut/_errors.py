@@ -28,10 +28,26 @@ catch one root and still see the original cause.
     ├── StorageError                a disk or the bus ran out of room or failed
     ├── TokenStoreError
     ├── AdmissionClosedError        retryable: a checkpoint holds admission
-    └── CheckpointError
-        ├── CheckpointFailedError   aborted, nothing published, admission reopened
-        ├── CheckpointConflictError another checkpoint holds the coordinator lane
-        └── StaleCheckpointError    a control op named a non-active checkpoint
+    ├── CheckpointError
+    │   ├── CheckpointFailedError   aborted, nothing published, admission reopened
+    │   ├── CheckpointConflictError another checkpoint holds the coordinator lane
+    │   └── StaleCheckpointError    a control op named a non-active checkpoint
+    ├── SnapshotError               a tree cannot be kept or restored exactly (sandbox)
+    ├── JournalGap                  a lineage's journal has a hole (replay)
+    ├── NotContinuable              a session cannot be rebuilt at the cut (gym.resources)
+    ├── GymError                    a Gym server refuses a call, by kind: its HTTP status (gym.wire)
+    │   └── FreshDispatchNeeded     a re-issued operation met a different logged one
+    ├── UpstreamError               the upstream model server failed a call (gym.model)
+    │   └── EngineError             an inference engine failed one, or answered off its dialect
+    ├── EngineUnavailableError      no engine binary or model here, and none can be made
+    ├── ExportError                 a row's token arrays do not match the token store (collect)
+    ├── PlainCollectionError        a rollout of the bench's plain collection failed (bench)
+    ├── SequenceError               a rollout's calls are not one token sequence (integrations.trl)
+    ├── StalenessError              a row is more policy versions behind than allowed (integrations.trl)
+    ├── LogprobMismatchError        the engine's log-probs are not the policy's (integrations.trl)
+    └── PipelineError               a step started ahead was asked with other prompts (integrations.trl)
+
+The errors below the root's own are declared beside what raises them (the package in brackets).
 
 Errors carry the identifiers an operator needs (stream, seq, subject,
 rollout_id, attempt, checkpoint_id, path, receipt_id) as attributes, not only

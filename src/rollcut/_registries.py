@@ -13,11 +13,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._errors import ConfigError
 from ._registry import Registry
 
 __all__ = ["AGENTS", "BACKENDS", "DIALECTS", "ENVIRONMENTS", "SANDBOXES"]
 
 _ENVS = "rollcut.gym.resources._envs"
+
+
+def _named_as_registered(name: str, env: Any) -> None:
+    """An environment's ``name`` is what its events and snapshots carry, and a restore finds its
+    environment by it: one registered under another key would be restored as nothing (a fresh
+    dispatch, without a word). Refused when registered."""
+    own = getattr(env, "name", None)
+    if own != name:
+        raise ConfigError(f"environment {name!r} is registered under a name its class does not have: {own!r}")
+
 
 ENVIRONMENTS: Registry[Any] = Registry(
     "environment",
@@ -34,6 +45,7 @@ ENVIRONMENTS: Registry[Any] = Registry(
         "stateful_counter": "rollcut.gym.resources._stateful_counter:StatefulCounter",
         "sandbox": "rollcut.gym.resources._sandbox:Sandbox",
     },
+    admit=_named_as_registered,
 )
 """Resources environments (``rollcut serve resources NAME``): an :class:`Environment` subclass."""
 

@@ -19,7 +19,7 @@ that says why; every other name still resolves.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
@@ -41,12 +41,22 @@ def _resolve(ref: str) -> object:
 class Registry(Generic[T]):
     """Names of one extension point -> factories (classes or callables) of type ``T``."""
 
-    def __init__(self, what: str, group: str, builtins: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        group: str,
+        builtins: dict[str, str] | None = None,
+        *,
+        admit: Callable[[str, T], None] | None = None,
+    ) -> None:
         self.what = what
         """What one entry is, as messages say it (``environment``, ``engine dialect``, …)."""
         self.group = group
         """The entry point group other packages register under."""
         self._refs: dict[str, str] = dict(builtins or {})
+        # what every entry must satisfy, checked when it is registered or first resolved (a
+        # ConfigError naming it): a newcomer's mistake said at once, not a silent wrong path later
+        self._admit = admit
         self._loaded: dict[str, T] = {}
         self._plugins: dict[str, str] | None = None
 
@@ -59,6 +69,8 @@ class Registry(Generic[T]):
         """Add ``name`` in this process (a test, or a program that builds its own server)."""
         if name in self and not replace:
             raise ConfigError(f"{self.what} {name!r} is already registered")
+        if self._admit is not None:
+            self._admit(name, factory)
         self._loaded[name] = factory
 
     def unregister(self, name: str) -> None:
@@ -93,6 +105,8 @@ class Registry(Generic[T]):
             factory: T = _resolve(ref)  # type: ignore[assignment]
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{self.what} {name!r} ({ref}) does not load: {exc}") from exc
+        if self._admit is not None:
+            self._admit(name, factory)
         self._loaded[name] = factory
         return factory
 

@@ -126,3 +126,14 @@ def test_a_new_engine_dialect_is_one_class_and_its_registration() -> None:
             engine_backend("http://127.0.0.1:1", "nope")
     finally:
         DIALECTS.unregister("mine")
+
+
+def test_an_environment_registered_under_a_name_it_does_not_have_is_refused() -> None:
+    """A restore finds an environment by the name its events carry: registered under another key it
+    would be restored as nothing, a fresh dispatch without a word. Refused at once instead."""
+    from rollcut.gym.resources import ENVIRONMENTS, Counter
+
+    with pytest.raises(ConfigError, match="'tally'.*'counter'"):
+        ENVIRONMENTS.register("tally", Counter)
+    assert "tally" not in ENVIRONMENTS
+    assert ENVIRONMENTS["counter"] is Counter  # its own name resolves as before

@@ -8,8 +8,7 @@ import pkgutil
 import re
 
 import rollcut
-from rollcut import RollcutError
-from rollcut import _errors
+from rollcut import RollcutError, _errors
 
 
 def _every_subclass(root: type) -> set[type]:

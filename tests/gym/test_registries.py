@@ -133,7 +133,7 @@ def test_an_environment_registered_under_a_name_it_does_not_have_is_refused() ->
     would be restored as nothing, a fresh dispatch without a word. Refused at once instead."""
     from rollcut.gym.resources import ENVIRONMENTS, Counter
 
-    with pytest.raises(ConfigError, match="'tally'.*'counter'"):
+    with pytest.raises(ConfigError, match=r"'tally'.*'counter'"):
         ENVIRONMENTS.register("tally", Counter)
     assert "tally" not in ENVIRONMENTS
     assert ENVIRONMENTS["counter"] is Counter  # its own name resolves as before

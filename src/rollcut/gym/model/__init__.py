@@ -6,7 +6,8 @@ from ... import _registries
 from ..._registry import Registry as _Registry
 from .._options import ModelServe as _ModelServe
 from ._backend import Backend, OnToken, Plan
-from ._local import LocalBackend, decode, encode
+from ._bytes import decode, encode
+from ._local import LocalBackend
 from ._openai import OpenAIBackend, UpstreamError
 from ._policy import PolicyClock
 from ._routes import create_app

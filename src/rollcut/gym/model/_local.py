@@ -9,7 +9,7 @@ tools); generation then emits the plan one token at a time, sleeping
 checkpoint can cut. Continuing from a prefix checks the prefix against the
 plan and emits the rest.
 
-The tokenizer is byte-level and reversible (token = byte + 3; 0-2 reserved).
+The tokenizer is the byte-level stand-in (``_bytes``: token = byte + 3; 0-2 reserved).
 Generated text is ASCII so any prefix decodes cleanly.
 """
 
@@ -23,46 +23,19 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Plan
+from ._bytes import OFFSET as _OFFSET
+from ._bytes import decode, encode, render_prompt
 from ._logprobs import TokenText, of_bytes
 from ._requests import requested_limit
 
 if TYPE_CHECKING:
-    from ...replay import ModelCall
     from ...tokens import TokenRecord
 
-__all__ = ["LocalBackend", "decode", "encode", "render_prompt", "replayed_plan", "response_message"]
-
-_OFFSET = 3
+__all__ = ["LocalBackend"]
 _WORDS = (
     "the", "result", "shows", "that", "we", "should", "check", "next", "value", "and", "then",
     "answer", "with", "care", "because", "each", "step", "counts", "so", "far", "looks", "good",
 )  # fmt: skip
-
-
-def encode(text: str) -> list[int]:
-    """Text to the local backend's byte-level token ids."""
-    return [b + _OFFSET for b in text.encode("utf-8")]
-
-
-def decode(ids: list[int]) -> str:
-    """Token ids of the local backend back to text."""
-    return bytes(i - _OFFSET for i in ids if _OFFSET <= i < _OFFSET + 256).decode("utf-8", "replace")
-
-
-def render_prompt(messages: list[dict[str, Any]]) -> str:
-    """The chat transcript as the text the tokenizer sees."""
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-        calls = m.get("tool_calls") or []
-        call_text = "".join(
-            f"<call>{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})</call>"
-            for c in calls
-        )
-        parts.append(f"<{m.get('role', 'user')}>{content or ''}{call_text}</{m.get('role', 'user')}>\n")
-    return "".join(parts)
 
 
 def _value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
@@ -217,30 +190,3 @@ class LocalBackend:
 
     def interrupt(self, plan: Plan) -> None:
         """Nothing to stop: the plan goes on from the frozen boundary by itself."""
-
-
-def replayed_plan(record: TokenRecord, call: ModelCall) -> Plan:
-    """A plan rebuilt from the log and the token store: what the reused call returned, ended as it
-    ended (a tool call, a stop string, the token limit)."""
-    msg = call.response if isinstance(call.response, dict) else {}
-    return Plan(
-        prompt_ids=list(record.prompt_ids),
-        output_ids=list(record.output_ids),
-        logprobs=list(record.logprobs),
-        finish_reason="tool_calls" if msg.get("tool_calls") else call.finish_reason,
-        text=msg.get("content"),
-        tool_calls=list(msg.get("tool_calls") or []),
-        stop_sequence=call.stop_sequence,
-    )
-
-
-def response_message(plan: Plan, output_ids: list[int]) -> dict[str, Any]:
-    """The assistant message a call returns (and the log keeps for reuse)."""
-    complete = len(output_ids) == len(plan.output_ids)
-    if plan.tool_calls and complete:
-        return {"role": "assistant", "content": None, "tool_calls": plan.tool_calls}
-    if (
-        complete and plan.text is not None
-    ):  # the backend's own text (an upstream's ids are not ours to decode)
-        return {"role": "assistant", "content": plan.text}
-    return {"role": "assistant", "content": decode(output_ids)}

@@ -55,8 +55,8 @@ from msgspec import Meta
 from ..wire import MESSAGES_ROUTE as ROUTE
 from ..wire import ErrorKind, GymError, Identity, anthropic_error_body
 from ._answer import Answer, Tokens, refusal
-from ._local import response_message
 from ._openai import UpstreamError
+from ._plans import response_message
 from ._requests import check_chat, checked
 from ._service import CallResult, ModelService
 from ._shapes import Training, extension, responses_input_to_chat

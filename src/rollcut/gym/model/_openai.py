@@ -21,7 +21,7 @@ import httpx
 from ..._errors import RollcutError
 from ..wire import ErrorKind, GymError
 from ._backend import Plan
-from ._local import encode, render_prompt
+from ._bytes import encode, render_prompt
 
 if TYPE_CHECKING:
     from ...tokens import TokenRecord

@@ -36,9 +36,9 @@ from ..._metrics import Tally
 from .._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body, stats_routes
 from ..wire import MESSAGES_ROUTE, ErrorKind, GymError, Identity, error_body
 from ._answer import Answer, Tokens, refusal, sse
-from ._local import response_message
 from ._logprobs import asks_logprobs, logprob_entries, refuse_without
 from ._openai import UpstreamError, upstream_error
+from ._plans import response_message
 from ._requests import check_chat, check_responses, wants_training, without_training
 from ._service import ModelService
 from ._shapes import (

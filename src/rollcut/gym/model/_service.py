@@ -52,7 +52,7 @@ from .._stats import MODEL_STATS, tally
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
 from ._inflight import InFlightCalls
-from ._local import replayed_plan, response_message
+from ._plans import replayed_plan, response_message
 from ._policy import PolicyClock, Segments
 
 __all__ = ["DEFAULT_MODEL", "CallResult", "ModelService"]

@@ -52,7 +52,7 @@ from openai.types.responses.response_output_text import Logprob as OutputLogprob
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from ...tokens import TokenRecord
-from ._local import response_message
+from ._plans import response_message
 from ._service import DEFAULT_MODEL, CallResult
 
 __all__ = [

@@ -91,6 +91,12 @@ class FoldRegistry:
 # --- model ---------------------------------------------------------------------
 
 
+SETTLED = frozenset({"completed", "reused"})
+"""The statuses of a model call that is answered for good (the one place this is said)."""
+REUSABLE = SETTLED | {"prefix_cut"}
+"""The statuses whose tokens a later attempt takes (a prefix to continue, or the whole answer)."""
+
+
 class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     """One model call as replayed: status, receipt, and where it is on the log."""
 
@@ -105,6 +111,17 @@ class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     response: Any = None
     finish_reason: str = "stop"  # how a completed (or reused) call's generation ended
     stop_sequence: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Answered, once and for all (generated to its end, or answered from an earlier attempt's
+        answer): the same request is answered from it, never generated again."""
+        return self.status in SETTLED
+
+    @property
+    def reusable(self) -> bool:
+        """Its tokens can be taken by a later attempt: settled, or cut at a checkpoint (a prefix)."""
+        return self.status in REUSABLE and self.receipt is not None
 
 
 class ModelSession(msgspec.Struct, kw_only=True, gc=False):
@@ -187,7 +204,7 @@ class ModelFold:
 
     def _prefix_cut(self, state: ModelSession, stored: StoredEvent, ev: ModelCallPrefixCut) -> None:
         done = state.calls.get(ev.call_id)
-        if done is not None and done.status in ("completed", "reused"):
+        if done is not None and done.settled:
             # a cut taken while the call was finishing, recorded after its completion: the completion
             # is final (continuing the prefix would generate again what the caller already got)
             return

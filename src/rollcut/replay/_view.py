@@ -36,9 +36,6 @@ from ._replay import Replayer, RolloutState
 
 __all__ = ["AttemptView", "AttemptViews", "JournalGap", "ResourcesAtCut", "attempt_view", "relay_journal"]
 
-_SETTLED = ("completed", "reused")
-_REUSABLE = ("completed", "reused", "prefix_cut")
-
 
 class JournalGap(RollcutError):
     """The lineage's journal has a hole: it cannot be replayed in order."""
@@ -212,12 +209,12 @@ class AttemptView:
         for n, a in sorted(attempts.items()):
             model = a.sessions.get("model") if n < self.attempt else None
             for call in model.calls.values() if model is not None else ():
-                if call.status in _REUSABLE and call.receipt is not None:
+                if call.reusable:
                     out[call.request_digest] = (n, call)
         for n, session in sorted(self.after_cut.items()):
             for call in session.calls.values():
                 have = out.get(call.request_digest)
-                settled = have is not None and have[1].status in _SETTLED
+                settled = have is not None and have[1].settled
                 if call.status == "completed" and call.receipt is not None and not settled:
                     out[call.request_digest] = (n, call)
         return out
@@ -236,7 +233,7 @@ class AttemptView:
             for model in sessions
             if model is not None
             for call in model.calls.values()
-            if call.status not in _REUSABLE or call.receipt is None
+            if not call.reusable
         }
         return frozenset(lost - set(self.reusable_calls))
 
@@ -248,7 +245,7 @@ class AttemptView:
         for seg in self.lineage:
             model = attempts[seg.attempt].sessions.get("model") if seg.attempt in attempts else None
             for call in model.calls.values() if model is not None else ():
-                done = call.status in _SETTLED and call.final_seq <= seg.up_to
+                done = call.settled and call.final_seq <= seg.up_to
                 if done and call.final_seq > last[0]:
                     last = (call.final_seq, call.call_id)
         return last[1] or None

@@ -209,7 +209,7 @@ class ModelService:
             raise GymError.admission_closed(exc) from exc
         try:
             source = view.reusable_calls.get(digest)
-            if source is not None and source[1].status in ("completed", "reused"):
+            if source is not None and source[1].settled:
                 first = await parent
                 # a continued attempt's first call hangs under the call it repeats' own parent
                 first = source[1].parent_call_id if first == _FIRST else first

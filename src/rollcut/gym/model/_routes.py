@@ -289,43 +289,17 @@ async def _responses_stream(
         for index, done in enumerate(items):
             if done["type"] == "message":
                 full = done["content"][0]
+                at = {"item_id": done["id"], "output_index": index, "content_index": 0}
+                lps = [_delta_logprob(e) for e in whole or []]
                 if hold:
-                    yield event(
-                        "response.output_item.added",
-                        output_index=index,
-                        item={**done, "status": "in_progress", "content": []},
-                    )
-                    yield event(
-                        "response.content_part.added",
-                        item_id=done["id"],
-                        output_index=index,
-                        content_index=0,
-                        part={**full, "text": "", "logprobs": []},
-                    )
+                    item = {**done, "status": "in_progress", "content": []}
+                    yield event("response.output_item.added", output_index=index, item=item)
+                    part = {**full, "text": "", "logprobs": []}
+                    yield event("response.content_part.added", **at, part=part)
                 if hold or not streamed:  # sent whole: held, or the same call answered from the log
-                    yield event(
-                        "response.output_text.delta",
-                        item_id=done["id"],
-                        output_index=index,
-                        content_index=0,
-                        delta=full["text"],
-                        logprobs=[_delta_logprob(e) for e in whole or []],
-                    )
-                yield event(
-                    "response.output_text.done",
-                    item_id=done["id"],
-                    output_index=index,
-                    content_index=0,
-                    text=full["text"],
-                    logprobs=[_delta_logprob(e) for e in whole or []],
-                )
-                yield event(
-                    "response.content_part.done",
-                    item_id=done["id"],
-                    output_index=index,
-                    content_index=0,
-                    part=full,
-                )
+                    yield event("response.output_text.delta", **at, delta=full["text"], logprobs=lps)
+                yield event("response.output_text.done", **at, text=full["text"], logprobs=lps)
+                yield event("response.content_part.done", **at, part=full)
             else:
                 yield event(
                     "response.output_item.added",

@@ -36,6 +36,7 @@ from ..bus import (
     RolloutRetired,
     StoredEvent,
     Subjects,
+    handlers_by_kind,
     spec_of,
 )
 from ._ledger import Ledger, _WriteBatch
@@ -161,16 +162,18 @@ def _retired(rec: RolloutIndex, seq: int, ev: RolloutRetired) -> None:
 
 _SETTLED = ("accepted", "completed")
 # what each kind does to its rollout's index entry; a kind not here only moves last_seq
-_ROLLOUT: dict[type[Event], Callable[[RolloutIndex, int, Any], None]] = {
-    RolloutDispatched: _dispatched,
-    AttemptTombstoned: _tombstoned,
-    AttemptOpened: _opened,
-    AgentBoundary: _boundary,
-    RelayExchange: _exchange,
-    RolloutCompleted: _completed,
-    ResultAccepted: _accepted,
-    RolloutRetired: _retired,
-}
+_ROLLOUT: dict[type[Event], Callable[[RolloutIndex, int, Any], None]] = handlers_by_kind(
+    {
+        RolloutDispatched: _dispatched,
+        AttemptTombstoned: _tombstoned,
+        AttemptOpened: _opened,
+        AgentBoundary: _boundary,
+        RelayExchange: _exchange,
+        RolloutCompleted: _completed,
+        ResultAccepted: _accepted,
+        RolloutRetired: _retired,
+    }
+)
 _CALL_STATUS: dict[CallStep, bytes] = {CallStep.ENDS: b"c", CallStep.CUT: b"p"}
 
 

@@ -38,6 +38,7 @@ from ..bus import (
     ResourcesSnapshot,
     StoredEvent,
     TokenReceipt,
+    handlers_by_kind,
 )
 
 __all__ = [
@@ -91,6 +92,9 @@ class FoldRegistry:
 # --- model ---------------------------------------------------------------------
 
 
+_Step = Callable[[S, StoredEvent, Any], None]
+"""One kind's handler in a fold: the state, the stored event, the event."""
+
 SETTLED = frozenset({"completed", "reused"})
 """The statuses of a model call that is answered for good (the one place this is said)."""
 REUSABLE = SETTLED | {"prefix_cut"}
@@ -135,15 +139,17 @@ class ModelFold:
     """Each model call's status, receipt and response; handlers keyed by event kind."""
 
     def __init__(self) -> None:
-        self._handlers: dict[type[Event], Callable[[ModelSession, StoredEvent, Any], None]] = {
-            ModelCallAdmitted: self._opened("admitted"),
-            ModelCallContinued: self._opened("continued"),
-            ModelCallReused: self._reused,
-            ModelCallCompleted: self._completed,
-            ModelCallPrefixCut: self._prefix_cut,
-            ModelCallFailed: self._ended("failed"),
-            ModelCallExcluded: self._ended("excluded"),
-        }
+        self._handlers: dict[type[Event], _Step[ModelSession]] = handlers_by_kind(
+            {
+                ModelCallAdmitted: self._opened("admitted"),
+                ModelCallContinued: self._opened("continued"),
+                ModelCallReused: self._reused,
+                ModelCallCompleted: self._completed,
+                ModelCallPrefixCut: self._prefix_cut,
+                ModelCallFailed: self._ended("failed"),
+                ModelCallExcluded: self._ended("excluded"),
+            }
+        )
 
     def initial(self) -> ModelSession:
         return ModelSession()
@@ -244,11 +250,13 @@ class ResourcesFold:
     """Tracks revisions and the latest full state; deltas are kept for the env's codec."""
 
     def __init__(self) -> None:
-        self._handlers: dict[type[Event], Callable[[ResourceSession, Any], None]] = {
-            ResourcesMutated: self._mutated,
-            ResourcesSnapshot: self._snapshot,
-            ResourcesRetired: self._retired,
-        }
+        self._handlers: dict[type[Event], Callable[[ResourceSession, Any], None]] = handlers_by_kind(
+            {
+                ResourcesMutated: self._mutated,
+                ResourcesSnapshot: self._snapshot,
+                ResourcesRetired: self._retired,
+            }
+        )
 
     def initial(self) -> ResourcesSessions:
         return ResourcesSessions()
@@ -309,21 +317,41 @@ class AgentSession(msgspec.Struct, kw_only=True, gc=False):
 class AgentFold:
     """Folds agent boundaries into the last boundary of an attempt, and counts its relay's work."""
 
+    def __init__(self) -> None:
+        self._handlers: dict[type[Event], _Step[AgentSession]] = handlers_by_kind(
+            {
+                AgentBoundary: self._boundary,
+                RelayExchange: self._counted("relay_exchanges"),
+                RelayReplayed: self._counted("relay_replayed"),
+                RelayDiverged: self._diverged,
+            }
+        )
+
     def initial(self) -> AgentSession:
         return AgentSession()
 
     def apply(self, state: AgentSession, stored: StoredEvent) -> AgentSession:
         ev = stored.event
-        if isinstance(ev, AgentBoundary):
-            state.boundary, state.boundary_seq = ev.record, stored.seq
-            state.boundaries += 1
-        elif isinstance(ev, RelayExchange):
-            state.relay_exchanges += 1
-        elif isinstance(ev, RelayReplayed):
-            state.relay_replayed += 1
-        elif isinstance(ev, RelayDiverged):
-            state.relay_diverged.append(ev)
+        handler = self._handlers.get(type(ev)) if ev is not None else None
+        if handler is not None:
+            handler(state, stored, ev)
         return state
+
+    @staticmethod
+    def _boundary(state: AgentSession, stored: StoredEvent, ev: AgentBoundary) -> None:
+        state.boundary, state.boundary_seq = ev.record, stored.seq
+        state.boundaries += 1
+
+    @staticmethod
+    def _counted(field: str) -> Callable[[AgentSession, StoredEvent, Any], None]:
+        def count(state: AgentSession, stored: StoredEvent, ev: Any) -> None:
+            setattr(state, field, getattr(state, field) + 1)
+
+        return count
+
+    @staticmethod
+    def _diverged(state: AgentSession, stored: StoredEvent, ev: RelayDiverged) -> None:
+        state.relay_diverged.append(ev)
 
 
 def default_registry() -> FoldRegistry:

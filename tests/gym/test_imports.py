@@ -21,6 +21,8 @@ import pytest
         ("import rollcut.gym.agent, rollcut.gym.opaque, rollcut.gym", {"openai"}),
         # Anthropic's types: 1.5 s of CPU, paid on the first Messages call, not at every start
         ("import rollcut.gym.model, rollcut.gym.model._routes", {"anthropic"}),
+        # the model and resources servers do not load the opaque agent (its relay, launcher, sandbox)
+        ("import rollcut.gym.model, rollcut.gym.resources", {"rollcut.gym.opaque"}),
         # a participant is not a coordinator: no coordinator or restorer in a server
         (
             "import rollcut.gym.resources, rollcut.gym.agent",

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from rollcut.gym.opaque import READ_ONLY_ROOT, Isolation
-from rollcut.gym.opaque._sandbox import _command_paths
+from rollcut.sandbox._isolation import _command_paths
 
 SECRET = "SUOPERATORSEED-not-for-agents"
 

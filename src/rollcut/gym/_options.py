@@ -14,7 +14,7 @@ from typing import Any, cast
 import msgspec
 
 from ..bus import Component
-from .opaque import Capability, DivergencePolicy
+from ._capability import Capability, DivergencePolicy
 
 __all__ = [
     "AgentServe",

@@ -24,12 +24,12 @@ from ..bus import BusConfig, EventLog, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
 from ._agents import AGENTS, Make
+from ._capability import Capability, DivergencePolicy
 from ._environment import create_environment_app
 from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on
-from .opaque import Capability, DivergencePolicy
 from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
 
 __all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker"]

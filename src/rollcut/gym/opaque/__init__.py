@@ -9,13 +9,14 @@ diverges and what each declared :class:`Capability` promises.
 import pathlib as _pathlib
 
 from ...replay import JournalGap
+from ...sandbox._isolation import READ_ONLY_ROOT, Isolation
+from .._capability import Capability, DivergencePolicy
 from ._exchange import Outgoing, RelayRun
 from ._journal import lineage_journal
-from ._launcher import MAX_AGENT_RESTARTS, Capability, OpaqueAgent, SandboxRef, SandboxSnapshot
+from ._launcher import MAX_AGENT_RESTARTS, OpaqueAgent, SandboxRef, SandboxSnapshot
 from ._normalise import Normalise, canonical_body, normalised_route, request_digest
-from ._relay import MAX_JOURNALED_BYTES, DivergencePolicy, Relay
+from ._relay import MAX_JOURNALED_BYTES, Relay
 from ._routes import create_opaque_app
-from ._sandbox import READ_ONLY_ROOT, Isolation
 from ._tree import TreeSnapshot
 
 REFERENCE_AGENT = _pathlib.Path(__file__).with_name("reference_agent.py")

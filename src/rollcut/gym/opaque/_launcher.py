@@ -27,7 +27,6 @@ import json
 import os
 import sys
 import tempfile
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -39,7 +38,9 @@ from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews, JournalGap
+from ...sandbox._isolation import SANDBOX_PORT, Isolation
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
+from .._capability import Capability, DivergencePolicy
 from .._http import append_or_refuse, envelope
 from .._stats import LAUNCHER_STATS, tally
 from .._tasks import check_task
@@ -47,26 +48,12 @@ from ..wire import ErrorKind, GymError, Identity
 from ._exchange import NG_ROW_KEY, RelayRun, answer_response, model_calls
 from ._normalise import Normalise
 from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, read_capped
-from ._relay import DivergencePolicy, Relay
-from ._sandbox import SANDBOX_PORT, Isolation
+from ._relay import Relay
 
-__all__ = ["MAX_AGENT_RESTARTS", "Capability", "OpaqueAgent", "SandboxRef", "SandboxSnapshot"]
+__all__ = ["MAX_AGENT_RESTARTS", "OpaqueAgent", "SandboxRef", "SandboxSnapshot"]
 
 MAX_AGENT_RESTARTS = 3
 """How often an attempt's agent killed by a signal is started again in place before the run fails."""
-
-
-class Capability(StrEnum):
-    """What the runtime of an opaque agent guarantees about the agent's side effects."""
-
-    REPLAYABLE_EGRESS = "replayable_egress"
-    """Every side effect goes through the relay (model and tool calls over HTTP); the agent is
-    deterministic given identical answers. A restarted agent is replayed from the journal."""
-    SANDBOX_SNAPSHOT = "sandbox_snapshot"
-    """Side effects outside the relay live in a sandbox the runtime snapshots at each checkpoint and
-    restores before the replay (a :class:`SandboxSnapshot` provider, ``--sandbox``)."""
-    RESTART_ONLY = "restart_only"
-    """Nothing is guaranteed: a rollout that was cut off starts over from its input. The default."""
 
 
 class SandboxRef(NamedTuple):

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Literal
 
 import httpx
 from fastapi.responses import Response, StreamingResponse
@@ -38,16 +37,14 @@ from ..._tracing import SpanKind, current, of_attempt, span
 from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
 from ...participants import ExportReport, Participant
 from .._attempts import sent_when_admitted
+from .._capability import DivergencePolicy
 from .._http import append_or_refuse, envelope
 from .._stats import RELAY_STATS, tally
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
 from ._normalise import Normalise
 
-__all__ = ["MAX_JOURNALED_BYTES", "DivergencePolicy", "Relay", "RelayRun"]
-
-DivergencePolicy = Literal["fresh_dispatch", "go_live"]
-"""What a divergent request leads to (``--on-divergence``)."""
+__all__ = ["MAX_JOURNALED_BYTES", "Relay", "RelayRun"]
 
 MAX_JOURNALED_BYTES = 768 * 1024
 """The largest answer kept in the journal; a larger one reaches the agent but is recorded as

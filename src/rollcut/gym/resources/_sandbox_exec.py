@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._cgroup import CommandGroup, Confinement
-from ..opaque import READ_ONLY_ROOT, Isolation
+from ...sandbox._isolation import READ_ONLY_ROOT, Isolation
 
 __all__ = ["OUTPUT_CAP", "Runner"]
 

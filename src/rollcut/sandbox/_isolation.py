@@ -15,7 +15,8 @@ What the program gets (``docs/security.md`` has the threat table):
   (``PATH``, ``HOME``, ``LANG``): no ``ROLLCUT_*``, no ``NATS_*``, nothing of the server's.
 
 Where bubblewrap is missing or cannot make namespaces, the opaque agent server refuses to start
-unless told ``--unisolated`` (what that gives up is in ``docs/security.md``).
+unless told ``--unisolated`` (what that gives up is in ``docs/security.md``). The sandbox
+environment's commands run in the same isolation, so it lives here, below both.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..._errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = ["FORWARDER", "READ_ONLY_ROOT", "SANDBOX_PORT", "Isolation"]
 

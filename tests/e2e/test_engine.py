@@ -278,7 +278,20 @@ def test_the_demo_on_the_engine_writes_every_row_once_with_the_engines_tokens(tm
 
 @pytest.mark.slow
 def test_bench_model_on_the_engine_measures_custody_and_what_cuts_save_after_a_crash() -> None:
-    out = _json("bench", "model", "--backend", "engine", "--calls", "8", "--clients", "1", "--repeat", "1")
+    out = _json(
+        "bench",
+        "model",
+        "--backend",
+        "engine",
+        "--calls",
+        "8",
+        "--clients",
+        "1",
+        "--repeat",
+        "1",
+        "--logprobs",
+    )
+    assert out["logprobs"] is True  # both sides asked for them
     lat = out["clients"]["1"]
     for key in ("direct_p50_ms", "custody_p99_ms", "added_p50_ms", "added_p99_ms"):
         assert lat[key]["min"] <= lat[key]["median"] <= lat[key]["max"], key

@@ -78,6 +78,7 @@ async def _latency(
     tokens: int,
     clients: tuple[int, ...],
     repeat: int,
+    logprobs: bool = False,
 ) -> dict[str, Any]:
     ns = f"benchengine{os.urandom(3).hex()}"
     log = await EventLog.connect(BusConfig(url=nats, namespace=ns))
@@ -97,6 +98,7 @@ async def _latency(
                             "messages": [{"role": "user", "content": f"the call {run}-{i}"}],
                             "max_tokens": tokens,
                             "logit_bias": {str(eos): -100},
+                            **({"logprobs": True} if logprobs else {}),
                         }
                         for i in range(calls)
                     ]
@@ -230,6 +232,7 @@ async def bench_model_engine(
     repeat: int = 3,
     crash_calls: int = 8,
     crash_tokens: int = 600,
+    logprobs: bool = False,
 ) -> dict[str, Any]:
     """Custody's added latency over calling the engine directly, and tokens regenerated after a crash
     with cuts and without, on llama.cpp's server with the tiny model."""
@@ -239,7 +242,7 @@ async def bench_model_engine(
         with EmbeddedServer(root / "nats") as nats, tiny_engine(root / "engine", slots=slots) as engine:
             assert engine.eos_id is not None  # the tiny model's, known to its writer
             eos = engine.eos_id
-            latency = await _latency(nats.url, root, engine, eos, calls, tokens, clients, repeat)
+            latency = await _latency(nats.url, root, engine, eos, calls, tokens, clients, repeat, logprobs)
             with_cuts = await _crash(nats.url, root, engine, eos, crash_calls, crash_tokens, cuts=True)
             excluded = await _crash(nats.url, root, engine, eos, crash_calls, crash_tokens, cuts=False)
     return {
@@ -247,6 +250,7 @@ async def bench_model_engine(
         "calls": calls,
         "tokens_per_call": tokens,
         "repeat": repeat,
+        "logprobs": logprobs,  # both sides asked for every token's log-prob (llama.cpp's, rollcut's)
         "clients": latency,
         "crash": {
             "calls": crash_calls,

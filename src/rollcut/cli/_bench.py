@@ -153,6 +153,14 @@ def bench_model_cmd(
             "tracing's cost, as its ratio to the server without.",
         ),
     ] = False,
+    logprobs: Annotated[
+        bool,
+        typer.Option(
+            "--logprobs",
+            help="engine: every call asks for log-probs, of llama.cpp directly and of rollcut (whose "
+            "token texts come from the engine's detokenizer).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Throughput and latency of the model server with custody against the same server without."""
@@ -165,6 +173,8 @@ def bench_model_cmd(
         raise fail("--calls, --clients and --repeat take positive numbers")
     if tracing and engine:
         raise fail("--tracing measures the local backend's server (an engine's own time would hide it)")
+    if logprobs and not engine:
+        raise fail("--logprobs measures them on an engine: add --backend engine")
     status = f"benchmarking {n} model calls per run at {', '.join(map(str, counts))} clients"
     _measure(
         "bench_model_engine" if engine else "bench_model",
@@ -174,6 +184,7 @@ def bench_model_cmd(
         clients=counts,
         repeat=repeat,
         **({"tracing": True} if tracing else {}),
+        **({"logprobs": True} if logprobs else {}),
     )
 
 

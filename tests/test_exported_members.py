@@ -86,10 +86,24 @@ def test_the_surface_is_the_pinned_one() -> None:
     assert (added, lost) == ([], []), "update tests/public_api.txt on purpose"
 
 
+def _imported_from(init: Path) -> list[Path]:
+    """The files a module's relative ``from … import`` statements name."""
+    out = []
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level > 0 and node.module:
+            base = init.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            where = base.joinpath(*node.module.split("."))
+            out += [f for f in (where.with_suffix(".py"), where / "__init__.py") if f.is_file()]
+    return out
+
+
 def _attribute_docs(mod: types.ModuleType) -> set[str]:
     """Names assigned at the top of the package's modules and followed by a docstring."""
     root = Path(inspect.getfile(mod))
     files = sorted(root.parent.glob("*.py")) if root.name == "__init__.py" else [root]
+    files += _imported_from(root)  # a name re-exported from a module outside the package
     out: set[str] = set()
     for f in files:
         body = ast.parse(f.read_text()).body

@@ -3,6 +3,7 @@
 from ._fold import (
     AgentFold,
     AgentSession,
+    CallStatus,
     Fold,
     FoldRegistry,
     ModelCall,
@@ -24,6 +25,7 @@ __all__ = [
     "AttemptState",
     "AttemptView",
     "AttemptViews",
+    "CallStatus",
     "Fold",
     "FoldRegistry",
     "JournalGap",

@@ -13,6 +13,7 @@ environments with their own codecs (issue: resources) register richer ones.
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -95,9 +96,22 @@ class FoldRegistry:
 _Step = Callable[[S, StoredEvent, Any], None]
 """One kind's handler in a fold: the state, the stored event, the event."""
 
-SETTLED = frozenset({"completed", "reused"})
+
+class CallStatus(StrEnum):
+    """Where a model call is, as its events left it (its values are what the log's readers print)."""
+
+    ADMITTED = "admitted"
+    CONTINUED = "continued"  # admitted as the continuation of an earlier attempt's cut
+    COMPLETED = "completed"
+    REUSED = "reused"  # answered from an earlier attempt's settled call
+    PREFIX_CUT = "prefix_cut"  # its tokens so far made durable at a checkpoint
+    FAILED = "failed"
+    EXCLUDED = "excluded"  # running at a checkpoint on a backend that cannot cut: left out
+
+
+SETTLED = frozenset({CallStatus.COMPLETED, CallStatus.REUSED})
 """The statuses of a model call that is answered for good (the one place this is said)."""
-REUSABLE = SETTLED | {"prefix_cut"}
+REUSABLE = SETTLED | {CallStatus.PREFIX_CUT}
 """The statuses whose tokens a later attempt takes (a prefix to continue, or the whole answer)."""
 
 
@@ -105,7 +119,7 @@ class ModelCall(msgspec.Struct, kw_only=True, gc=False):
     """One model call as replayed: status, receipt, and where it is on the log."""
 
     call_id: str
-    status: str  # admitted | continued | completed | reused | prefix_cut | failed | excluded
+    status: CallStatus
     request_digest: str = ""
     parent_call_id: str | None = None
     receipt: TokenReceipt | None = None
@@ -141,13 +155,13 @@ class ModelFold:
     def __init__(self) -> None:
         self._handlers: dict[type[Event], _Step[ModelSession]] = handlers_by_kind(
             {
-                ModelCallAdmitted: self._opened("admitted"),
-                ModelCallContinued: self._opened("continued"),
+                ModelCallAdmitted: self._opened(CallStatus.ADMITTED),
+                ModelCallContinued: self._opened(CallStatus.CONTINUED),
                 ModelCallReused: self._reused,
                 ModelCallCompleted: self._completed,
                 ModelCallPrefixCut: self._prefix_cut,
-                ModelCallFailed: self._ended("failed"),
-                ModelCallExcluded: self._ended("excluded"),
+                ModelCallFailed: self._ended(CallStatus.FAILED),
+                ModelCallExcluded: self._ended(CallStatus.EXCLUDED),
             }
         )
 
@@ -162,7 +176,7 @@ class ModelFold:
         return state
 
     @staticmethod
-    def _opened(status: str) -> Callable[[ModelSession, StoredEvent, Any], None]:
+    def _opened(status: CallStatus) -> Callable[[ModelSession, StoredEvent, Any], None]:
         """A call starts: admitted (generation ahead), or continued (from an earlier prefix)."""
 
         def opened(
@@ -182,7 +196,7 @@ class ModelFold:
     def _reused(state: ModelSession, stored: StoredEvent, ev: ModelCallReused) -> None:
         state.calls[ev.call_id] = ModelCall(
             call_id=ev.call_id,
-            status="reused",
+            status=CallStatus.REUSED,
             request_digest=ev.request_digest,
             parent_call_id=ev.parent_call_id,
             receipt=ev.receipt,
@@ -196,14 +210,14 @@ class ModelFold:
 
     @staticmethod
     def _call(state: ModelSession, stored: StoredEvent, call_id: str) -> ModelCall:
-        call = state.calls.get(call_id) or ModelCall(call_id=call_id, status="admitted")
+        call = state.calls.get(call_id) or ModelCall(call_id=call_id, status=CallStatus.ADMITTED)
         state.calls[call_id] = call
         call.final_seq = stored.seq
         return call
 
     def _completed(self, state: ModelSession, stored: StoredEvent, ev: ModelCallCompleted) -> None:
         call = self._call(state, stored, ev.call_id)
-        call.status, call.receipt, call.response = "completed", ev.receipt, ev.response
+        call.status, call.receipt, call.response = CallStatus.COMPLETED, ev.receipt, ev.response
         call.finish_reason, call.stop_sequence = ev.finish_reason, ev.stop_sequence
         call.request_digest, call.parent_call_id = ev.request_digest, ev.parent_call_id
         state.last_completed_call_id = ev.call_id
@@ -215,9 +229,9 @@ class ModelFold:
             # is final (continuing the prefix would generate again what the caller already got)
             return
         call = self._call(state, stored, ev.call_id)
-        call.status, call.receipt, call.token_boundary = "prefix_cut", ev.receipt, ev.token_boundary
+        call.status, call.receipt, call.token_boundary = CallStatus.PREFIX_CUT, ev.receipt, ev.token_boundary
 
-    def _ended(self, status: str) -> Callable[[ModelSession, StoredEvent, Any], None]:
+    def _ended(self, status: CallStatus) -> Callable[[ModelSession, StoredEvent, Any], None]:
         def end(state: ModelSession, stored: StoredEvent, ev: Any) -> None:
             self._call(state, stored, ev.call_id).status = status
 

@@ -30,7 +30,7 @@ from typing import Any
 from .. import bus
 from .._errors import RollcutError, StaleAttemptError
 from ..bus import AgentBoundaryRecord, Event, EventLog, RolloutEvent, StoredEvent, handlers_by_kind
-from ._fold import AgentFold, AgentSession, ModelCall, ModelFold, ModelSession
+from ._fold import AgentFold, AgentSession, CallStatus, ModelCall, ModelFold, ModelSession
 from ._lineage import Chain, Segment
 from ._replay import Replayer, RolloutState
 
@@ -215,7 +215,7 @@ class AttemptView:
             for call in session.calls.values():
                 have = out.get(call.request_digest)
                 settled = have is not None and have[1].settled
-                if call.status == "completed" and call.receipt is not None and not settled:
+                if call.status is CallStatus.COMPLETED and call.receipt is not None and not settled:
                     out[call.request_digest] = (n, call)
         return out
 

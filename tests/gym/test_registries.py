@@ -16,7 +16,10 @@ from rollcut._registry import Registry
 from rollcut.bus import EventLog
 from rollcut.gym.model.engine import DIALECTS, LlamaCpp, engine_backend
 from rollcut.gym.wire import Identity, identity_headers
+from rollcut.ledger import Ledger
+from rollcut.participants import Coordinator, Restorer
 from rollcut.testing import ServerProcess
+from rollcut.tokens import LocalTokenStore
 
 PLUGIN = '''
 import json
@@ -35,7 +38,7 @@ class Shouting(Environment):
 
     def _shout(self, state, args):
         state["said"].append(str(args["text"]).upper())
-        return state["said"][-1], None
+        return " ".join(state["said"]), None  # everything said so far
 
     def seed(self, args):
         return {"said": []}
@@ -81,10 +84,8 @@ async def test_an_environment_of_another_package_is_served_by_name(
         env={**_env_with(site), "COLUMNS": "300"},
     )
     assert helped.returncode == 0 and "shouting" in helped.stdout and "counter" in helped.stdout
-    server = ServerProcess(
-        ["resources", "shouting", "--url", log.config.url, "--namespace", log.config.namespace],
-        logs=tmp_path / "logs",
-    ).start()
+    argv = ["resources", "shouting", "--url", log.config.url, "--namespace", log.config.namespace]
+    server = ServerProcess(argv, logs=tmp_path / "logs").start()
     try:
         await log.dispatch("r1", {"env": "shouting"}, instance="collector-0")
         headers = identity_headers(Identity("r1", 1))
@@ -92,6 +93,27 @@ async def test_an_environment_of_another_package_is_served_by_name(
             assert (await http.post("/seed_session", json={}, headers=headers)).status_code == 200
             said = (await http.post("/shout", json={"text": "hello"}, headers=headers)).json()
         assert said["result"] == "HELLO" and said["revision"] == 1
+        # checkpointed, its process SIGKILLed, started again and restored from the cut: the plugin's
+        # session goes on under the next attempt, as a built-in environment's does
+        with Ledger(tmp_path / "ledger") as ledger, LocalTokenStore(tmp_path / "tokens") as tokens:
+            coordinator = Coordinator(log, ledger, tokens)
+            res = await coordinator.checkpoint(deadline_s=20, expect=set(server.instances))
+            assert set(res.record.participants) == set(server.instances)
+            server.kill()
+            server = ServerProcess(argv, logs=tmp_path / "logs-again").start()
+            restorer = Restorer(log, ledger, coordinator)
+            cut, ck = res.record.cut, res.record.checkpoint_id
+            assert await restorer.next_attempt("r1", from_cut=cut, checkpoint_id=ck, reason="test") == 2
+            assert await restorer.restore(ck, cut) == list(server.instances)
+            await restorer.resume(ck)
+        again = identity_headers(Identity("r1", 2))
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            # no agent boundary was recorded: the continuing agent re-issues the call it made, and
+            # is answered from the log, not by shouting again
+            replayed = (await http.post("/shout", json={"text": "hello"}, headers=again)).json()
+            more = (await http.post("/shout", json={"text": "again"}, headers=again)).json()
+        assert (replayed.get("result"), replayed.get("revision")) == ("HELLO", 1), replayed
+        assert (more.get("result"), more.get("revision")) == ("HELLO AGAIN", 2), more  # its state restored
     finally:
         server.kill()
 

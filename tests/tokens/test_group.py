@@ -7,9 +7,8 @@ import random
 from pathlib import Path
 
 from rollcut import RollcutError
+from rollcut.testing import sample_record as record
 from rollcut.tokens import LocalTokenStore, TokenRecord, TokenWrites
-
-from .contract import record
 
 
 async def test_concurrent_writes_share_transactions_and_each_is_durable_when_awaited(tmp_path: Path) -> None:

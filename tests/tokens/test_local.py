@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from rollcut import TokenStoreError
+from rollcut.testing import TokenStoreContract
+from rollcut.testing import sample_record as record
 from rollcut.tokens import LocalTokenStore
-
-from .contract import TokenStoreContract, record
 
 
 class TestLocalTokenStore(TokenStoreContract):

@@ -9,9 +9,8 @@ import pytest
 
 from rollcut import TokenStoreError
 from rollcut.bus import TokenReceipt
+from rollcut.testing import sample_record as record
 from rollcut.tokens import LocalTokenStore, Releasable, TokenRecord, VersionSegment, arrays_digest
-
-from .contract import record
 
 
 def _big(n: int, seed: int) -> TokenRecord:

@@ -5,22 +5,36 @@ benchmarks run them (as ``temporalio.testing`` gives users the environment the S
 ``kill()`` is a SIGKILL of every process of it. :func:`start_stack` starts a whole stack (model,
 resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own on this machine
 (network namespaces on a bridge) to split a cluster's network; :func:`missing_acks` checks, after a
-fault, that every acknowledgement a writer was told is in the stream.
+fault, that every acknowledgement a writer was told is in the stream. :class:`TokenStoreContract`
+is the suite every token store passes, rollcut's and another package's (it needs pytest, and is
+loaded only when asked for).
 """
 
+import typing as _typing
+
+from .._lazy import lazy_names as _lazy_names
 from ._acks import acked, generated_twice, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
+
+if _typing.TYPE_CHECKING:
+    from ._contracts import TokenStoreContract, sample_record
+
+__getattr__ = _lazy_names(
+    __name__, {"TokenStoreContract": "_contracts", "sample_record": "_contracts"}, globals()
+)
 
 __all__ = [
     "DEMO_ENVIRONMENTS",
     "Hosts",
     "ServerProcess",
+    "TokenStoreContract",
     "acked",
     "generated_twice",
     "hosts_possible",
     "missing_acks",
     "netns_cluster",
+    "sample_record",
     "start_stack",
     "stream_leader",
 ]

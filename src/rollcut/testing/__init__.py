@@ -6,8 +6,8 @@ benchmarks run them (as ``temporalio.testing`` gives users the environment the S
 resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own on this machine
 (network namespaces on a bridge) to split a cluster's network; :func:`missing_acks` checks, after a
 fault, that every acknowledgement a writer was told is in the stream. :class:`TokenStoreContract`
-is the suite every token store passes, rollcut's and another package's (it needs pytest, and is
-loaded only when asked for).
+and :class:`EnvironmentContract` are the suites every token store and every continuing environment
+pass, rollcut's and another package's (they need pytest, and are loaded only when asked for).
 """
 
 import typing as _typing
@@ -19,13 +19,21 @@ from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
 
 if _typing.TYPE_CHECKING:
     from ._contracts import TokenStoreContract, sample_record
+    from ._env_contract import EnvironmentContract
 
 __getattr__ = _lazy_names(
-    __name__, {"TokenStoreContract": "_contracts", "sample_record": "_contracts"}, globals()
+    __name__,
+    {
+        "TokenStoreContract": "_contracts",
+        "sample_record": "_contracts",
+        "EnvironmentContract": "_env_contract",
+    },
+    globals(),
 )
 
 __all__ = [
     "DEMO_ENVIRONMENTS",
+    "EnvironmentContract",
     "Hosts",
     "ServerProcess",
     "TokenStoreContract",

@@ -5,9 +5,12 @@ benchmarks run them (as ``temporalio.testing`` gives users the environment the S
 ``kill()`` is a SIGKILL of every process of it. :func:`start_stack` starts a whole stack (model,
 resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own on this machine
 (network namespaces on a bridge) to split a cluster's network; :func:`missing_acks` checks, after a
-fault, that every acknowledgement a writer was told is in the stream. :class:`TokenStoreContract`
-and :class:`EnvironmentContract` are the suites every token store and every continuing environment
-pass, rollcut's and another package's (they need pytest, and are loaded only when asked for).
+fault, that every acknowledgement a writer was told is in the stream.
+
+The extension kit: :class:`TokenStoreContract`, :class:`EnvironmentContract` and
+:class:`BackendContract` are the suites every token store, every continuing environment and every
+cutting backend pass, rollcut's and another package's (they need pytest, and are loaded only when
+asked for).
 """
 
 import typing as _typing
@@ -18,6 +21,7 @@ from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
 
 if _typing.TYPE_CHECKING:
+    from ._backend_contract import BackendContract
     from ._contracts import TokenStoreContract, sample_record
     from ._env_contract import EnvironmentContract
 
@@ -27,12 +31,14 @@ __getattr__ = _lazy_names(
         "TokenStoreContract": "_contracts",
         "sample_record": "_contracts",
         "EnvironmentContract": "_env_contract",
+        "BackendContract": "_backend_contract",
     },
     globals(),
 )
 
 __all__ = [
     "DEMO_ENVIRONMENTS",
+    "BackendContract",
     "EnvironmentContract",
     "Hosts",
     "ServerProcess",

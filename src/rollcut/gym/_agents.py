@@ -28,7 +28,7 @@ from .._process import pid_alive
 from .._registry import Registry
 from ..bus import EventLog
 from ..participants import Participant
-from ._http import gym_client
+from ._client import gym_client
 from ._options import AgentServe
 from .agent import SimpleAgent, create_agent_app
 from .opaque import Capability, Isolation, Normalise, OpaqueAgent, SandboxSnapshot, create_opaque_app

@@ -16,17 +16,10 @@ from fastapi.responses import JSONResponse
 
 from .._tracing import SpanKind, of_attempt, span
 from ..bus import EventLog, RolloutCompleted, input_digest
-from ._http import (
-    DEFAULT_MAX_BODY_BYTES,
-    append_or_refuse,
-    error_response,
-    gym_app,
-    gym_client,
-    identity_of,
-    json_body,
-    stats_routes,
-)
+from ._client import gym_client
+from ._http import DEFAULT_MAX_BODY_BYTES, error_response, gym_app, identity_of, json_body, stats_routes
 from ._stats import ENVIRONMENT_STATS, tally
+from ._writes import append_or_refuse
 from .wire import error_from_response, identity_headers
 
 __all__ = ["create_environment_app"]

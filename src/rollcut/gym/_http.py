@@ -1,24 +1,22 @@
-"""The FastAPI side of the wire protocol: the one place domain errors become HTTP answers."""
+"""The FastAPI side of the wire protocol: the one place domain errors become HTTP answers.
+
+How servers call each other is ``_client``; what they write for a call, ``_writes``."""
 
 from __future__ import annotations
 
-import http.cookiejar
 import re
-import socket
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-import httpx
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._errors import AdmissionClosedError, EventTooLargeError, FenceError, StaleAttemptError, StorageError
+from .._errors import AdmissionClosedError, StorageError
 from .._metrics import CONTENT_TYPE, Tally, exposition
-from .._tracing import TraceContext, traced
-from ..bus import Component, Event, EventLog
+from .._tracing import TraceContext
 from ..participants import Participant
 from ._peers import PeerRouter
 from .wire import (
@@ -34,58 +32,14 @@ from .wire import (
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "BodyLimit",
-    "Envelope",
     "IdentityPrefix",
-    "append_or_refuse",
-    "deep_health",
-    "envelope",
     "error_response",
     "gym_app",
-    "gym_client",
     "identity_of",
     "json_body",
     "run_admitted",
     "stats_routes",
 ]
-
-
-class Envelope(TypedDict):
-    """The fields every event a Gym server writes for one call shares."""
-
-    component: Component
-    instance: str
-    rollout_id: str
-    attempt: int
-
-
-def envelope(component: Component, instance: str, ident: Identity) -> Envelope:
-    """Who writes (``component``, ``instance``) for which execution (``ident``)."""
-    return {
-        "component": component,
-        "instance": instance,
-        "rollout_id": ident.rollout_id,
-        "attempt": ident.attempt,
-    }
-
-
-class _NoCookies(http.cookiejar.CookieJar):
-    """Keeps nothing: one run's session cookie must never ride on another run's call."""
-
-    def extract_cookies(self, response: Any, request: Any) -> None:
-        return None
-
-
-def gym_client(timeout: float, *, max_connections: int = 1000) -> httpx.AsyncClient:
-    """The client Gym servers call each other with: TCP_NODELAY, and no cookie jar (a session cookie
-    is passed along explicitly, per run, as NeMo Gym's agents do)."""
-    transport = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-    return httpx.AsyncClient(
-        timeout=timeout,
-        transport=transport,
-        limits=httpx.Limits(max_connections=max_connections),
-        cookies=httpx.Cookies(_NoCookies()),
-        event_hooks={"request": [traced]},
-    )
 
 
 def error_response(err: GymError, path: str = "") -> JSONResponse:
@@ -255,21 +209,6 @@ def identity_of(request: Request, body: Mapping[str, Any] | None = None) -> Iden
     )
 
 
-async def deep_health(http: httpx.AsyncClient, urls: list[str]) -> Any:
-    """The ``/healthz`` of a server that calls others (an agent): ok only if each of them answers, so a
-    framework waiting on it after a crash waits for what an episode needs, not just this process."""
-    down = []
-    for url in urls:
-        try:
-            if (await http.get(f"{url.rstrip('/')}/healthz", timeout=2)).status_code != 200:
-                down.append(url)
-        except httpx.HTTPError:
-            down.append(url)
-    if down:
-        return JSONResponse({"status": "unavailable", "down": down}, status_code=503)
-    return {"status": "ok"}
-
-
 async def run_admitted(
     participant: Participant | None, run: Callable[[], Awaitable[dict[str, Any]]]
 ) -> JSONResponse:
@@ -278,21 +217,6 @@ async def run_admitted(
         return JSONResponse(await run())
     async with participant.gate.admit():
         return JSONResponse(await run())
-
-
-async def append_or_refuse(log: EventLog, event: Event) -> int:
-    """Append (write before act); a fence refusal becomes the error the caller gets."""
-    try:
-        return await log.append(event)
-    except StaleAttemptError as exc:
-        raise GymError.stale(exc) from exc
-    except FenceError as exc:  # e.g. a rollout that was never dispatched
-        raise GymError(ErrorKind.UNKNOWN_ROLLOUT, str(exc)) from exc
-    except EventTooLargeError as exc:  # the caller's input, too large to keep: refused, nothing stored
-        raise GymError(
-            ErrorKind.PAYLOAD_TOO_LARGE,
-            f"this call's record would be {exc.size} bytes, over the {exc.limit} one record may hold",
-        ) from exc
 
 
 def stats_routes(app: FastAPI, tallies: list[Tally], stats: Callable[[], dict[str, Any]]) -> None:

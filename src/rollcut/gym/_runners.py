@@ -25,8 +25,8 @@ from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
 from ._agents import AGENTS, Make
 from ._capability import Capability, DivergencePolicy
+from ._client import gym_client
 from ._environment import create_environment_app
-from ._http import gym_client
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on

@@ -7,15 +7,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from .._http import (
-    DEFAULT_MAX_BODY_BYTES,
-    deep_health,
-    gym_app,
-    identity_of,
-    json_body,
-    run_admitted,
-    stats_routes,
-)
+from .._client import deep_health
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body, run_admitted, stats_routes
 from ..resources import aggregate_metrics, verify_responses
 from ..wire import ErrorKind, GymError
 from ._simple import SimpleAgent

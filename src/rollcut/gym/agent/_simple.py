@@ -30,9 +30,10 @@ from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
 from ...participants import ExportReport, Participant
 from ...replay import AttemptViews
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
-from .._http import append_or_refuse, gym_client
+from .._client import gym_client
 from .._stats import AGENT_STATS, tally
 from .._tasks import check_task
+from .._writes import append_or_refuse
 from ..wire import ErrorKind, GymError, Identity
 from ._chat import run_chat
 from ._loop import AgentLoop, RunContext, Upstreams

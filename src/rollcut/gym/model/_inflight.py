@@ -23,7 +23,7 @@ from typing import Literal, TypedDict
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, ExportReport
 from ...tokens import TokenRecord, TokenWrites
-from .._http import envelope
+from .._writes import envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, Plan
 from ._policy import Segments

@@ -47,8 +47,8 @@ from ...participants import ExportReport, Participant
 from ...replay import AttemptView, AttemptViews, ModelCall
 from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._attempts import view_of
-from .._http import Envelope, append_or_refuse, envelope
 from .._stats import MODEL_STATS, tally
+from .._writes import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
 from ._inflight import InFlightCalls

@@ -18,15 +18,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from .._http import (
-    DEFAULT_MAX_BODY_BYTES,
-    deep_health,
-    gym_app,
-    identity_of,
-    json_body,
-    run_admitted,
-    stats_routes,
-)
+from .._client import deep_health
+from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body, run_admitted, stats_routes
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import Outgoing
 from ._launcher import OpaqueAgent

@@ -43,8 +43,8 @@ from ...bus import (
 from ...participants import ExportReport, Participant
 from ...replay import AttemptView, AttemptViews
 from ...sandbox import SnapshotError
-from .._http import Envelope, append_or_refuse, envelope
 from .._stats import RESOURCES_STATS, tally
+from .._writes import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._at_cut import NotContinuable, state_at_cut
 from ._at_cut import settled as _settled

@@ -43,9 +43,7 @@ class PlainModelService(ModelService):
             out.append(tok)
             if on_token is not None:
                 i = len(out) - 1
-                await on_token(
-                    tok, self.backend.piece(plan, i), plan.logprobs[i] if i < len(plan.logprobs) else 0.0
-                )
+                await on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
         self.stats.inc("calls_generated")
         return CallResult(call_id, plan, out, _NO_RECEIPT)
 

@@ -47,6 +47,9 @@ class Tokens:
 
     def __init__(self, service: ModelService, ident: Identity, body: dict[str, Any]) -> None:
         self.queue: asyncio.Queue[tuple[int, str, float] | None] = asyncio.Queue()
+        # how many tokens came: none for the same call answered again from what it produced, whose
+        # text a stream then sends whole, before its end (every route's stream)
+        self.came = 0
         self.task = asyncio.ensure_future(service.call(ident, body, on_token=self._on_token))
         self.task.add_done_callback(lambda _: self.queue.put_nowait(None))
 
@@ -71,5 +74,6 @@ class Tokens:
     async def __aiter__(self) -> AsyncIterator[tuple[int, str, float]]:
         tok = await self._first
         while tok is not None:
+            self.came += 1
             yield tok
             tok = await self.queue.get()

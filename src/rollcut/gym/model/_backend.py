@@ -35,6 +35,11 @@ class Plan:
     clock: Callable[[], int] | None = None
     opened: Callable[[int, int], None] | None = None
 
+    def logprob(self, index: int) -> float:
+        """The log-prob of the ``index``-th output token (every backend puts it there before the
+        token is handed on; 0.0 for one it has not)."""
+        return self.logprobs[index] if index < len(self.logprobs) else 0.0
+
 
 class Backend(Protocol):
     """What the model service needs from a generation backend."""

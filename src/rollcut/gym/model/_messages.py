@@ -303,10 +303,8 @@ async def _stream(
         if not hold:
             start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
             yield _event(RawContentBlockStartEvent.model_validate(start))
-        streamed = 0
         async for _, text, _ in tokens:
             if not hold:
-                streamed += 1
                 delta = {
                     "type": "content_block_delta",
                     "index": 0,
@@ -321,7 +319,7 @@ async def _stream(
         blocks, reason = _blocks(result)
         if not hold:
             said = "".join(b["text"] for b in blocks if b["type"] == "text")
-            if not streamed and said:  # the same call again, answered from the log: its text whole
+            if not tokens.came and said:  # the same call again, answered from the log: its text whole
                 delta = {
                     "type": "content_block_delta",
                     "index": 0,

@@ -180,14 +180,13 @@ async def _chat_stream(
     # content streams token by token when the plan is known to be text; tool calls come whole at the end
     hold = not service.backend.streams_text(body)
     with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    wants = asks_logprobs(body)  # once, not at every token
 
     async def events() -> AsyncIterator[str]:
         yield sse(chat_chunk(call_id, created, model, {"role": "assistant", "content": ""}))
-        streamed = 0
         async for tok, text, lp in tokens:
             if not hold:
-                streamed += 1
-                lps = await _entries(service, body, [tok], [lp])
+                lps = await logprob_entries(service.backend, [tok], [lp]) if wants else None
                 yield sse(chat_chunk(call_id, created, model, {"content": text}, logprobs=lps))
         try:
             result = await tokens.task  # the completed event is durable before the last chunk leaves
@@ -197,7 +196,7 @@ async def _chat_stream(
         msg = response_message(result.plan, result.output_ids)
         # sent whole at the end: a reply that may be a tool call, and one that streamed nothing (the
         # same call again, answered from what it produced)
-        whole = hold or not streamed
+        whole = hold or not tokens.came
         delta: dict[str, Any] = (
             {"tool_calls": msg["tool_calls"]}
             if msg.get("tool_calls")
@@ -234,6 +233,7 @@ async def _responses_stream(
     _, call_id = service.call_identity(ident, chat_body)
     created_at = time.time()
     hold = not service.backend.streams_text(chat_body)
+    wants = asks_logprobs(body)  # once, not at every token
     seq = iter(range(1 << 30))
     msg_id = f"msg_{call_id}"
 
@@ -248,7 +248,6 @@ async def _responses_stream(
         )
 
     async def events() -> AsyncIterator[str]:
-        streamed = 0
         yield event("response.created", response=shell("in_progress", []))
         yield event("response.in_progress", response=shell("in_progress", []))
         if not hold:
@@ -265,8 +264,7 @@ async def _responses_stream(
                 "response.content_part.added", item_id=msg_id, output_index=0, content_index=0, part=part
             )
             async for tok, text, lp in tokens:
-                streamed += 1
-                lps = await _entries(service, body, [tok], [lp]) or []
+                lps = await logprob_entries(service.backend, [tok], [lp]) if wants else []
                 yield event(
                     "response.output_text.delta",
                     item_id=msg_id,
@@ -296,7 +294,7 @@ async def _responses_stream(
                     yield event("response.output_item.added", output_index=index, item=item)
                     part = {**full, "text": "", "logprobs": []}
                     yield event("response.content_part.added", **at, part=part)
-                if hold or not streamed:  # sent whole: held, or the same call answered from the log
+                if hold or not tokens.came:  # sent whole: held, or the same call answered from the log
                     yield event("response.output_text.delta", **at, delta=full["text"], logprobs=lps)
                 yield event("response.output_text.done", **at, text=full["text"], logprobs=lps)
                 yield event("response.content_part.done", **at, part=full)

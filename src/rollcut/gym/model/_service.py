@@ -344,7 +344,11 @@ class ModelService:
             fl.state = "queued"
             if on_token is not None:
                 for i, tok in enumerate(fl.emitted):
-                    await on_token(tok, self.backend.piece(plan, i) if plan is not None else "", _lp(plan, i))
+                    await on_token(
+                        tok,
+                        self.backend.piece(plan, i) if plan is not None else "",
+                        plan.logprob(i) if plan else 0.0,
+                    )
             fl.state = "generating"
             if plan is None:
                 plan = fl.plan = await self.backend.start(body)
@@ -362,7 +366,7 @@ class ModelService:
                     self.stats.inc("tokens_generated")
                     if on_token is not None:
                         i = len(fl.emitted) - 1
-                        await on_token(tok, self.backend.piece(plan, i), _lp(plan, i))
+                        await on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
             out = list(fl.emitted)
             parent = await parent_task
             if parent == _FIRST:
@@ -432,8 +436,3 @@ class ModelService:
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
         self.views.clear()  # each attempt's view is read from the log again on its next call
-
-
-def _lp(plan: Plan | None, index: int) -> float:
-    """The log-prob of a plan's ``index``-th token (every backend puts it there before the token)."""
-    return plan.logprobs[index] if plan is not None and index < len(plan.logprobs) else 0.0

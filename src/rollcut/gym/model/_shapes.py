@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from openai.types import CompletionUsage, Model
@@ -54,6 +54,8 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from ...tokens import TokenRecord
 from ._plans import response_message
 from ._service import DEFAULT_MODEL, CallResult
+
+_L = TypeVar("_L", ChoiceLogprobs, ChunkLogprobs)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -124,10 +126,11 @@ def _usage(result: CallResult) -> tuple[int, int]:
 # --- chat completions ----------------------------------------------------------------
 
 
-def _choice_logprobs(entries: list[dict[str, Any]] | None) -> ChoiceLogprobs | None:
+def _logprobs(kind: type[_L], entries: list[dict[str, Any]] | None) -> _L | None:
+    """A choice's ``logprobs`` as ``kind`` (a completion's or a chunk's: the same fields)."""
     if entries is None:
         return None
-    return ChoiceLogprobs(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
+    return kind(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
 
 
 def _with_bytes(entry: dict[str, Any]) -> dict[str, Any]:
@@ -136,12 +139,6 @@ def _with_bytes(entry: dict[str, Any]) -> dict[str, Any]:
     if entry["bytes"] is not None:
         return entry
     return {**entry, "bytes": list(str(entry["token"]).encode("utf-8"))}
-
-
-def _chunk_logprobs(entries: list[dict[str, Any]] | None) -> ChunkLogprobs | None:
-    if entries is None:
-        return None
-    return ChunkLogprobs(content=[ChatCompletionTokenLogprob.model_validate(e) for e in entries])
 
 
 def chat_completion(
@@ -163,7 +160,7 @@ def chat_completion(
             Choice(
                 index=0,
                 finish_reason=result.plan.finish_reason,  # type: ignore[arg-type]
-                logprobs=_choice_logprobs(logprobs),
+                logprobs=_logprobs(ChoiceLogprobs, logprobs),
                 message=ChatCompletionMessage(
                     role="assistant",
                     content=msg.get("content"),
@@ -223,7 +220,7 @@ def chat_chunk(
                     or None,
                 ),
                 finish_reason=finish,  # type: ignore[arg-type]
-                logprobs=_chunk_logprobs(logprobs),
+                logprobs=_logprobs(ChunkLogprobs, logprobs),
             )
         ],
         usage=CompletionUsage(prompt_tokens=usage[0], completion_tokens=usage[1], total_tokens=sum(usage))

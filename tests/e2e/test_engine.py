@@ -8,16 +8,26 @@ import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut, ModelCallReused, TokenReceipt
+from rollcut.bus import (
+    EventLog,
+    ModelCallCompleted,
+    ModelCallContinued,
+    ModelCallPrefixCut,
+    ModelCallReused,
+    TokenReceipt,
+)
 from rollcut.gym import owner_of
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator
+from rollcut.participants import CheckpointResult, Coordinator
 from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore, call_store
 
@@ -52,6 +62,61 @@ async def _stream(
                         seen.append(choice["delta"]["content"])
 
 
+@dataclass
+class _Scene:
+    """A long call cut by a checkpoint while it ran, then its model server SIGKILLed."""
+
+    res: CheckpointResult
+    cut: ModelCallPrefixCut
+    body: dict[str, Any]
+    seen: list[str]
+    tried: int
+
+
+def _has(seen: list[str], n: int) -> bool:
+    return len(seen) >= n
+
+
+async def _cut_and_kill(
+    log: EventLog,
+    coord: Coordinator,
+    start: Callable[[], ServerProcess],
+    body_of: Callable[[int], dict[str, Any]],
+    *,
+    rollout_id: str,
+    at_least: int,
+) -> _Scene:
+    """Stream ``body_of(try)`` on a server ``start()`` makes, checkpoint once ``at_least`` tokens came,
+    SIGKILL the server. The scene holds only if the cut took the call running and it had not ended by
+    the kill: under a full run's load a generation once ended before the prepare (vLLM's 3,500 tokens)
+    and once between the cut and the kill (its whole answer was in the cut, llama.cpp's 600), and a
+    call that ended is reused whole, not continued. Then the scene again with another request (so the
+    continuation cannot reuse the ended one), three times at most; the last one is returned as it is,
+    for the caller's assertions to name what went wrong."""
+    since = 0  # the cut of the last try set aside: what it cut or ended is not this try's
+    why = ""
+    for tried in range(3):
+        body = body_of(tried)
+        srv = start()
+        seen: list[str] = []
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
+            call = asyncio.ensure_future(_stream(client, body, _headers(rollout_id, 1), seen))
+            await until(partial(_has, seen, at_least), timeout=60, what=f"{at_least} tokens streamed")
+            res = await coord.checkpoint(deadline_s=10, expect=set(srv.instances))
+            srv.kill()  # SIGKILL the model server; the engine lives on
+            with contextlib.suppress(httpx.HTTPError):  # the stream broke with its server
+                await call  # what it had seen is in `seen`
+        tail = [s async for s in log.read(rollout_id=rollout_id) if s.seq > since]
+        cuts = [s.event for s in tail if isinstance(s.event, ModelCallPrefixCut) and s.seq <= res.record.cut]
+        ended = any(isinstance(s.event, ModelCallCompleted) for s in tail if s.seq > res.record.cut)
+        boundary = cuts[0].token_boundary if len(cuts) == 1 else None
+        if boundary is not None and boundary < body["max_tokens"] and not ended:
+            return _Scene(res, cuts[0], body, seen, tried)
+        why += f" try {tried + 1}: {len(cuts)} cuts, boundary {boundary}, ended {ended}, seen {len(seen)};"
+        since = res.record.cut
+    pytest.fail(f"no running call was cut in three tries:{why}")
+
+
 async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_server_with_only_the_rest(
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], engine: Engine
 ) -> None:
@@ -73,37 +138,29 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
                 e["bytes"] is None or bytes(e["bytes"]).decode("utf-8", "backslashreplace") == e["token"]
                 for e in named
             )
-            # a generation that ends before the checkpoint's prepare has nothing to cut: under a full
-            # run's load vLLM's 3,500 tokens once did (the coordinator starved). Then the same scene
-            # again with a new request (another one, so the continuation cannot reuse the finished
-            # one), three times at most, the last one asserted below
-            since = 0  # the cut of the last try set aside: a call cut there and then ended is not this one
-            for tried in range(3):
-                long: dict[str, Any] = {
-                    "messages": [{"role": "user", "content": f"the agent, at length ({tried})"}],
-                    "max_tokens": n,
-                    "logit_bias": engine.no_eos,
-                }
-                seen: list[str] = []
-                call = asyncio.ensure_future(_stream(client, long, _headers("r1", 1), seen))
-                await until(lambda seen=seen: len(seen) >= 30, timeout=30, what="30 tokens streamed")
-                res = await coord.checkpoint(deadline_s=10, expect=set(srv.instances))
-                ended = call.done()
-                if not ended:
-                    break
-                since = res.record.cut
-            srv.kill()  # SIGKILL the model server; the engine lives on
-            with contextlib.suppress(httpx.HTTPError):  # the stream broke with its server
-                await call  # what it had seen is in `seen`
-        cuts = [
-            s.event
-            async for s in log.read(rollout_id="r1", up_to=res.record.cut)
-            if isinstance(s.event, ModelCallPrefixCut) and s.seq > since
-        ]
-        assert len(cuts) == 1, (
-            f"{len(cuts)} cuts; the call had ended by then: {ended} (try {tried + 1} of 3); "
-            f"streamed {len(seen)}; participants {sorted(res.record.participants)}"
+
+        firsts = [srv]  # the first try on the server that answered `short`
+
+        def start() -> ServerProcess:
+            if firsts:
+                return firsts.pop()
+            made = engine_model_server(nats_url, namespace, tokens_dir, engine)
+            servers.append(made)
+            return made
+
+        scene = await _cut_and_kill(
+            log,
+            coord,
+            start,
+            lambda tried: {
+                "messages": [{"role": "user", "content": f"the agent, at length ({tried})"}],
+                "max_tokens": n,
+                "logit_bias": engine.no_eos,
+            },
+            rollout_id="r1",
+            at_least=30,
         )
+        res, long, seen, cuts = scene.res, scene.body, scene.seen, [scene.cut]
         assert 30 <= cuts[0].token_boundary < n
         k = cuts[0].token_boundary
         prefix = await call_store(tokens, tokens.get, cuts[0].receipt)
@@ -146,34 +203,27 @@ async def test_a_call_cut_under_one_policy_version_and_continued_under_the_next_
     version 2): the prefix keeps version 1 and its log-probs, the rest is version 2 and flagged as
     re-prefilled, on the answer and in the token store."""
     tokens_dir = tmp_path / "tokens"
-    body: dict[str, Any] = {
-        "messages": [{"role": "user", "content": "the long one"}],
-        "max_tokens": engine.long,
-        "logit_bias": engine.no_eos,
-    }
-    srv = engine_model_server(nats_url, namespace, tokens_dir, engine, extra=("--policy-version", "1"))
-    servers.append(srv)
+
+    def start() -> ServerProcess:
+        made = engine_model_server(nats_url, namespace, tokens_dir, engine, extra=("--policy-version", "1"))
+        servers.append(made)
+        return made
+
     await log.dispatch("v1", {"task": 1}, instance="collector")
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
-        seen: list[str] = []
-        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
-            call = asyncio.ensure_future(_stream(client, body, _headers("v1", 1), seen))
-            await until(lambda: len(seen) >= 20, timeout=30, what="20 tokens streamed")
-            res = await Coordinator(log, led, tokens).checkpoint(deadline_s=10, expect=set(srv.instances))
-            ended = call.done()  # a generation that ended before the checkpoint has nothing to cut
-            srv.kill()
-            with contextlib.suppress(httpx.HTTPError):
-                await call
-        cuts = [
-            s.event
-            async for s in log.read(rollout_id="v1", up_to=res.record.cut)
-            if isinstance(s.event, ModelCallPrefixCut)
-        ]
-        assert len(cuts) == 1, (
-            f"{len(cuts)} cuts; the call had ended by then: {ended}; streamed {len(seen)}; "
-            f"participants {sorted(res.record.participants)}"
+        scene = await _cut_and_kill(
+            log,
+            Coordinator(log, led, tokens),
+            start,
+            lambda tried: {
+                "messages": [{"role": "user", "content": f"the long one ({tried})"}],
+                "max_tokens": engine.long,
+                "logit_bias": engine.no_eos,
+            },
+            rollout_id="v1",
+            at_least=20,
         )
-        cut = cuts[0]
+        res, cut, body = scene.res, scene.cut, scene.body
         prefix = await call_store(tokens, tokens.get, cut.receipt)
         assert [(s.version, s.start, s.end) for s in prefix.spans()] == [(1, 0, cut.token_boundary)]
         await until(engine.idle, timeout=30, what="the engine stopped the dead server's request")

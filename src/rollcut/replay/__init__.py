@@ -16,7 +16,7 @@ from ._fold import (
 )
 from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
-from ._view import AttemptView, AttemptViews, JournalGap, ResourcesAtCut, attempt_view, relay_journal
+from ._view import AttemptView, AttemptViews, JournalGap, attempt_view, relay_journal
 from ._work import WorkTally, count_work
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "ReplayResult",
     "Replayer",
     "ResourceSession",
-    "ResourcesAtCut",
     "ResourcesFold",
     "ResourcesSessions",
     "RolloutState",

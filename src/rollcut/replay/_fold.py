@@ -242,11 +242,13 @@ class ModelFold:
 
 
 class ResourceSession(msgspec.Struct, kw_only=True, gc=False):
-    """One resources session as replayed: revision, latest full state, and deltas since."""
+    """One resources session as its events left it: revision, the latest full state, and the deltas
+    since. The one fold of a session's state, for replay (one attempt) and for a continued
+    attempt's view (the lineage at the cut: :attr:`~rollcut.replay.AttemptView.resources`)."""
 
-    env: str = ""
+    env: str = ""  # empty: never seeded on this stretch of the log (a retirement of an unknown one)
     revision: int = 0
-    seed: Any = None
+    seed: Any = None  # the seeding that started the session (a continuation's re-seeding keeps it)
     state: bytes | None = None  # latest full state (seed, snapshot or mutation)
     state_revision: int = 0
     mutations: list[ResourcesMutated] = []  # since state_revision, for delta codecs
@@ -261,11 +263,16 @@ class ResourcesSessions(msgspec.Struct, kw_only=True, gc=False):
 
 
 class ResourcesFold:
-    """Tracks revisions and the latest full state; deltas are kept for the env's codec."""
+    """Tracks revisions and the latest full state; deltas are kept for the env's codec.
+
+    A seeding at revision 0 (or of a session not seen yet) starts the session; a later one is a
+    continuation re-based on the state it inherited (and keeps the deltas it came with if it
+    carries no state)."""
 
     def __init__(self) -> None:
         self._handlers: dict[type[Event], Callable[[ResourceSession, Any], None]] = handlers_by_kind(
             {
+                ResourcesSeeded: self._seeded,
                 ResourcesMutated: self._mutated,
                 ResourcesSnapshot: self._snapshot,
                 ResourcesRetired: self._retired,
@@ -277,22 +284,25 @@ class ResourcesFold:
 
     def apply(self, state: ResourcesSessions, stored: StoredEvent) -> ResourcesSessions:
         ev = stored.event
-        if isinstance(ev, ResourcesSeeded):
-            state.sessions[ev.session] = ResourceSession(
-                env=ev.env,
-                revision=ev.revision,
-                seed=ev.seed,
-                state=ev.state,
-                state_revision=ev.revision,
-                last_seq=stored.seq,
-            )
-            return state
         handler = self._handlers.get(type(ev)) if ev is not None else None
-        if handler is not None:
-            sess = state.sessions.setdefault(getattr(ev, "session", ""), ResourceSession())
-            sess.last_seq = stored.seq
-            handler(sess, ev)
+        if handler is None:
+            return state
+        name: str = getattr(ev, "session", "")
+        sess = state.sessions.get(name)
+        if sess is None or (isinstance(ev, ResourcesSeeded) and ev.revision == 0):
+            sess = state.sessions[name] = ResourceSession()
+        sess.last_seq = stored.seq
+        handler(sess, ev)
         return state
+
+    @staticmethod
+    def _seeded(sess: ResourceSession, ev: ResourcesSeeded) -> None:
+        fresh = not sess.env
+        if fresh:
+            sess.env, sess.seed = ev.env, ev.seed
+        sess.revision = ev.revision
+        if fresh or ev.state is not None:
+            sess.state, sess.state_revision, sess.mutations = ev.state, ev.revision, []
 
     @staticmethod
     def _mutated(sess: ResourceSession, ev: ResourcesMutated) -> None:

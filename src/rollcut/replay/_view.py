@@ -30,11 +30,20 @@ from typing import Any
 from .. import bus
 from .._errors import RollcutError, StaleAttemptError
 from ..bus import AgentBoundaryRecord, Event, EventLog, RolloutEvent, StoredEvent, handlers_by_kind
-from ._fold import AgentFold, AgentSession, CallStatus, ModelCall, ModelFold, ModelSession
+from ._fold import (
+    AgentFold,
+    AgentSession,
+    CallStatus,
+    ModelCall,
+    ModelFold,
+    ModelSession,
+    ResourceSession,
+    ResourcesFold,
+)
 from ._lineage import Chain, Segment
 from ._replay import Replayer, RolloutState
 
-__all__ = ["AttemptView", "AttemptViews", "JournalGap", "ResourcesAtCut", "attempt_view", "relay_journal"]
+__all__ = ["AttemptView", "AttemptViews", "JournalGap", "attempt_view", "relay_journal"]
 
 
 class JournalGap(RollcutError):
@@ -44,76 +53,42 @@ class JournalGap(RollcutError):
     attempt: int | None = None
 
 
-@dataclass
-class ResourcesAtCut:
-    """One resources session as the lineage left it at the cut.
-
-    ``seeded`` is the seeding that started the session (a continuation's own re-seeding does not
-    start it again); ``base`` the latest full state (seed, snapshot, or a mutation that carried one)
-    at ``base_revision`` with ``after_base`` the deltas since; ``mutations`` every tool call the
-    lineage made, and ``replay_queue`` those after the agent's last boundary (or after the last tool
-    call an opaque agent's relay journaled): the continuing agent re-issues them and is answered
-    from the log."""
-
-    seeded: bus.ResourcesSeeded
-    base: bytes | None
-    base_revision: int
-    after_base: list[bus.ResourcesMutated] = field(default_factory=list)
-    mutations: list[bus.ResourcesMutated] = field(default_factory=list)
-    replay_queue: list[bus.ResourcesMutated] = field(default_factory=list)
-
-    @property
-    def revision(self) -> int:
-        """The session's revision at the cut."""
-        return self.mutations[-1].revision if self.mutations else self.base_revision
-
-
 class _LineageFold:
-    """Folds the lineage's events (stream order) into resources sessions, the boundary revisions
-    and the relay's journal. Handlers are keyed by the kind table's tags, as the folds are."""
+    """Folds the lineage's events (stream order) into resources sessions (by replay's own fold),
+    each session's tool calls to answer from the log, the boundary revisions and the relay's
+    journal. Handlers are keyed by the kind table's tags, as the folds are.
+
+    The replay queue of a session is its tool calls after the agent's last boundary (or after the
+    last tool call an opaque agent's relay journaled): the continuing agent re-issues them and is
+    answered from the log."""
 
     def __init__(self) -> None:
-        self.resources: dict[str, ResourcesAtCut] = {}
+        self._fold = ResourcesFold()
+        self.resources = self._fold.initial()
+        self.calls: dict[str, list[bus.ResourcesMutated]] = {}
+        self.replay_queues: dict[str, list[bus.ResourcesMutated]] = {}
         self.boundary: dict[str, int] = {}
         self.exchanges: list[bus.RelayExchange] = []
         self.sandbox: bus.AgentSandbox | None = None
         self._handlers: dict[type[Event], Callable[[Any], None]] = handlers_by_kind(
             {
-                bus.ResourcesSeeded: self._seeded,
                 bus.ResourcesMutated: self._mutated,
-                bus.ResourcesSnapshot: self._snapshot,
                 bus.AgentBoundary: self._boundary,
                 bus.RelayExchange: self._exchange,
                 bus.AgentSandbox: self._sandbox,
             }
         )
 
-    def apply(self, ev: RolloutEvent) -> None:
-        handler = self._handlers.get(type(ev))
+    def apply(self, stored: StoredEvent) -> None:
+        self._fold.apply(self.resources, stored)
+        ev = stored.event
+        handler = self._handlers.get(type(ev)) if ev is not None else None
         if handler is not None:
             handler(ev)
 
-    def _seeded(self, ev: bus.ResourcesSeeded) -> None:
-        have = self.resources.get(ev.session)
-        if have is None or ev.revision == 0:  # a (fresh) seeding starts the session
-            self.resources[ev.session] = ResourcesAtCut(ev, ev.state, ev.revision)
-        elif ev.state is not None:  # a continuation re-based on the state it inherited
-            have.base, have.base_revision, have.after_base = ev.state, ev.revision, []
-
     def _mutated(self, ev: bus.ResourcesMutated) -> None:
-        s = self.resources.get(ev.session)
-        if s is None:
-            return
-        s.mutations.append(ev)
-        if ev.state is not None:
-            s.base, s.base_revision, s.after_base = ev.state, ev.revision, []
-        else:
-            s.after_base.append(ev)
-
-    def _snapshot(self, ev: bus.ResourcesSnapshot) -> None:
-        s = self.resources.get(ev.session)
-        if s is not None:
-            s.base, s.base_revision, s.after_base = ev.state, ev.revision, []
+        if ev.session in self.resources.sessions:
+            self.calls.setdefault(ev.session, []).append(ev)
 
     def _boundary(self, ev: bus.AgentBoundary) -> None:
         self.boundary = dict(ev.record.resources_revisions)
@@ -128,10 +103,13 @@ class _LineageFold:
     def _sandbox(self, ev: bus.AgentSandbox) -> None:
         self.sandbox = ev
 
-    def finish(self) -> None:
-        for name, s in self.resources.items():
+    def finish(self) -> dict[str, ResourceSession]:
+        """The sessions the lineage seeded, their replay queues made."""
+        seeded = {name: s for name, s in self.resources.sessions.items() if s.env}
+        for name in seeded:
             done = self.boundary.get(name, 0)
-            s.replay_queue = [m for m in s.mutations if m.revision > done]
+            self.replay_queues[name] = [m for m in self.calls.get(name, ()) if m.revision > done]
+        return seeded
 
 
 def relay_journal(rollout_id: str, exchanges: list[bus.RelayExchange]) -> list[bus.RelayExchange]:
@@ -175,7 +153,10 @@ class AttemptView:
     earlier: RolloutState | None = None
     after_cut: dict[int, ModelSession] = field(default_factory=dict)
     agent: AgentSession = field(default_factory=AgentSession)
-    resources: dict[str, ResourcesAtCut] = field(default_factory=dict)
+    resources: dict[str, ResourceSession] = field(default_factory=dict)
+    """Each resources session as the lineage left it at the cut (replay's fold of it)."""
+    replay_queues: dict[str, list[bus.ResourcesMutated]] = field(default_factory=dict)
+    """Each session's tool calls a continuing agent re-issues, answered from the log."""
     exchanges: list[bus.RelayExchange] = field(default_factory=list)
     sandbox: bus.AgentSandbox | None = None
     """The lineage's last opaque-agent sandbox snapshot at the cut (``agent.sandbox``), if any."""
@@ -296,9 +277,9 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
         assert isinstance(ev, RolloutEvent)
         if ev.component == "agent":
             view.agent = agent.apply(view.agent, s)
-        lineage_fold.apply(ev)
-    lineage_fold.finish()
-    view.resources = lineage_fold.resources
+        lineage_fold.apply(s)
+    view.resources = lineage_fold.finish()
+    view.replay_queues = lineage_fold.replay_queues
     view.exchanges = lineage_fold.exchanges
     view.sandbox = lineage_fold.sandbox
     return view

@@ -1,9 +1,10 @@
 """A session's state at a checkpoint's cut, made again by its environment's own codec.
 
-The view (``rollcut.replay.ResourcesAtCut``) folded the lineage at the cut: the state it inherited
-(a snapshot, or the seed), the deltas since. What is left is the environment's: read the state back
-and apply the deltas, or say why it cannot (:class:`NotContinuable`), which starts the rollout over
-from its input; never a state made on a guess.
+The view folded the lineage at the cut with replay's own fold (``rollcut.replay.ResourceSession``):
+the state it inherited (a snapshot, or the seed), the deltas since. What is left is the
+environment's: read the state back and apply the deltas, or say why it cannot
+(:class:`NotContinuable`), which starts the rollout over from its input; never a state made on a
+guess.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import inspect
 from typing import Any
 
 from ..._errors import RollcutError
-from ...replay import ResourcesAtCut
+from ...replay import ResourceSession
 from ._env import Environment
 
 __all__ = ["NotContinuable", "settled", "state_at_cut"]
@@ -27,18 +28,18 @@ async def settled(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def state_at_cut(env: Environment, at_cut: ResourcesAtCut, rollout_id: str) -> Any:
+async def state_at_cut(env: Environment, at_cut: ResourceSession, rollout_id: str) -> Any:
     """The state ``at_cut`` describes, by ``env``'s codec; NotContinuable naming why not."""
-    seeded, base = at_cut.seeded, at_cut.base
+    seed, base = at_cut.seed or {}, at_cut.state
     if env.mode == "restart_only":
         raise NotContinuable(f"{env.name} is restart_only: {rollout_id} needs a fresh dispatch")
     if env.mode == "stateless":
-        return await settled(env.seed(seeded.seed or {}))
+        return await settled(env.seed(seed))
     try:
         state = await settled(
-            env.import_state(base, env.codec_version) if base is not None else env.seed(seeded.seed or {})
+            env.import_state(base, env.codec_version) if base is not None else env.seed(seed)
         )
-        for m in at_cut.after_base:
+        for m in at_cut.mutations:
             if m.delta is None:
                 raise NotContinuable(
                     f"{env.name} mutation at revision {m.revision} has no delta and no snapshot follows it"

@@ -419,7 +419,7 @@ class ResourcesService:
     async def _build(self, view: AttemptView) -> Session | None:
         """The session as it stood at the view's cut, as the view's attempt's; None if there was none.
 
-        The view folded the lineage at the cut (``rollcut.replay.ResourcesAtCut``): the state it
+        The view folded the lineage at the cut (``rollcut.replay.ResourceSession``): the state it
         inherited, the deltas since, and the replay queue of calls after the last boundary; what
         is left here is the environment's own codec."""
         ident = Identity(view.rollout_id, view.attempt)
@@ -433,9 +433,9 @@ class ResourcesService:
                 **self._ev(ident),
                 session=self.env.name,
                 env=self.env.name,
-                seed=at_cut.seeded.seed,
+                seed=at_cut.seed,
                 revision=revision,
                 state=await self._logged_state(state),
             )
         )
-        return Session(ident, state, revision, replay=deque(at_cut.replay_queue))
+        return Session(ident, state, revision, replay=deque(view.replay_queues.get(self.env.name, ())))

@@ -231,16 +231,16 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollo
     """Fail closed for the rollout, never for the namespace (issue 29): the checkpoint publishes, and
     the rollout whose call the reply did not account for starts over from its input."""
     from rollcut import CheckpointFailedError
-    from rollcut.participants import ExportReport, plan_recovery
+    from rollcut.participants import PrepareReport, plan_recovery
 
     await rig.log.dispatch("r1", {}, instance="collector")
     call = await _in_flight(rig, {"messages": [{"role": "user", "content": "long"}]})
 
-    async def forgetful(checkpoint_id: str) -> ExportReport:
-        return ExportReport(calls=[])  # says nothing about the running call
+    async def forgetful(checkpoint_id: str) -> PrepareReport:
+        return PrepareReport(calls=[])  # says nothing about the running call
 
     rig.participant.hooks = type(
-        "H", (), {"export": staticmethod(forgetful), "restore": rig.service.restore}
+        "H", (), {"prepare": staticmethod(forgetful), "restore": rig.service.restore}
     )()
     with pytest.raises(CheckpointFailedError, match="prepare reply omits it"):  # once: it might resolve
         await rig.coordinator.checkpoint(deadline_s=5)
@@ -259,13 +259,13 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollo
 async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_rollout(rig: ModelRig) -> None:
     from rollcut import CheckpointFailedError
     from rollcut.bus import TokenReceipt
-    from rollcut.participants import CallDisposition, ExportReport
+    from rollcut.participants import CallDisposition, PrepareReport
 
     await rig.log.dispatch("r1", {}, instance="collector")
     call = await _in_flight(rig, {"messages": [{"role": "user", "content": "long"}]})
     real_cut = rig.service.cut
 
-    async def forged(checkpoint_id: str) -> ExportReport:
+    async def forged(checkpoint_id: str) -> PrepareReport:
         report = await real_cut(checkpoint_id)
         bad = [
             CallDisposition(
@@ -276,9 +276,9 @@ async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_ro
             )
             for c in report.calls or []
         ]
-        return ExportReport(calls=bad)
+        return PrepareReport(calls=bad)
 
-    rig.participant.hooks = type("H", (), {"export": staticmethod(forged), "restore": rig.service.restore})()
+    rig.participant.hooks = type("H", (), {"prepare": staticmethod(forged), "restore": rig.service.restore})()
     with pytest.raises(CheckpointFailedError, match="does not match the token store"):
         await rig.coordinator.checkpoint(deadline_s=5)
     result = await rig.coordinator.checkpoint(deadline_s=5)

@@ -348,7 +348,7 @@ async def test_a_session_retired_while_prepare_waits_for_it_is_skipped_not_expor
         await rig.post("/seed_session", r, 1)
     held = next(s for s in rig.service.sessions.values() if s.ident.rollout_id == "gone")
     async with held.lock:  # a tool call in progress: prepare waits here
-        exporting = asyncio.ensure_future(rig.service.export("ck-race"))
+        exporting = asyncio.ensure_future(rig.service.prepare("ck-race"))
         await until(lambda: held.lock._waiters)  # type: ignore[attr-defined]
         assert rig.service.retire("gone", "accepted") == 1  # the hand-off lands meanwhile
     report = await exporting

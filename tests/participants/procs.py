@@ -26,7 +26,7 @@ class SlowExport:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    async def export(self, checkpoint_id: str) -> list[str]:
+    async def prepare(self, checkpoint_id: str) -> list[str]:
         say("PREPARING")
         await asyncio.sleep(self.seconds)  # the state export this process is killed in
         return []

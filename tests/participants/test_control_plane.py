@@ -33,7 +33,7 @@ class CountingExport:
         self.calls: list[str] = []
         self.delay = delay
 
-    async def export(self, checkpoint_id: str) -> list[str]:
+    async def prepare(self, checkpoint_id: str) -> list[str]:
         self.calls.append(checkpoint_id)
         if self.delay:
             await asyncio.sleep(self.delay)  # a slow state export, on purpose
@@ -105,7 +105,7 @@ async def test_stale_checkpoint_can_neither_commit_nor_reopen(
         assert p.gate.state == "closed"
     # repeating the old abort gets the old answer, and does not touch the new checkpoint
     again = await coordinator.call(info, "abort", "old", deadline)
-    assert again.ok and again.phase == "aborted"
+    assert again.ok and again.state == "aborted"
     assert p.gate.state == "closed" and p.capabilities().active_checkpoint == "new"
     busy = await coordinator.call(info, "prepare", "other", deadline)
     assert not busy.ok and busy.error_kind == "busy"
@@ -225,7 +225,7 @@ async def test_unresolved_references_quarantine_their_rollout_and_the_checkpoint
     first = str(err.value)
     assert "never-stored" in first and "c-missing" in first and "env revision 4" in first
     # failed after the release: nothing published, nobody held, and the lane is free again
-    assert ledger.checkpoints() == [] and res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    assert ledger.checkpoints() == [] and res_p.gate.state == "open" and res_p.capabilities().state == "idle"
     last = await log.last_on(log.subjects.mark())
     assert last is not None and isinstance(last.event, CheckpointAborted)
     # still found by the next checkpoint: it publishes, with r1 quarantined
@@ -234,7 +234,7 @@ async def test_unresolved_references_quarantine_their_rollout_and_the_checkpoint
     msg = result.record.quarantined["r1"]
     assert "never-stored" in msg and "c-missing" in msg and "env revision 4" in msg
     assert list(result.record.quarantined) == ["r1"] and ledger.checkpoints() == [result.record]
-    assert res_p.gate.state == "open" and res_p.capabilities().phase == "idle"
+    assert res_p.gate.state == "open" and res_p.capabilities().state == "idle"
     # validation is incremental: the next checkpoint does not look at r1's events again, and keeps it out
     again = await coordinator.checkpoint(deadline_s=3)
     assert list(again.record.quarantined) == ["r1"]
@@ -350,7 +350,7 @@ async def test_capabilities_describe_each_instance(participants: Any, coordinato
     caps = {c.instance: c for c in await coordinator.capabilities()}
     assert sorted(caps) == ["env-0", "model-w0", "model-w1"]
     assert caps["model-w1"].workers == 2 and caps["model-w1"].process_mode == "coordinated_workers"
-    assert caps["env-0"].checkpoint_mode == "restart_only" and caps["env-0"].phase == "idle"
+    assert caps["env-0"].checkpoint_mode == "restart_only" and caps["env-0"].state == "idle"
     res = await coordinator.checkpoint(deadline_s=3)
     assert res.unreproducible == {"env-0": ["env-0: restart_only, sessions cannot continue"]}
 

@@ -213,7 +213,7 @@ def test_a_week_of_checkpoints_and_rollouts_still_fits_one_page() -> None:
 
 
 class _SlowExport:
-    async def export(self, checkpoint_id: str) -> list[str]:
+    async def prepare(self, checkpoint_id: str) -> list[str]:
         await asyncio.sleep(0.15)  # a slow state export, on purpose: the prepare it holds up
         return []
 

@@ -16,7 +16,7 @@ from rollcut.bus import Codec, Credentials, EmbeddedServer, EventLog
 from rollcut.gym.resources import ResourcesService, Sandbox
 from rollcut.gym.wire import GymError, Identity
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator, ExportReport, Participant, plan_recovery
+from rollcut.participants import Coordinator, Participant, PrepareReport, plan_recovery
 
 from ..helpers import until
 from .conftest import forged_admitted
@@ -114,8 +114,8 @@ async def test_the_found_twice_rule_holds_across_coordinator_processes(
     lane, so the second quarantines what the first found (before: every run failed again)."""
 
     class Idle:
-        async def export(self, checkpoint_id: str) -> ExportReport:
-            return ExportReport(calls=[])
+        async def prepare(self, checkpoint_id: str) -> PrepareReport:
+            return PrepareReport(calls=[])
 
         async def restore(self, checkpoint_id: str, cut: int) -> None:
             return None

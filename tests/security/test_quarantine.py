@@ -66,11 +66,11 @@ async def test_a_forged_admitted_call_no_reply_names_quarantines_its_rollout_not
     server: EmbeddedServer, creds: Credentials, admin: EventLog, raw_as: Any, data_dir: Path, tmp_path: Path
 ) -> None:
     from rollcut.ledger import Ledger
-    from rollcut.participants import Coordinator, ExportReport, Participant
+    from rollcut.participants import Coordinator, Participant, PrepareReport
 
     class Idle:  # a model server with no call running: its prepare reply names none
-        async def export(self, checkpoint_id: str) -> ExportReport:
-            return ExportReport(calls=[])
+        async def prepare(self, checkpoint_id: str) -> PrepareReport:
+            return PrepareReport(calls=[])
 
         async def restore(self, checkpoint_id: str, cut: int) -> None:
             return None

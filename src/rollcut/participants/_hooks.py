@@ -1,6 +1,6 @@
 """What a participant's owner plugs in: the hooks the control plane calls.
 
-Every hook but ``export``/``restore`` is optional and declared as its own
+Every hook but ``prepare``/``restore`` is optional and declared as its own
 Protocol; the runtime checks for it by type, once, not by name at each call.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import RollcutError
 from ..bus import AttemptOpened, EventLog, ResultAccepted, RolloutRetired
-from ._protocol import ExportReport
+from ._protocol import PrepareReport
 
 __all__ = ["LifecycleWatch", "ParticipantHooks", "ReleaseHook", "RetireHook", "SupersedeHook"]
 
@@ -21,9 +21,9 @@ __all__ = ["LifecycleWatch", "ParticipantHooks", "ReleaseHook", "RetireHook", "S
 class ParticipantHooks(Protocol):
     """What an ``exported`` participant does at prepare and restore."""
 
-    async def export(self, checkpoint_id: str) -> list[str] | ExportReport:
+    async def prepare(self, checkpoint_id: str) -> list[str] | PrepareReport:
         """Append snapshot events for state the log cannot reproduce; return what still cannot be
-        (a model server returns an ExportReport listing every admitted call's disposition)."""
+        (a model server returns a PrepareReport listing every admitted call's disposition)."""
         ...
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:
@@ -51,7 +51,7 @@ class SupersedeHook(Protocol):
 
 
 class _NoHooks:
-    async def export(self, checkpoint_id: str) -> list[str]:
+    async def prepare(self, checkpoint_id: str) -> list[str]:
         return []
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:

@@ -23,9 +23,10 @@ __all__ = [
     "ControlErrorKind",
     "ControlReply",
     "ControlRequest",
-    "ExportReport",
     "Hello",
     "Op",
+    "ParticipantState",
+    "PrepareReport",
     "ProcessMode",
     "names_itself",
 ]
@@ -44,6 +45,32 @@ Op = Literal["capabilities", "prepare", "commit", "restore", "resume", "abort"]
 """The control operations a participant answers."""
 
 
+class ParticipantState(StrEnum):
+    """Where a participant stands in the checkpoint protocol (a state, not an operation: ``prepare``
+    is the operation, ``preparing`` and ``prepared`` the states it passes through; the coordinator's
+    timed *phases* are a third thing, ``CheckpointResult.phases_ms``). Sent as ``phase`` on the
+    wire, the field's name since schema 1."""
+
+    IDLE = "idle"
+    """No checkpoint is active."""
+    PREPARING = "preparing"
+    """Admission closed; accepted work drains and the prepare hook runs."""
+    PREPARED = "prepared"
+    """The prepare answered: paused until commit, resume or abort."""
+    COMMITTED = "committed"
+    """The checkpoint is published; paused until resume."""
+    RESTORING = "restoring"
+    """The restore hook runs."""
+    RESTORED = "restored"
+    """Sessions rebuilt at the cut; paused until resume."""
+    RESUMED = "resumed"
+    """Over: admission open again after a commit or a restore."""
+    ABORTED = "aborted"
+    """Over: the checkpoint was abandoned (or a prepare or restore failed)."""
+    LEASE_EXPIRED = "lease_expired"
+    """Over: the coordinator went silent past the deadline and its grace; admission reopened."""
+
+
 class ControlErrorKind(StrEnum):
     """Why a participant refused a control operation (``ControlReply.error_kind``)."""
 
@@ -60,7 +87,7 @@ class ControlErrorKind(StrEnum):
 
 
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
-    """What a participant declares: component, mode, workers, admission and checkpoint phase."""
+    """What a participant declares: component, mode, workers, admission and protocol state."""
 
     schema_version: int = CONTROL_SCHEMA_VERSION
     component: str
@@ -75,7 +102,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_contract: str = "serialized_per_session"
     event_schema_version: int = 1
     active_checkpoint: str | None = None
-    phase: str = "idle"
+    state: ParticipantState = msgspec.field(default=ParticipantState.IDLE, name="phase")
     admission: str = "open"
     lease_expiries: int = 0
 
@@ -91,7 +118,7 @@ class CallDisposition(msgspec.Struct, frozen=True, kw_only=True):
     token_boundary: int = 0
 
 
-class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
+class PrepareReport(msgspec.Struct, frozen=True, kw_only=True):
     """What an exported participant's prepare hook returns."""
 
     unreproducible: list[str] = []
@@ -120,7 +147,7 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     op: str
     checkpoint_id: str
     instance: str
-    phase: str = "idle"
+    state: ParticipantState = msgspec.field(default=ParticipantState.IDLE, name="phase")
     last_seq: int = 0
     unreproducible: list[str] = []
     error: str = ""
@@ -132,7 +159,7 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     """Where a prepare's time went inside the participant (``drain``: accepted work finishing,
     ``export``: its hook), so the coordinator can tell them from the wire and a busy loop."""
     quarantined: Annotated[dict[Token, Annotated[str, Meta(max_length=300)]], Meta(max_length=10_000)] = {}
-    """ExportReport.quarantined, as the prepare's answer carries it (bounded: a reply is input)."""
+    """PrepareReport.quarantined, as the prepare's answer carries it (bounded: a reply is input)."""
 
     def refusal(self) -> CheckpointError:
         """The error this refused reply stands for, carrying its checkpoint and participant."""

@@ -47,13 +47,16 @@ from ._protocol import (
     ControlErrorKind,
     ControlReply,
     ControlRequest,
-    ExportReport,
     Hello,
+    ParticipantState,
+    PrepareReport,
     ProcessMode,
     names_itself,
 )
 
 __all__ = ["Participant", "service_name"]
+
+_COMMITTABLE = (ParticipantState.PREPARED, ParticipantState.COMMITTED, ParticipantState.RESTORED)
 
 _req_decoder = msgspec.json.Decoder(ControlRequest)
 Refusal = ControlErrorKind
@@ -68,7 +71,7 @@ def service_name(namespace: str) -> str:
 class _Active:
     checkpoint_id: str
     deadline: float
-    phase: str
+    state: ParticipantState
     prepared: asyncio.Future[ControlReply] | None = None
 
 
@@ -118,7 +121,7 @@ class Participant:
         self.gate = AdmissionGate(instance)
         self.lease_expiries = 0
         self._active: _Active | None = None
-        self._finished: OrderedDict[str, str] = OrderedDict()  # checkpoint id -> how it ended
+        self._finished: OrderedDict[str, ParticipantState] = OrderedDict()  # checkpoint id -> how it ended
         self._remember = remember
         self._service: Service | None = None
         self._ping_sub: Subscription | None = None
@@ -229,7 +232,7 @@ class Participant:
             process_mode=self.process_mode,
             concurrency_contract=self.concurrency_contract,
             active_checkpoint=a.checkpoint_id if a else None,
-            phase=a.phase if a else "idle",
+            state=a.state if a else ParticipantState.IDLE,
             admission=self.gate.state,
             lease_expiries=self.lease_expiries,
         )
@@ -238,7 +241,7 @@ class Participant:
         """Append through the participant's log (its last sequence is what prepare reports)."""
         return await self.log.append(event)
 
-    def _finish(self, checkpoint_id: str, how: str) -> None:
+    def _finish(self, checkpoint_id: str, how: ParticipantState) -> None:
         remember(self._finished, checkpoint_id, how, self._remember)
         if self._active is not None and self._active.checkpoint_id == checkpoint_id:
             self._active = None
@@ -285,27 +288,37 @@ class Participant:
         a = self._active
         if a is not None and a.checkpoint_id == req.checkpoint_id:
             if op == "commit":
-                if a.phase not in ("prepared", "committed", "restored"):
-                    return self._reply(
-                        req, False, error=f"cannot commit in phase {a.phase}", kind=Refusal.FAILED
-                    )
-                a.phase = "committed" if a.phase != "restored" else a.phase
+                if a.state not in (
+                    ParticipantState.PREPARED,
+                    ParticipantState.COMMITTED,
+                    ParticipantState.RESTORED,
+                ):
+                    return self._reply(req, False, error=f"cannot commit when {a.state}", kind=Refusal.FAILED)
+                if a.state != ParticipantState.RESTORED:
+                    a.state = ParticipantState.COMMITTED
                 return self._reply(req, True)
             if op in ("resume", "abort"):
-                self._finish(req.checkpoint_id, "resumed" if op == "resume" else "aborted")
+                self._finish(
+                    req.checkpoint_id,
+                    ParticipantState.RESUMED if op == "resume" else ParticipantState.ABORTED,
+                )
                 return self._reply(req, True)
         ended = self._finished.get(req.checkpoint_id)
         if ended is not None:
             # a repeat after the fact: same answer, no second effect
-            agrees = {"commit": ("resumed",), "resume": ("resumed",), "abort": ("aborted", "lease_expired")}
+            agrees = {
+                "commit": (ParticipantState.RESUMED,),
+                "resume": (ParticipantState.RESUMED,),
+                "abort": (ParticipantState.ABORTED, ParticipantState.LEASE_EXPIRED),
+            }
             if ended in agrees.get(op, ()):
-                return self._reply(req, True, phase=ended)
+                return self._reply(req, True, state=ended)
             return self._reply(
                 req,
                 False,
                 error=f"checkpoint {req.checkpoint_id} already {ended}",
                 kind=Refusal.STALE,
-                phase=ended,
+                state=ended,
             )
         if op == "abort" and a is None:
             return self._reply(req, True)  # nothing active: aborting is a no-op
@@ -324,7 +337,7 @@ class Participant:
                 req,
                 False,
                 kind=Refusal.BUSY,
-                error=f"checkpoint {a.checkpoint_id} is active (phase {a.phase})",
+                error=f"checkpoint {a.checkpoint_id} is active ({a.state})",
             )
         if req.checkpoint_id in self._finished:
             return self._reply(
@@ -336,7 +349,7 @@ class Participant:
         if a is None:
             if req.deadline <= time.time():
                 return self._reply(req, False, kind=Refusal.DEADLINE, error="the deadline has already passed")
-            a = self._active = _Active(req.checkpoint_id, req.deadline, "preparing")
+            a = self._active = _Active(req.checkpoint_id, req.deadline, ParticipantState.PREPARING)
             a.prepared = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().create_task(self._do_prepare(req, a))
         assert a.prepared is not None
@@ -347,7 +360,7 @@ class Participant:
         t0 = time.perf_counter()
         phases: dict[str, float] = {}
         try:
-            report = ExportReport()
+            report = PrepareReport()
             if self.mode == "exported":
                 self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
                 if self.drain and not await self.gate.drain(req.deadline):
@@ -356,19 +369,19 @@ class Participant:
                 t1 = time.perf_counter()
                 phases["drain"] = _ms(t1 - t0)
                 out = await asyncio.wait_for(
-                    self.hooks.export(req.checkpoint_id), max(0.0, req.deadline - time.time())
+                    self.hooks.prepare(req.checkpoint_id), max(0.0, req.deadline - time.time())
                 )
                 phases["export"] = _ms(time.perf_counter() - t1)
-                report = out if isinstance(out, ExportReport) else ExportReport(unreproducible=list(out))
+                report = out if isinstance(out, PrepareReport) else PrepareReport(unreproducible=list(out))
             elif self.mode == "restart_only":
-                report = ExportReport(
+                report = PrepareReport(
                     unreproducible=[f"{self.instance}: restart_only, sessions cannot continue"]
                 )
-            a.phase = "prepared"
+            a.state = ParticipantState.PREPARED
             phases["total"] = _ms(time.perf_counter() - t0)
             reply = self._reply(req, True, last_seq=self.log.last_appended, report=report, phases=phases)
         except Exception as exc:  # any failure fails this prepare, closed-open: reopen admission
-            self._finish(req.checkpoint_id, "aborted")
+            self._finish(req.checkpoint_id, ParticipantState.ABORTED)
             kind = Refusal.DEADLINE if isinstance(exc, TimeoutError) else Refusal.FAILED
             reply = self._reply(req, False, kind=kind, error=f"prepare failed: {exc!r}")
         a.prepared.set_result(reply)
@@ -381,16 +394,16 @@ class Participant:
             return self._reply(req, False, kind=Refusal.BUSY, error=f"checkpoint {a.checkpoint_id} is active")
         if req.cut is None:
             return self._reply(req, False, kind=Refusal.BAD_REQUEST, error="restore needs the cut")
-        if a is None or a.phase != "restored":
+        if a is None or a.state != ParticipantState.RESTORED:
             self._finished.pop(req.checkpoint_id, None)
-            self._active = _Active(req.checkpoint_id, req.deadline, "restoring")
+            self._active = _Active(req.checkpoint_id, req.deadline, ParticipantState.RESTORING)
             self.gate.close(req.checkpoint_id, req.deadline + self.lease_grace_s)
             try:
                 await self.hooks.restore(req.checkpoint_id, req.cut)
             except Exception as exc:  # a restore that cannot complete says so; it never half-activates
-                self._finish(req.checkpoint_id, "aborted")
+                self._finish(req.checkpoint_id, ParticipantState.ABORTED)
                 return self._reply(req, False, kind=Refusal.FAILED, error=f"restore failed: {exc!r}")
-            self._active.phase = "restored"  # paused until an explicit resume
+            self._active.state = ParticipantState.RESTORED  # paused until an explicit resume
         return self._reply(req, True)
 
     def _reply(
@@ -400,20 +413,20 @@ class Participant:
         *,
         error: str = "",
         kind: ControlErrorKind | None = None,
-        phase: str | None = None,
+        state: ParticipantState | None = None,
         last_seq: int = 0,
-        report: ExportReport | None = None,
+        report: PrepareReport | None = None,
         capabilities: Capabilities | None = None,
         phases: dict[str, float] | None = None,
     ) -> ControlReply:
         a = self._active
-        report = report or ExportReport()
+        report = report or PrepareReport()
         return ControlReply(
             ok=ok,
             op=req.op,
             checkpoint_id=req.checkpoint_id,
             instance=self.instance,
-            phase=phase or (a.phase if a else "idle"),
+            state=state or (a.state if a else ParticipantState.IDLE),
             last_seq=last_seq,
             unreproducible=list(report.unreproducible),
             error=error,
@@ -432,7 +445,7 @@ class Participant:
         if a is None or time.time() <= a.deadline + self.lease_grace_s:
             return False
         self.lease_expiries += 1
-        self._finish(a.checkpoint_id, "lease_expired")
+        self._finish(a.checkpoint_id, ParticipantState.LEASE_EXPIRED)
         asyncio.get_running_loop().create_task(
             record_expiry(self.log, self.component, self.instance, a.checkpoint_id)
         )

@@ -27,7 +27,7 @@ import httpx
 
 from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentBoundary, AgentBoundaryRecord, EventLog
-from ...participants import ExportReport, Participant
+from ...participants import Participant, PrepareReport
 from ...replay import AttemptViews
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._client import gym_client
@@ -89,7 +89,7 @@ class SimpleAgent:
         if self._park_for is not None and all(r.parked or r.calling for r in self._runs.values()):
             self._all_parked.set()
 
-    async def export(self, checkpoint_id: str) -> ExportReport:
+    async def prepare(self, checkpoint_id: str) -> PrepareReport:
         """Prepare: every running loop parks at its next boundary (or finishes), except one awaiting
         the policy model or a tool, which is settled as it is. A model call gets its own disposition
         in the model server's prepare (completed, or cut at a durable prefix); a tool call's mutation
@@ -103,7 +103,7 @@ class SimpleAgent:
         self._all_parked.clear()
         self._check_all_parked()
         await self._all_parked.wait()
-        return ExportReport()
+        return PrepareReport()
 
     def release(self, checkpoint_id: str) -> None:
         self._park_for = None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
-from ...participants import CallDisposition, ExportReport
+from ...participants import CallDisposition, PrepareReport
 from ...tokens import TokenRecord, TokenWrites
 from .._writes import envelope
 from ..wire import ErrorKind, GymError, Identity
@@ -89,7 +89,7 @@ class InFlightCalls:
         """Whether any call of the rollout is running here."""
         return any(f.ident.rollout_id == rollout_id for f in self._calls.values())
 
-    async def cut(self, checkpoint_id: str) -> ExportReport:
+    async def cut(self, checkpoint_id: str) -> PrepareReport:
         """Give every in-flight call one disposition; swap the buffers of running ones.
 
         Every swap happens in one synchronous pass (no await between reading one call's boundary
@@ -179,7 +179,7 @@ class InFlightCalls:
             calls.append(
                 CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
             )
-        return ExportReport(calls=calls)
+        return PrepareReport(calls=calls)
 
     async def _fenced(self, event: Event) -> bool:
         """Append a cut's record of a call; False if its attempt is no longer current: a newer

@@ -43,7 +43,7 @@ from ...bus import (
     TokenReceipt,
     input_digest,
 )
-from ...participants import ExportReport, Participant
+from ...participants import Participant, PrepareReport
 from ...replay import AttemptView, AttemptViews, ModelCall
 from ...tokens import TokenRecord, TokenStore, TokenWrites, call_store
 from .._attempts import view_of
@@ -424,14 +424,14 @@ class ModelService:
 
     # --- generation cuts -----------------------------------------------------------------
 
-    async def cut(self, checkpoint_id: str) -> ExportReport:
+    async def cut(self, checkpoint_id: str) -> PrepareReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
         before = self._inflight.prefix_cuts
         report = await self._inflight.cut(checkpoint_id)
         self.stats.inc("prefix_cuts", self._inflight.prefix_cuts - before)
         return report
 
-    async def export(self, checkpoint_id: str) -> ExportReport:
+    async def prepare(self, checkpoint_id: str) -> PrepareReport:
         return await self.cut(checkpoint_id)
 
     async def restore(self, checkpoint_id: str, cut: int) -> None:

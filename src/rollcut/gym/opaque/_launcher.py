@@ -36,7 +36,7 @@ from ..._errors import ConfigError, RollcutError
 from ..._process import lifeline
 from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentSandbox, EventLog, RelayExchange
-from ...participants import ExportReport, Participant
+from ...participants import Participant, PrepareReport
 from ...replay import AttemptViews, JournalGap
 from ...sandbox._isolation import SANDBOX_PORT, Isolation
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
@@ -149,8 +149,8 @@ class OpaqueAgent:
 
     # --- participant hooks: the relay's, plus the sandbox's snapshot -----------------------
 
-    async def export(self, checkpoint_id: str) -> ExportReport:
-        report = await self.relay.export(checkpoint_id)
+    async def prepare(self, checkpoint_id: str) -> PrepareReport:
+        report = await self.relay.prepare(checkpoint_id)
         if self.sandbox is not None:  # after the relay's: the journal each snapshot goes with is settled
             sandbox = self.sandbox  # every run's at once: the prepare, and the pause, wait for them all
             runs = list(self.relay.runs.items())

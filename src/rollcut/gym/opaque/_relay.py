@@ -35,7 +35,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..._tracing import SpanKind, current, of_attempt, span
 from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
-from ...participants import ExportReport, Participant
+from ...participants import Participant, PrepareReport
 from .._attempts import sent_when_admitted
 from .._capability import DivergencePolicy
 from .._stats import RELAY_STATS, tally
@@ -101,10 +101,10 @@ class Relay:
 
     # --- checkpoint hooks ----------------------------------------------------------------
 
-    async def export(self, checkpoint_id: str) -> ExportReport:
+    async def prepare(self, checkpoint_id: str) -> PrepareReport:
         """Prepare: nothing to write (the journal is the state); new live requests wait from now on
         (the runtime closed the gate before calling this)."""
-        return ExportReport()
+        return PrepareReport()
 
     def release(self, checkpoint_id: str) -> None:
         self._reopened.set()

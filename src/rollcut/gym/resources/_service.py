@@ -40,7 +40,7 @@ from ...bus import (
     ResourcesSnapshot,
     digest,
 )
-from ...participants import ExportReport, Participant
+from ...participants import Participant, PrepareReport
 from ...replay import AttemptView, AttemptViews
 from ...sandbox import SnapshotError
 from .._stats import RESOURCES_STATS, tally
@@ -296,7 +296,7 @@ class ResourcesService:
 
     # --- checkpoint hooks -----------------------------------------------------------------
 
-    async def export(self, checkpoint_id: str) -> ExportReport:
+    async def prepare(self, checkpoint_id: str) -> PrepareReport:
         """Aligned prepare: wait-mode verifications finish; exported envs snapshot every session.
 
         One session's failure is that rollout's, never the namespace's (docs/security.md): a state
@@ -319,7 +319,7 @@ class ResourcesService:
                     if why:
                         quarantined[s.ident.rollout_id] = why
         unrepro = [f"{self.env.name}: restart_only"] if self.env.mode == "restart_only" else []
-        return ExportReport(unreproducible=unrepro, quarantined=quarantined)
+        return PrepareReport(unreproducible=unrepro, quarantined=quarantined)
 
     async def _snapshot(self, s: Session) -> str:
         """Log one session's snapshot; why it could not be (its rollout's quarantine), or ""."""

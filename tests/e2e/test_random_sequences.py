@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, ModelCallCompleted, load_credentials
-from rollcut.collect import Collector
+from rollcut.collect import NO_COMPACTION, CheckpointPolicy, CollectOptions, Collector
 from rollcut.demo import demo_tasks
 from rollcut.ledger import Ledger, verify_checkpoint
 from rollcut.tokens import LocalTokenStore
@@ -79,11 +79,14 @@ class Driver:
             self.log,
             self.ledger,
             self.tokens,
-            environment_url=self.dep.stack[-1].url,
+            CollectOptions(
+                environment_url=self.dep.stack[-1].url,
+                concurrency=N,
+                checkpoint=CheckpointPolicy(deadline_s=10),
+                compaction=NO_COMPACTION,
+            ),
             tasks=tasks,
             output=self.output,
-            concurrency=N,
-            checkpoint_deadline_s=10,
         )
 
     def _run(self, rid: str) -> None:

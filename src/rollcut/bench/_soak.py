@@ -20,7 +20,7 @@ from typing import Any
 
 from .._home import credentials_for
 from ..bus import BusConfig, EventLog, embedded_nats
-from ..collect import Collector
+from ..collect import NO_COMPACTION, CheckpointPolicy, CollectOptions, Collector, CompactionPolicy
 from ..demo import DEMO_NAMESPACE, demo_rows
 from ..ledger import Ledger
 from ..testing import ServerProcess, start_stack
@@ -121,13 +121,14 @@ async def bench_soak(
                     log,
                     ledger,
                     tokens,
-                    environment_url=stack[-1].url,
+                    CollectOptions(
+                        environment_url=stack[-1].url,
+                        concurrency=concurrency,
+                        checkpoint=CheckpointPolicy(every_s=checkpoint_every_s),
+                        compaction=CompactionPolicy(keep=keep) if keep else NO_COMPACTION,  # 0: the baseline
+                    ),
                     tasks=tasks,
                     output=root / "rollouts.jsonl",
-                    concurrency=concurrency,
-                    checkpoint_every_s=checkpoint_every_s,
-                    checkpoint_deadline_s=30,
-                    compact_keep=keep or None,  # 0: no compaction (the baseline run)
                 )
                 run = asyncio.ensure_future(col.run())
                 while not run.done():

@@ -84,26 +84,14 @@ def collect_cmd(
                     o.log,
                     o.ledger,
                     o.tokens,
-                    environment_url=cfg.environment_url,
+                    cfg,  # a config is the collector's options and where things are
                     tasks=(row for _, row in numbered),
                     task_lines=(n for n, _ in lines),
                     output=cfg.path(cfg.output, base),
-                    num_repeats=cfg.num_repeats,
-                    agents=cfg.agents,
-                    concurrency=cfg.concurrency,
-                    max_attempts=cfg.max_attempts,
-                    heal_timeout_s=cfg.heal_timeout_s,
-                    bus_outage_s=cfg.bus_outage_s,
-                    checkpoint_every_s=cfg.checkpoint.every_s,
-                    checkpoint_deadline_s=cfg.checkpoint.deadline_s,
-                    compact_keep=cfg.compaction.keep if cfg.compaction.enabled else None,
                     hooks=CollectorHooks(progress=progress),
                 )
-                col.release_tokens = cfg.compaction.release_tokens
                 prog.update(bar, total=len(col.rows.inputs))
-                col.install_signals(
-                    on_sigusr1=cfg.checkpoint.on_sigusr1, on_sigterm=cfg.checkpoint.on_sigterm
-                )
+                col.install_signals()
                 if metrics_port is None:
                     return await col.run(resume=resume)
                 async with serve_metrics(col.metrics, metrics_host, metrics_port, home):

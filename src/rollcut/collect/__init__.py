@@ -2,7 +2,14 @@
 rows in and out, the namespace lease, trainer export)."""
 
 from ._collector import EXIT_REQUEUE, Collector
-from ._config import CheckpointPolicy, CollectConfig, CompactionPolicy, load_config
+from ._config import (
+    NO_COMPACTION,
+    CheckpointPolicy,
+    CollectConfig,
+    CollectOptions,
+    CompactionPolicy,
+    load_config,
+)
 from ._export import ExportError, Turn, padded, read_turns
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._metrics import METRICS_FILE, CollectorMetrics, serve_metrics
@@ -13,8 +20,10 @@ __all__ = [
     "DEFAULT_LEASE_TTL_S",
     "EXIT_REQUEUE",
     "METRICS_FILE",
+    "NO_COMPACTION",
     "CheckpointPolicy",
     "CollectConfig",
+    "CollectOptions",
     "Collector",
     "CollectorHooks",
     "CollectorMetrics",

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from ..participants import Coordinator, PauseBreakdown, RecoveryMode, Restorer
 from ..tokens import TokenStore
 from ._buswatch import OUTAGE_FLOOR_S, BusWatch
 from ._checkpointing import Checkpointing
+from ._config import CollectOptions
 from ._handoff import HandOff, refuse_foreign, standing, write_row
 from ._lease import DEFAULT_LEASE_TTL_S, NamespaceLease
 from ._metrics import CollectorMetrics
@@ -68,26 +69,19 @@ class Collector(Checkpointing, Recovering):
         log: EventLog,
         ledger: Ledger,
         tokens: TokenStore,
+        options: CollectOptions,
         *,
-        environment_url: str,
         tasks: Iterable[dict[str, Any]],
         output: Path,
         task_lines: Iterable[int] | None = None,
-        num_repeats: int | Mapping[str, int] = 1,
-        agents: Mapping[str, str] | None = None,
-        concurrency: int = 16,
-        max_attempts: int = 5,
-        checkpoint_every_s: float | None = None,
-        checkpoint_deadline_s: float = 30.0,
-        compact_keep: int | None = None,
         instance: str = "collector-0",
         hooks: CollectorHooks | None = None,
         recovery: RecoveryMode = RecoveryMode.TAIL,
         recovery_checkpoint: str | None = None,
-        heal_timeout_s: float = 120.0,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
-        bus_outage_s: float | None = None,
     ) -> None:
+        self.options = options
+        checkpoint_deadline_s = options.checkpoint.deadline_s
         self.log = log
         self.ledger = ledger
         self.coordinator = Coordinator(log, ledger, tokens)
@@ -105,14 +99,17 @@ class Collector(Checkpointing, Recovering):
         )
         # which environment server (agent) takes each row, and how many rollouts it makes
         self.routing = Routing(
-            environment_url.rstrip("/"), num_repeats, {k: v.rstrip("/") for k, v in (agents or {}).items()}
+            options.environment_url.rstrip("/"),
+            options.num_repeats,
+            {k: v.rstrip("/") for k, v in options.agents.items()},
         )
         self.output = output
-        self.num_repeats = num_repeats
-        self.concurrency = concurrency
-        self.max_attempts = max_attempts
-        self.every_s = checkpoint_every_s
-        self.compact_keep = compact_keep  # None: the stream keeps everything
+        self.concurrency = options.concurrency
+        self.max_attempts = options.max_attempts
+        self.every_s = options.checkpoint.every_s
+        compaction = options.compaction
+        self.compact_keep = compaction.keep if compaction.enabled else None  # None: the stream keeps all
+        self.release_tokens = compaction.release_tokens
         self.deadline_s = checkpoint_deadline_s
         self.instance = instance
         self.recovery = RecoveryMode(recovery)
@@ -135,9 +132,9 @@ class Collector(Checkpointing, Recovering):
         self._recover_lock = asyncio.Lock()
         self.lease = NamespaceLease(log, instance=instance, ttl_s=lease_ttl_s, on_lost=self._lease_lost)
         self._lost: RollcutError | None = None
-        self.heal_timeout_s = heal_timeout_s
+        self.heal_timeout_s = options.heal_timeout_s
         # a bus without an answer for this long stops the collection for a requeue (_buswatch.py)
-        outage_s = bus_outage_s or max(checkpoint_deadline_s, OUTAGE_FLOOR_S)
+        outage_s = options.bus_outage_s or max(checkpoint_deadline_s, OUTAGE_FLOOR_S)
         self.watch = BusWatch(log, outage_s, self._bus_lost)
         self._collecting: asyncio.Future[Summary] | None = None
         self._working = False  # the workers run: the stop flag reaches them
@@ -423,6 +420,8 @@ class Collector(Checkpointing, Recovering):
         self.summary.interrupted = True
         self._stop.set()
 
-    def install_signals(self, *, on_sigusr1: bool = True, on_sigterm: bool = True) -> None:
-        """SIGUSR1 checkpoints; SIGTERM checkpoints, then stops (exit 75): ``_signals``."""
-        install_signals(self, on_sigusr1=on_sigusr1, on_sigterm=on_sigterm)
+    def install_signals(self) -> None:
+        """SIGUSR1 checkpoints; SIGTERM checkpoints, then stops (exit 75), as the options' checkpoint
+        policy says: ``_signals``."""
+        policy = self.options.checkpoint
+        install_signals(self, on_sigusr1=policy.on_sigusr1, on_sigterm=policy.on_sigterm)

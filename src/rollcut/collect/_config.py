@@ -10,7 +10,15 @@ from msgspec import Meta
 
 from .._errors import ConfigError
 
-__all__ = ["MAX_CONCURRENCY", "CheckpointPolicy", "CollectConfig", "CompactionPolicy", "load_config"]
+__all__ = [
+    "MAX_CONCURRENCY",
+    "NO_COMPACTION",
+    "CheckpointPolicy",
+    "CollectConfig",
+    "CollectOptions",
+    "CompactionPolicy",
+    "load_config",
+]
 
 MAX_CONCURRENCY = 10_000
 """The most rollouts one collector runs at once. Each holds a task, a connection and a few KB of
@@ -32,7 +40,8 @@ class CheckpointPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the stream keeps: after each periodic checkpoint, the event history of rollouts accepted
-    below the oldest of the ``keep`` newest checkpoints is compacted away (docs/cluster.md)."""
+    below the oldest of the ``keep`` newest checkpoints is compacted away (docs/cluster.md).
+    ``NO_COMPACTION`` keeps everything (a program that reads the history after its collection)."""
 
     enabled: bool = True
     keep: Annotated[int, Meta(ge=1, le=1000)] = 2
@@ -45,22 +54,15 @@ class CompactionPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 Repeats = Annotated[int, Meta(ge=1, le=10_000)]
 
 
-class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Everything a collection run needs; paths are relative to the config file."""
+class CollectOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a collection runs: where its rows go to be run, how many at once and how often, when it
+    checkpoints and what the stream keeps. The :class:`~rollcut.collect.Collector`'s options, declared
+    once: a config file is these plus where things are (:class:`CollectConfig`), and a program builds
+    them itself."""
 
-    schema_version: int = 1
-    nats_url: str | None = None  # None: the embedded server under home; a cluster: its URLs, comma-separated
-    replicas: Annotated[int, Meta(ge=1, le=5)] = 1  # copies of the stream when it is created (3 on a cluster)
-    namespace: str = "default"
-    credentials: str | None = None
-    home: str = ".rollcut"
-    ledger: str | None = None  # default: <home>/ledger
-    tokens: str | None = None  # default: <home>/tokens
     environment_url: str  # the environment server's /run (every row's, unless `agents` routes it)
     # agent_ref.name -> the environment server running that agent (NeMo Gym's routing by agent_ref)
     agents: dict[str, str] = {}
-    tasks: str  # JSONL, one task per line, each with an "id"
-    output: str  # JSONL of results, one row per rollout, exactly once
     # an int, or per agent_ref.name with "_default" as the fallback (NeMo Gym's two forms)
     num_repeats: Repeats | dict[str, Repeats] = 1
     concurrency: Annotated[int, Meta(ge=1, le=MAX_CONCURRENCY)] = 16
@@ -72,6 +74,22 @@ class CollectConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     bus_outage_s: Seconds | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     compaction: CompactionPolicy = CompactionPolicy()
+
+
+class CollectConfig(CollectOptions, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything a collection run needs (its options, and where things are); paths are relative to
+    the config file."""
+
+    schema_version: int = 1
+    nats_url: str | None = None  # None: the embedded server under home; a cluster: its URLs, comma-separated
+    replicas: Annotated[int, Meta(ge=1, le=5)] = 1  # copies of the stream when it is created (3 on a cluster)
+    namespace: str = "default"
+    credentials: str | None = None
+    home: str = ".rollcut"
+    ledger: str | None = None  # default: <home>/ledger
+    tokens: str | None = None  # default: <home>/tokens
+    tasks: str  # JSONL, one task per line, each with an "id"
+    output: str  # JSONL of results, one row per rollout, exactly once
 
     def path(self, value: str, base: Path) -> Path:
         p = Path(value)
@@ -93,3 +111,7 @@ def load_config(path: Path) -> tuple[CollectConfig, Path]:
     if cfg.schema_version != 1:
         raise ConfigError(f"{path}: schema_version {cfg.schema_version} is not supported (1 is)")
     return cfg, path.parent.resolve()
+
+
+NO_COMPACTION = CompactionPolicy(enabled=False)
+"""The stream keeps every rollout's history (and every token record)."""

@@ -20,7 +20,7 @@ import httpx
 
 from .._home import credentials_for
 from ..bus import BusConfig, EmbeddedServer, EventLog
-from ..collect import Collector, CollectorHooks, Summary
+from ..collect import NO_COMPACTION, CheckpointPolicy, CollectOptions, Collector, CollectorHooks, Summary
 from ..ledger import Ledger, verify_checkpoint
 from ..participants import CheckpointResult, RecoveryMode, RecoveryResult
 from ..replay import count_work
@@ -216,12 +216,14 @@ async def run_phase(
                     log,
                     ledger,
                     tokens,
-                    environment_url=stack[-1].url,
+                    CollectOptions(
+                        environment_url=stack[-1].url,
+                        concurrency=spec.concurrency,
+                        checkpoint=CheckpointPolicy(every_s=spec.every_s, deadline_s=5),
+                        compaction=NO_COMPACTION,  # the demo verifies every rollout's history after
+                    ),
                     tasks=spec.tasks,
                     output=home / "rollouts.jsonl",
-                    concurrency=spec.concurrency,
-                    checkpoint_every_s=spec.every_s,
-                    checkpoint_deadline_s=5,
                     recovery=recovery,
                     recovery_checkpoint=recovery_checkpoint,
                     hooks=watch.hooks(),

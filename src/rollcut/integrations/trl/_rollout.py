@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import RollcutError
 from ...bus import BusConfig, EventLog, load_credentials
-from ...collect import Collector, CollectorHooks, Summary, Turn, read_turns
+from ...collect import (
+    NO_COMPACTION,
+    CheckpointPolicy,
+    CollectOptions,
+    Collector,
+    CollectorHooks,
+    Summary,
+    Turn,
+    read_turns,
+)
 from ...ledger import CheckpointRecord, Ledger
 from ...tokens import LocalTokenStore
 
@@ -280,11 +289,14 @@ class RolloutFunction:
                     log,
                     ledger,
                     tokens,
-                    environment_url=dep.environment_url,
+                    CollectOptions(
+                        environment_url=dep.environment_url,
+                        concurrency=self.concurrency,
+                        checkpoint=CheckpointPolicy(every_s=self.checkpoint_every_s),
+                        compaction=NO_COMPACTION,  # the step reads its rollouts' turns from the log after
+                    ),
                     tasks=self.rows_of(prompts, step),
                     output=rows_file,
-                    concurrency=self.concurrency,
-                    checkpoint_every_s=self.checkpoint_every_s,
                     instance=f"trl-{step}",
                     hooks=self._hooks(step),
                 )

@@ -51,7 +51,7 @@ from .._stats import MODEL_STATS, tally
 from .._writes import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
-from ._inflight import InFlightCalls
+from ._inflight import InFlightCall, InFlightCalls
 from ._plans import replayed_plan, response_message
 from ._policy import PolicyClock, Segments
 
@@ -74,6 +74,19 @@ class CallResult:
 
 
 _FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call as the service handles it: its attempt, identity, request, stream and view."""
+
+    ident: Identity
+    call_id: str
+    digest: str
+    body: dict[str, Any]
+    on_token: OnToken | None
+    view: AttemptView
+    envelope: Envelope  # the fields every event of the call starts with
 
 
 class ModelService:
@@ -197,6 +210,7 @@ class ModelService:
         on_token: OnToken | None,
     ) -> CallResult:
         view = await view_of(self.views, ident)
+        call = _Call(ident, call_id, digest, body, on_token, view, envelope("model", self.instance, ident))
         if self.policy.max_lag is not None and ident.attempt > 1:
             await self._check_carried(ident, view)
         # lineage is looked up while the call runs: only the completed event needs it
@@ -213,8 +227,8 @@ class ModelService:
                 first = await parent
                 # a continued attempt's first call hangs under the call it repeats' own parent
                 first = source[1].parent_call_id if first == _FIRST else first
-                return await self._reuse(ident, call_id, digest, first, body, source)
-            return await self._generate(ident, call_id, digest, parent, body, source, on_token, view)
+                return await self._reuse(call, first, source)
+            return await self._generate(call, parent, source)
         finally:
             if not parent.done():
                 parent.cancel()
@@ -234,21 +248,17 @@ class ModelService:
             self.policy.check_lag(record, rollout_id=ident.rollout_id, what=f"call {call.call_id}")
         remember(self._lag_checked, key, True, 4096)
 
-    def _ev(self, ident: Identity) -> Envelope:
-        return envelope("model", self.instance, ident)
-
     async def _append(self, event: Any) -> int:
         return await append_or_refuse(self.log, event)
 
-    def _taken_over(
-        self, ident: Identity, call_id: str, digest: str, source: tuple[int, ModelCall]
-    ) -> dict[str, Any]:
+    @staticmethod
+    def _taken_over(call: _Call, source: tuple[int, ModelCall]) -> dict[str, Any]:
         """The fields of an event whose call takes over an earlier attempt's (reused or continued)."""
         src_attempt, src = source
         return {
-            **self._ev(ident),
-            "call_id": call_id,
-            "request_digest": digest,
+            **call.envelope,
+            "call_id": call.call_id,
+            "request_digest": call.digest,
             "source_call_id": src.call_id,
             "source_attempt": src_attempt,
         }
@@ -262,22 +272,14 @@ class ModelService:
         record: TokenRecord = await call_store(self.tokens, self.tokens.get, result.receipt)
         return record
 
-    async def _reuse(
-        self,
-        ident: Identity,
-        call_id: str,
-        digest: str,
-        parent: str | None,
-        body: dict[str, Any],
-        source: tuple[int, ModelCall],
-    ) -> CallResult:
+    async def _reuse(self, call: _Call, parent: str | None, source: tuple[int, ModelCall]) -> CallResult:
         src = source[1]
         assert src.receipt is not None
         record = await call_store(self.tokens, self.tokens.get, src.receipt)  # verifies the digest
         plan = replayed_plan(record, src)
         await self._append(
             ModelCallReused(
-                **self._taken_over(ident, call_id, digest, source),
+                **self._taken_over(call, source),
                 receipt=src.receipt,
                 parent_call_id=parent,
                 response=src.response,
@@ -285,128 +287,44 @@ class ModelService:
                 stop_sequence=plan.stop_sequence,
             )
         )
-        await self.writes.link(call_id, parent, src.receipt.receipt_id)
+        await self.writes.link(call.call_id, parent, src.receipt.receipt_id)
         self.stats.inc("calls_served_from_log")
         self.stats.inc("tokens_reused", len(record.output_ids))
-        return CallResult(call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
+        return CallResult(call.call_id, plan, list(record.output_ids), src.receipt, served_from_log=True)
 
     async def _generate(
-        self,
-        ident: Identity,
-        call_id: str,
-        digest: str,
-        parent_task: asyncio.Future[str | None],
-        body: dict[str, Any],
-        source: tuple[int, ModelCall] | None,
-        on_token: OnToken | None,
-        view: AttemptView,
+        self, call: _Call, parent_task: asyncio.Future[str | None], source: tuple[int, ModelCall] | None
     ) -> CallResult:
-        # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers
-        # in flight from here (a prepare meanwhile says never_started): an engine's start awaits its
+        """Generate the call (the rest of it, after an earlier attempt's durable prefix if it has one),
+        its tokens durable and ``model.completed`` appended before it returns."""
+        # a backend that plans ahead (local) knows its tokens now; an upstream only once it answers.
+        # In flight from here (a prepare meanwhile says never_started): an engine's start awaits its
         # tokenizer, and a call admitted below the cut must be in the prepare's reply
-        fl = self._inflight.open(ident, call_id)
+        fl = self._inflight.open(call.ident, call.call_id)
         try:
-            plan = fl.plan = await self.backend.start(body) if self.backend.plans_ahead else None
+            plan = fl.plan = await self.backend.start(call.body) if self.backend.plans_ahead else None
             start = 0
-            if plan is not None and source is not None and source[1].receipt is not None:  # continue a prefix
-                src = source[1]
-                assert src.receipt is not None
-                record = await call_store(self.tokens, self.tokens.get, src.receipt)
-                self.policy.check_lag(
-                    record, rollout_id=ident.rollout_id, what=f"the prefix of {src.call_id}"
-                )
-                prefix = list(record.output_ids)
-                if await self.backend.adopt_prefix(plan, record):
-                    fl.segments = Segments(self.policy, record, len(prefix))
-                    await self._append(
-                        ModelCallContinued(
-                            **self._taken_over(ident, call_id, digest, source),
-                            prefix_receipt=src.receipt,
-                            token_boundary=len(prefix),
-                            delivery="staged",
-                        )
-                    )
-                    fl.emitted, start = prefix, len(prefix)
-                    fl.durable = (len(prefix), src.receipt)  # durable already: a cut need not redo it
-                    self.stats.inc("calls_continued")
-                    self.stats.inc("tokens_reused", len(prefix))
+            if plan is not None and source is not None and source[1].receipt is not None:
+                start = await self._continue(call, fl, plan, source)
             if start == 0:
                 await self._append(
-                    ModelCallAdmitted(
-                        **self._ev(ident),
-                        call_id=call_id,
-                        request_digest=digest,
-                    )
+                    ModelCallAdmitted(**call.envelope, call_id=call.call_id, request_digest=call.digest)
                 )
             if fl.segments is None:
                 fl.segments = Segments(self.policy)
-            segments = fl.segments
             fl.state = "queued"
-            if on_token is not None:
+            if call.on_token is not None:  # a continued call's stream says its prefix first
                 for i, tok in enumerate(fl.emitted):
-                    await on_token(
-                        tok,
-                        self.backend.piece(plan, i) if plan is not None else "",
-                        plan.logprob(i) if plan else 0.0,
+                    await call.on_token(
+                        tok, self.backend.piece(plan, i) if plan else "", plan.logprob(i) if plan else 0.0
                     )
             fl.state = "generating"
             if plan is None:
-                plan = fl.plan = await self.backend.start(body)
-            plan.clock, plan.opened = self.policy.now, segments.opened
-            async with contextlib.aclosing(self.backend.generate(plan, start=start)) as tokens:
-                async for tok in tokens:
-                    if self._retired and ident.rollout_id in self._retired:
-                        self.stats.inc("calls_stopped_by_retirement")
-                        raise GymError(
-                            ErrorKind.RETIRED,
-                            f"{ident.rollout_id} was retired: {self._retired[ident.rollout_id]}",
-                        )
-                    fl.emitted.append(tok)
-                    segments.token(len(fl.emitted) - 1)
-                    self.stats.inc("tokens_generated")
-                    if on_token is not None:
-                        i = len(fl.emitted) - 1
-                        await on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
-            out = list(fl.emitted)
-            parent = await parent_task
-            if parent == _FIRST:
-                parent = view.last_call_id
-            # the record and its lineage link in one grouped transaction, durable before the
-            # completed event names the receipt
-            custody = time.perf_counter()
-            receipt = await self.writes.put(
-                call_id,
-                TokenRecord(
-                    prompt_ids=plan.prompt_ids,
-                    output_ids=out,
-                    mask=[1] * len(out),
-                    logprobs=plan.logprobs[: len(out)],
-                    policy_version=self._policy_version(),
-                    segments=segments.close(len(out)),
-                ),
-                parent=parent,
-                link=True,
-            )
-            await self._append(
-                ModelCallCompleted(
-                    **self._ev(ident),
-                    call_id=call_id,
-                    request_digest=digest,
-                    receipt=receipt,
-                    parent_call_id=parent,
-                    finish_reason=plan.finish_reason,
-                    policy_version=self._policy_version(),
-                    response=response_message(plan, out),
-                    stop_sequence=plan.stop_sequence,
-                )
-            )
+                plan = fl.plan = await self.backend.start(call.body)
+            await self._tokens(call, fl, plan, start)
+            result = await self._complete(call, fl, plan, start, await parent_task)
             fl.state = "done"
-            self.stats.observe("custody", time.perf_counter() - custody)
-            self.stats.inc("calls_generated")
-            if start == 0 and digest in view.lost_calls:  # an earlier attempt's, lost with it
-                self.stats.inc("calls_regenerated")
-                self.stats.inc("tokens_regenerated", len(out))
-            return CallResult(call_id, plan, out, receipt, continued_from=start)
+            return result
         except GymError:
             fl.state = "failed"
             raise
@@ -416,11 +334,100 @@ class ModelService:
             # the failure of recording a failure must not mask the failure
             with contextlib.suppress(RollcutError):
                 await self.log.append(
-                    ModelCallFailed(**self._ev(ident), call_id=call_id, error=repr(exc)[:500])
+                    ModelCallFailed(**call.envelope, call_id=call.call_id, error=repr(exc)[:500])
                 )
             raise
         finally:
-            self._inflight.close(call_id)
+            self._inflight.close(call.call_id)
+
+    async def _continue(
+        self, call: _Call, fl: InFlightCall, plan: Plan, source: tuple[int, ModelCall]
+    ) -> int:
+        """Take an earlier attempt's durable prefix as the start of this call, if the backend says it
+        belongs to it (``model.continued``); the tokens it starts from (0: it does not)."""
+        src = source[1]
+        assert src.receipt is not None
+        record = await call_store(self.tokens, self.tokens.get, src.receipt)
+        self.policy.check_lag(record, rollout_id=call.ident.rollout_id, what=f"the prefix of {src.call_id}")
+        prefix = list(record.output_ids)
+        if not await self.backend.adopt_prefix(plan, record):
+            return 0
+        fl.segments = Segments(self.policy, record, len(prefix))
+        await self._append(
+            ModelCallContinued(
+                **self._taken_over(call, source),
+                prefix_receipt=src.receipt,
+                token_boundary=len(prefix),
+                delivery="staged",
+            )
+        )
+        fl.emitted = prefix
+        fl.durable = (len(prefix), src.receipt)  # durable already: a cut need not redo it
+        self.stats.inc("calls_continued")
+        self.stats.inc("tokens_reused", len(prefix))
+        return len(prefix)
+
+    async def _tokens(self, call: _Call, fl: InFlightCall, plan: Plan, start: int) -> None:
+        """Run the backend from ``start``, each token into the call's buffer (what a cut takes) and
+        its stream; a retired rollout's generation stops at its next token."""
+        segments = fl.segments
+        assert segments is not None
+        plan.clock, plan.opened = self.policy.now, segments.opened
+        async with contextlib.aclosing(self.backend.generate(plan, start=start)) as tokens:
+            async for tok in tokens:
+                if self._retired and call.ident.rollout_id in self._retired:
+                    self.stats.inc("calls_stopped_by_retirement")
+                    why = self._retired[call.ident.rollout_id]
+                    raise GymError(ErrorKind.RETIRED, f"{call.ident.rollout_id} was retired: {why}")
+                fl.emitted.append(tok)
+                i = len(fl.emitted) - 1
+                segments.token(i)
+                self.stats.inc("tokens_generated")
+                if call.on_token is not None:
+                    await call.on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
+
+    async def _complete(
+        self, call: _Call, fl: InFlightCall, plan: Plan, start: int, parent: str | None
+    ) -> CallResult:
+        """The call's tokens and lineage link in one grouped transaction, durable before the
+        ``model.completed`` that names the receipt."""
+        out = list(fl.emitted)
+        assert fl.segments is not None
+        if parent == _FIRST:
+            parent = call.view.last_call_id
+        custody = time.perf_counter()
+        receipt = await self.writes.put(
+            call.call_id,
+            TokenRecord(
+                prompt_ids=plan.prompt_ids,
+                output_ids=out,
+                mask=[1] * len(out),
+                logprobs=plan.logprobs[: len(out)],
+                policy_version=self._policy_version(),
+                segments=fl.segments.close(len(out)),
+            ),
+            parent=parent,
+            link=True,
+        )
+        await self._append(
+            ModelCallCompleted(
+                **call.envelope,
+                call_id=call.call_id,
+                request_digest=call.digest,
+                receipt=receipt,
+                parent_call_id=parent,
+                finish_reason=plan.finish_reason,
+                policy_version=self._policy_version(),
+                response=response_message(plan, out),
+                stop_sequence=plan.stop_sequence,
+            )
+        )
+        self.stats.observe("custody", time.perf_counter() - custody)
+        self.stats.inc("calls_generated")
+        if start == 0 and call.digest in call.view.lost_calls:  # an earlier attempt's, lost with it
+            self.stats.inc("calls_regenerated")
+            self.stats.inc("tokens_regenerated", len(out))
+        return CallResult(call.call_id, plan, out, receipt, continued_from=start)
 
     # --- generation cuts -----------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def test_the_surface_is_the_pinned_one() -> None:
 def _imported_from(init: Path) -> list[Path]:
     """The files a module's relative ``from … import`` statements name."""
     out = []
-    for node in ast.parse(init.read_text()).body:
+    for node in ast.walk(ast.parse(init.read_text())):  # a lazy name's import is under TYPE_CHECKING
         if isinstance(node, ast.ImportFrom) and node.level > 0 and node.module:
             base = init.parent
             for _ in range(node.level - 1):

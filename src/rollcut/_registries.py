@@ -58,8 +58,8 @@ DIALECTS: Registry[Any] = Registry(
         "sglang": "rollcut.gym.model.engine._sglang:SGLang",
     },
 )
-"""Inference engines an engine backend speaks to (``--engine-dialect NAME``): called with the
-model name (``--engine-model``, or None), returns a :class:`Dialect`."""
+"""Inference engines an engine backend speaks to (``--backend-option dialect=NAME``): called with
+the model name (``--backend-option model=NAME``, or None), returns a :class:`Dialect`."""
 
 _BACKENDS = "rollcut.gym.model._backends"
 
@@ -69,12 +69,13 @@ BACKENDS: Registry[Any] = Registry(
     {"local": f"{_BACKENDS}:local", "openai": f"{_BACKENDS}:openai", "engine": f"{_BACKENDS}:engine"},
 )
 """Generation backends of the model server (``--backend NAME``): called with the server's
-options, returns a :class:`Backend`."""
+options, returns a :class:`Backend`; a :class:`~rollcut.gym.model.BackendFactory` brings its own
+options (``--backend-option KEY=VALUE``)."""
 
 AGENTS: Registry[Any] = Registry(
     "agent kind",
     "rollcut.agents",
-    {"simple": "rollcut.gym._agents:simple", "opaque": "rollcut.gym._agents:opaque"},
+    {"simple": "rollcut.gym.agent._kind:simple", "opaque": "rollcut.gym.opaque._kind:opaque"},
 )
 """Agent servers (``rollcut serve agent NAME``): called with the server's options and its own base
 URL, returns what builds each worker's app and participant hooks."""

@@ -116,7 +116,7 @@ def test_a_killed_workers_relay_directory_is_swept_by_the_next_and_a_live_ones_k
     import tempfile
     from pathlib import Path
 
-    from rollcut.gym._agents import _relay_socket
+    from rollcut.gym.opaque._kind import _relay_socket
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -1,39 +1,27 @@
-"""The built-in agent kinds, as ``rollcut.agents`` factories: the Simple Agent and the opaque agent.
+"""The registry of agent kinds, typed; the kinds live with what only they use
+(``gym/agent/_kind.py``: the Simple Agent; ``gym/opaque/_kind.py``: the opaque agent, and its
+registry of sandbox providers).
 
-Each takes the agent server's options and its own base URL (where a program it
-starts reaches it) and returns a :data:`Make`: what builds one worker's app and
-its participant hooks. ``rollcut serve agent NAME`` resolves ``NAME`` in
-:data:`rollcut.gym.AGENTS`; another package adds a kind through the same entry
-point group.
+Each kind's factory takes the agent server's options and its own base URL (where a program it
+starts reaches it) and returns a :data:`Make`: what builds one worker's app and its participant
+hooks. ``rollcut serve agent NAME`` resolves ``NAME`` in :data:`rollcut.gym.AGENTS`; another
+package adds a kind through the same entry point group.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
-import shlex
-import shutil
-import socket
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
 from .. import _registries
-from .._errors import ConfigError
-from .._process import pid_alive
 from .._registry import Registry
 from ..bus import EventLog
 from ..participants import Participant
-from ._client import gym_client
 from ._options import AgentServe
-from .agent import SimpleAgent, create_agent_app
-from .opaque import Capability, Isolation, Normalise, OpaqueAgent, SandboxSnapshot, create_opaque_app
 
-__all__ = ["AGENTS", "SANDBOXES", "Make", "opaque", "sandbox_of", "simple"]
+__all__ = ["AGENTS", "Make"]
 
 Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
 """Builds a worker's app and its participant hooks (or None) from its log, instance and participant."""
@@ -41,107 +29,3 @@ Make = Callable[[EventLog, str, Participant], tuple[FastAPI, Any]]
 AGENTS: Registry[Callable[[AgentServe, str], Make]] = _registries.AGENTS
 """Agent kinds (``rollcut serve agent NAME``; entry point group ``rollcut.agents``): called with the
 server's options and its own base URL."""
-
-SANDBOXES: Registry[Callable[[str], SandboxSnapshot]] = _registries.SANDBOXES
-"""Snapshotters of an opaque agent's sandbox (``--sandbox NAME[:ARG]``; entry point group
-``rollcut.sandboxes``): called with ``ARG``. Built in: ``tree``, the agent's working directory
-(``--sandbox DIR-TEMPLATE``, short for ``--sandbox tree:DIR-TEMPLATE``)."""
-
-
-def simple(opts: AgentServe, own_url: str) -> Make:
-    """The Simple Agent: its loop on rollcut's task rows or NeMo Gym's Responses rows."""
-    if opts.normalise:
-        raise ConfigError(
-            "--normalise is an opaque agent's (its relay compares requests); the Simple Agent has none"
-        )
-
-    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        agent = SimpleAgent(
-            log,
-            instance=instance,
-            model_url=opts.model,
-            resources=opts.resources,
-            participant=participant,
-            http=gym_client(600),
-        )
-        return create_agent_app(agent, max_body_bytes=opts.max_body_bytes), agent
-
-    return make
-
-
-def sandbox_of(opts: AgentServe) -> SandboxSnapshot | None:
-    """The sandbox provider ``--sandbox NAME[:ARG]`` names (see :data:`rollcut.gym.SANDBOXES`); a
-    value with a ``/`` before any ``:`` is a directory template for the built-in ``tree``."""
-    if not opts.sandbox:
-        return None
-    name, _, arg = opts.sandbox.partition(":")
-    if "/" in name:
-        name, arg = "tree", opts.sandbox
-    return SANDBOXES[name](arg)
-
-
-def opaque(opts: AgentServe, own_url: str) -> Make:
-    """An agent rollcut cannot see inside: its own program per attempt, behind the journaling relay."""
-    command = shlex.split(opts.command)
-    if not command:
-        raise ConfigError("serve agent opaque needs --command: the program that runs one attempt")
-    sandbox = sandbox_of(opts)
-    if opts.capability == Capability.SANDBOX_SNAPSHOT and sandbox is None:
-        raise ConfigError("capability sandbox_snapshot needs a sandbox provider (--sandbox DIR-TEMPLATE)")
-    if not opts.run_timeout >= 0:  # NaN too
-        raise ConfigError(f"--run-timeout {opts.run_timeout}: seconds, 0 for none")
-    isolation = None if opts.unisolated else Isolation.find()  # refused here where bwrap cannot run
-    normalise = Normalise(opts.normalise)  # a rule that does not parse stops the server here
-
-    def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        relay_socket, listener = _relay_socket(instance) if isolation is not None else (None, None)
-        agent = OpaqueAgent(
-            log,
-            instance=instance,
-            command=command,
-            relay_url=own_url,
-            model_url=opts.model,
-            resources=opts.resources,
-            http=gym_client(600),
-            participant=participant,
-            capability=Capability(opts.capability),
-            on_divergence=opts.on_divergence,
-            sandbox=sandbox,
-            run_timeout_s=opts.run_timeout or None,
-            isolation=isolation,
-            relay_socket=relay_socket,
-            normalise=normalise,
-        )
-        app = create_opaque_app(agent, max_body_bytes=opts.max_body_bytes)
-        app.state.extra_sockets = [listener] if listener is not None else []
-        return app, agent
-
-    return make
-
-
-def _relay_socket(instance: str) -> tuple[Path, socket.socket]:
-    """This worker's relay on a Unix socket, in a directory only its user can enter: what its
-    sandboxed programs reach (bind-mounted in), and only they. Removed with the process; the
-    directory's name holds the pid, so what a SIGKILLed worker left behind is swept by the next."""
-    _sweep_relay_dirs()
-    where = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{os.getpid()}-{instance}-"))
-    atexit.register(shutil.rmtree, where, True)
-    path = where / "relay.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(512)
-    return path, listener
-
-
-def _sweep_relay_dirs() -> None:
-    """Remove relay directories of this user whose process is gone (it was killed, no atexit ran)."""
-    for d in Path(tempfile.gettempdir()).glob("rollcut-relay-*-*"):
-        pid = d.name.split("-")[2]
-        with contextlib.suppress(OSError, ValueError):
-            if (
-                d.is_dir()
-                and not d.is_symlink()
-                and d.stat().st_uid == os.getuid()
-                and not pid_alive(int(pid))
-            ):
-                shutil.rmtree(d, ignore_errors=True)

@@ -139,5 +139,5 @@ class Engine:
 
     def serve_args(self) -> list[str]:
         """``rollcut serve model`` flags that put this engine behind the model server."""
-        args = ["--backend", "engine", "--upstream", self.url, "--engine-dialect", self.dialect]
-        return args + (["--engine-model", self.model] if self.model else [])
+        args = ["--backend", "engine", "--upstream", self.url, "--backend-option", f"dialect={self.dialect}"]
+        return args + (["--backend-option", f"model={self.model}"] if self.model else [])

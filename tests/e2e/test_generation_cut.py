@@ -27,7 +27,14 @@ def model_server(
 ) -> ServerProcess:
     """`rollcut serve model` as its own process tree (one process per worker), with training data on."""
     argv = ["model", "--url", url, "--namespace", namespace, "--tokens", str(tokens), "--port", "0"]
-    argv += ["--workers", str(workers), "--seed", str(seed), "--token-delay", str(token_delay)]
+    argv += [
+        "--workers",
+        str(workers),
+        "--backend-option",
+        f"seed={seed}",
+        "--backend-option",
+        f"token_delay={token_delay}",
+    ]
     argv += ["--return-token-ids"]
     return ServerProcess(argv, workers=workers).start()
 

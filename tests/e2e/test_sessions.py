@@ -27,7 +27,18 @@ TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps
 def start_stack(url: str, ns: str, tokens: Path) -> list[ServerProcess]:
     common = ["--url", url, "--namespace", ns]
     model = ServerProcess(
-        ["model", *common, "--tokens", str(tokens), "--port", "0", "--seed", "5", "--token-delay", "0.004"]
+        [
+            "model",
+            *common,
+            "--tokens",
+            str(tokens),
+            "--port",
+            "0",
+            "--backend-option",
+            "seed=5",
+            "--backend-option",
+            "token_delay=0.004",
+        ]
     ).start()
     res = ServerProcess(["resources", "counter", *common]).start()
     agent = ServerProcess(

@@ -104,7 +104,7 @@ async def test_model_calls_chain_and_retries_join_whichever_worker_accepts(
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess], workers: int
 ) -> None:
     argv = ["model", "--url", nats_url, "--namespace", namespace, "--tokens", str(tmp_path / "tokens")]
-    argv += ["--token-delay", "0.01"]  # calls take long enough for retries to overlap them
+    argv += ["--backend-option", "token_delay=0.01"]  # calls take long enough for retries to overlap them
     srv = _serve(servers, argv, workers, tmp_path)
     ids = [f"m{i}" for i in range(6)]
     for r in ids:

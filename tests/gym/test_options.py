@@ -21,7 +21,13 @@ from rollcut.gym import (
 )
 
 EXAMPLES: list[ServeSpec] = [
-    ModelServe(url="nats://127.0.0.1:4222", tokens="/t", seed=3, token_delay=0.004, workers=2, port=8123),
+    ModelServe(
+        url="nats://127.0.0.1:4222",
+        tokens="/t",
+        backend_options={"seed": "3", "token_delay": "0.004"},
+        workers=2,
+        port=8123,
+    ),
     ResourcesServe(url="nats://h:1", namespace="demo", credentials="/c.json", env="workplace", name="wp"),
     AgentServe(
         url="nats://h:1", model="http://m", resources={"counter": "http://c", "blackjack": "http://b"}

@@ -71,7 +71,14 @@ async def test_a_call_running_across_a_weight_update_goes_on_and_each_token_is_i
     engine.start()
     argv = ["model", "--url", nats_url, "--namespace", namespace, "--tokens", str(tmp_path / "tokens")]
     argv += ["--port", "0", "--workers", "1", "--return-token-ids", "--backend", "engine"]
-    argv += ["--upstream", engine.url, "--policy-version-file", str(version_file), "--engine-handover", "60"]
+    argv += [
+        "--upstream",
+        engine.url,
+        "--policy-version-file",
+        str(version_file),
+        "--backend-option",
+        "handover=60",
+    ]
     server = ServerProcess(argv, workers=1)
     try:
         server.start()

@@ -66,7 +66,7 @@ async def _all_through(engine: LlamaServer, running: list[Any], at_least: int) -
 def _serve(nats: str, ns: str, tokens: Path, engine: LlamaServer, *, cuts: bool) -> tuple[Any, str]:
     argv = [sys.executable, "-m", "rollcut", "serve", "model", "--url", nats, "--namespace", ns]
     argv += ["--tokens", str(tokens), "--port", "0", "--backend", "engine", "--upstream", engine.url]
-    return _spawn(argv + ([] if cuts else ["--engine-no-cuts"]))
+    return _spawn(argv + ([] if cuts else ["--backend-option", "cuts=false"]))
 
 
 async def _latency(

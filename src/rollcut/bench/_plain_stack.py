@@ -47,10 +47,13 @@ from ..gym import (
     ResourcesServe,
     ServeSpec,
     encode_spec,
+    environment_of,
+    model_app,
     serve_on,
+    served_names,
 )
 from ..gym.agent import SimpleAgent, create_agent_app
-from ..gym.resources import ENVIRONMENTS, Environment, ResourcesService, ToolResult, create_resources_app
+from ..gym.resources import Environment, ResourcesService, ToolResult, create_resources_app
 from ..gym.wire import Identity, identity_headers
 from ..testing import ServerProcess
 from ._plain_model import PlainModelService
@@ -98,23 +101,12 @@ class PlainAgent(SimpleAgent):
 def _app(opts: ServeSpec, instance: str) -> FastAPI:
     """One worker's app: rollcut's app for ``opts`` around the service without custody."""
     if isinstance(opts, ModelServe):
-        from ..gym.model import BACKENDS, DEFAULT_MODEL, create_app
-        from ..gym.model.engine import EngineBackend
+        from ..gym.model import BACKENDS
 
-        backend = BACKENDS[opts.backend](opts)
-        if isinstance(backend, EngineBackend):  # as rollcut's model server pins them
-            backend.pin_slots = opts.workers <= 1
-        names = opts.served_model_name or [DEFAULT_MODEL]
-        return create_app(
-            PlainModelService(backend, model_name=names[0]),
-            return_token_ids=opts.return_token_ids,
-            served_model_names=names,
-            max_body_bytes=opts.max_body_bytes,
-        )
+        plain = PlainModelService(BACKENDS[opts.backend](opts), model_name=served_names(opts)[0])
+        return model_app(opts, plain)
     if isinstance(opts, ResourcesServe):
-        env = ENVIRONMENTS[opts.env]()
-        env.open(unisolated=opts.unisolated)
-        service = PlainResourcesService(env, instance=instance)
+        service = PlainResourcesService(environment_of(opts), instance=instance)
         return create_resources_app(service, max_body_bytes=opts.max_body_bytes)
     if isinstance(opts, AgentServe) and opts.agent == "simple":
         agent = PlainAgent(instance=instance, model_url=opts.model, resources=opts.resources)

@@ -48,7 +48,7 @@ async def run_plain(
             from ..gym.model.engine import served_engine
 
             local = up.enter_context(served_engine("tiny", root / "engine", threads=1))
-            model = {"backend": "engine", "upstream": local.url, "engine_dialect": engine}
+            model = {"backend": "engine", "upstream": local.url, "backend_options": {"dialect": engine}}
         stack = start_stack(
             "",  # no bus, no credentials
             None,

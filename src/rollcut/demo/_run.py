@@ -118,8 +118,7 @@ async def run_demo(
             model = {
                 "backend": "engine",
                 "upstream": local_engine.url if local_engine else engine_url,
-                "engine_dialect": engine,
-                "engine_no_cuts": not engine_cuts,
+                "backend_options": {"dialect": engine, "cuts": str(engine_cuts).lower()},
             }
         credentials_for(root / "nats", DEMO_NAMESPACE)
         run_at_once = min(rollouts, concurrency or 64)

@@ -15,9 +15,10 @@ import typing as _typing
 from .._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
-    from ._agents import AGENTS, SANDBOXES
+    from ._agents import AGENTS
     from ._environment import create_environment_app
     from ._options import (
+        SERVE_ARGUMENT,
         AgentServe,
         EnvironmentServe,
         ModelServe,
@@ -29,14 +30,24 @@ if _typing.TYPE_CHECKING:
         encode_spec,
     )
     from ._peers import FORWARDED_HEADER, Peers, owner_of
-    from ._runners import Make, serve, serve_participant, serve_worker
+    from ._runners import (
+        Make,
+        environment_of,
+        model_app,
+        serve,
+        serve_participant,
+        serve_worker,
+        served_names,
+    )
     from ._serving import bind, run_servers, run_worker, say, serve_on
+    from .opaque._kind import SANDBOXES
 
 _HOME = {
     "AGENTS": "_agents",
-    "SANDBOXES": "_agents",
+    "SANDBOXES": "opaque._kind",
     "Make": "_runners",
     "create_environment_app": "_environment",
+    "SERVE_ARGUMENT": "_options",
     "AgentServe": "_options",
     "EnvironmentServe": "_options",
     "ModelServe": "_options",
@@ -49,6 +60,9 @@ _HOME = {
     "FORWARDED_HEADER": "_peers",
     "Peers": "_peers",
     "owner_of": "_peers",
+    "environment_of": "_runners",
+    "model_app": "_runners",
+    "served_names": "_runners",
     "serve": "_runners",
     "serve_participant": "_runners",
     "serve_worker": "_runners",
@@ -67,6 +81,7 @@ __all__ = [
     "AGENTS",
     "FORWARDED_HEADER",
     "SANDBOXES",
+    "SERVE_ARGUMENT",
     "AgentServe",
     "EnvironmentServe",
     "Make",
@@ -80,6 +95,8 @@ __all__ = [
     "create_environment_app",
     "decode_spec",
     "encode_spec",
+    "environment_of",
+    "model_app",
     "owner_of",
     "run_servers",
     "run_worker",
@@ -88,4 +105,5 @@ __all__ = [
     "serve_on",
     "serve_participant",
     "serve_worker",
+    "served_names",
 ]

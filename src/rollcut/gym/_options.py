@@ -1,22 +1,26 @@
 """What it takes to run one Gym server, declared once.
 
-``rollcut serve KIND`` builds one of these from its command line; a server
+Each field is one option: its type, its default and its help (``Annotated[T, flag(help)]``).
+``rollcut serve KIND``'s flags are made from these fields (``rollcut.cli._flags``); a server
 with several workers hands the same struct to each worker process as JSON
 (``rollcut serve worker --spec ...``), and the process harness turns it back
 into the command line with :func:`cli_argv`. So a new option is a new field
-here plus its CLI flag, and nothing else.
+here, and nothing else.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import msgspec
 
-from ..bus import Component
 from ._capability import Capability, DivergencePolicy
 
+if TYPE_CHECKING:
+    from ..bus import Component
+
 __all__ = [
+    "SERVE_ARGUMENT",
     "AgentServe",
     "EnvironmentServe",
     "ModelServe",
@@ -24,30 +28,61 @@ __all__ = [
     "ServeOptions",
     "ServeSpec",
     "cli_argv",
+    "cli_extra",
     "decode_spec",
     "encode_spec",
+    "flag",
+    "flag_name",
 ]
+
+
+def flag(help: str, **cli: Any) -> msgspec.Meta:
+    """A field's command-line help (plain text: it is what ``--help`` prints), and how its flag is
+    made where that is not read from the field: ``flag`` (its name, else ``--field-name``),
+    ``envvar``, ``short`` (another name), ``required`` (a flag the command line must give though
+    the struct has a default), ``names`` (a registry whose installed names the help lists), ``min``."""
+    return msgspec.Meta(description=help, extra=cli)
+
+
+def cli_extra(field: msgspec.structs.FieldInfo) -> dict[str, Any]:
+    """What :func:`flag` said of ``field``'s flag (empty for a field declared without it)."""
+    meta = msgspec.inspect.type_info(field.type)
+    return dict(meta.extra or {}) if isinstance(meta, msgspec.inspect.Metadata) else {}
+
+
+def flag_name(field: msgspec.structs.FieldInfo) -> str:
+    """The flag that sets ``field`` on the command line."""
+    return str(cli_extra(field).get("flag") or "--" + field.name.replace("_", "-"))
 
 
 class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     """What every Gym server takes: the bus, its listening address, its group and workers."""
 
-    url: str
-    namespace: str = "default"
-    credentials: str | None = None
-    replicas: int = 1
-    host: str = "127.0.0.1"
-    port: int = 0
-    name: str = ""
-    workers: int = 1
-    max_body_bytes: int = 16 * 1024 * 1024
+    url: Annotated[str, flag("NATS URL of the bus (a cluster's: comma-separated).", envvar="ROLLCUT_URL")]
+    namespace: Annotated[str, flag("Event namespace.", envvar="ROLLCUT_NAMESPACE", short="-n")] = "default"
+    credentials: Annotated[
+        str | None, flag("Role credentials file for --url.", envvar="ROLLCUT_CREDENTIALS")
+    ] = None
+    replicas: Annotated[
+        int,
+        flag(
+            "Copies of the stream when it is created (3 on a three-node cluster).",
+            envvar="ROLLCUT_REPLICAS",
+            min=1,
+        ),
+    ] = 1
+    host: Annotated[str, flag("Listen address.")] = "127.0.0.1"
+    port: Annotated[int, flag("Listen port; 0 picks a free one (printed as LISTENING <url>).")] = 0
+    name: Annotated[str, flag("Participant group name (default: the server kind, or the env).")] = ""
+    workers: Annotated[int, flag("Worker processes, each its own participant.", min=1)] = 1
+    max_body_bytes: Annotated[int, flag("Largest request body read; larger: 413.")] = 16 * 1024 * 1024
 
     @property
     def kind(self) -> Component:
         """The server kind, as in ``rollcut serve KIND``; also its component and bus role."""
         tag = msgspec.inspect.type_info(type(self))
         assert isinstance(tag, msgspec.inspect.StructType)
-        return cast(Component, tag.tag)
+        return cast("Component", tag.tag)
 
     @property
     def group(self) -> str:
@@ -58,31 +93,47 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
 class ModelServe(ServeOptions, kw_only=True, tag="model"):
     """The policy model server (``rollcut serve model``)."""
 
-    tokens: str = ".rollcut/tokens"
-    backend: str = "local"
-    upstream: str = ""
-    engine_dialect: str = "llama.cpp"
-    engine_model: str = ""
-    engine_no_cuts: bool = False
-    engine_handover: float = 0.0
-    max_tokens: int = 1024
-    seed: int = 0
-    token_delay: float = 0.0
-    tool_turns: int = 3
-    return_token_ids: bool = False
-    policy_version: int = 0
-    policy_version_file: str = ""
-    max_policy_lag: int | None = None
-    served_model_name: list[str] = []
-    """The model names requests may ask for (vLLM's ``--served-model-name``); empty: ``rollcut-local``.
-    The first is what a request naming none is answered as; any other name is a 404."""
+    tokens: Annotated[str, flag("Token store directory.")] = ".rollcut/tokens"
+    backend: Annotated[str, flag("Generation backend.", names="BACKENDS")] = "local"
+    upstream: Annotated[str, flag("openai and engine backends: the engine's base URL.")] = ""
+    backend_options: Annotated[
+        dict[str, str],
+        flag(
+            "An option of the backend, KEY=VALUE (repeatable). local: seed, token_delay, tool_turns; "
+            "engine: dialect, model, cuts, handover, max_tokens; a plugin backend's its own "
+            "(docs/model-server.md).",
+            flag="--backend-option",
+        ),
+    ] = {}
+    """Read by the backend's own factory into its options struct (``rollcut.gym.model.BackendFactory``):
+    a backend brings its options, and a name it does not know is refused naming the ones it does."""
+    return_token_ids: Annotated[
+        bool, flag("Put prompt/generation token ids and log-probs on every model output.")
+    ] = False
+    policy_version: Annotated[int, flag("The policy version generating (an integer that grows).")] = 0
+    policy_version_file: Annotated[
+        str, flag('A file holding the version (N or {"version": N}), rewritten by the trainer.')
+    ] = ""
+    max_policy_lag: Annotated[
+        int | None, flag("A continued attempt whose kept tokens are more versions old than this starts over.")
+    ] = None
+    served_model_name: Annotated[
+        list[str],
+        flag(
+            "A model name requests may ask for (repeatable; the first answers requests naming none; "
+            "default rollcut-local). Any other name is a 404 model_not_found."
+        ),
+    ] = []
+    """The model names requests may ask for (vLLM's ``--served-model-name``)."""
 
 
 class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
     """A resources (tool) server (``rollcut serve resources ENV``)."""
 
-    env: str = ""
-    unisolated: bool = False  # an environment that runs commands (sandbox): without bubblewrap
+    env: Annotated[str, flag("The environment.", names="ENVIRONMENTS")] = ""
+    unisolated: Annotated[
+        bool, flag("sandbox: run commands without bubblewrap (they can read and write what this user can).")
+    ] = False
 
     @property
     def group(self) -> str:
@@ -101,33 +152,60 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
     ``agent``, ``backend`` and ``engine_dialect`` name registry entries (open to plugins), checked
     when the server starts; the closed sets are typed, and msgspec refuses anything else on decode."""
 
-    agent: str = "simple"
-    model: str = ""
-    resources: dict[str, str] = {}
-    command: str = ""
-    capability: Capability = Capability.RESTART_ONLY
-    on_divergence: DivergencePolicy = "fresh_dispatch"
-    run_timeout: float = 0.0
-    sandbox: str = ""
-    unisolated: bool = False
-    """Run the opaque agent's program without its bubblewrap sandbox (docs/security.md: it can then
-    read what the server's user can, and reach the bus). Refused to start without it where
-    bubblewrap cannot run."""
-    normalise: list[str] = []
-    """The opaque agent's declared request fields left out of a replay's comparison (``PATH`` or
-    ``PATH~REGEX``; :class:`rollcut.gym.opaque.Normalise`): none unless declared."""
+    agent: Annotated[
+        str, flag("Agent kind (opaque: a program of its own behind the relay).", names="AGENTS")
+    ] = "simple"
+    model: Annotated[str, flag("Policy model server base URL.", required=True)] = ""
+    resources: Annotated[
+        dict[str, str], flag("ENV=URL of a resources server (repeatable).", required=True)
+    ] = {}
+    command: Annotated[
+        str, flag("opaque: the program one attempt runs (task on stdin, answer on stdout).")
+    ] = ""
+    capability: Annotated[
+        Capability,
+        flag("opaque: replayable_egress, sandbox_snapshot or restart_only (default: restart_only)."),
+    ] = Capability.RESTART_ONLY
+    on_divergence: Annotated[
+        DivergencePolicy, flag("opaque: fresh_dispatch, or go_live (stateless tools only).")
+    ] = "fresh_dispatch"
+    run_timeout: Annotated[
+        float, flag("opaque: seconds one run of the program may take, then it is killed (0: none).")
+    ] = 0.0
+    sandbox: Annotated[
+        str,
+        flag(
+            "opaque: the sandbox provider, NAME[:ARG], or DIR-TEMPLATE for the built-in tree "
+            "(e.g. /var/tmp/agents/{rollout_id}).",
+            names="SANDBOXES",
+        ),
+    ] = ""
+    unisolated: Annotated[
+        bool, flag("opaque: run the program without its bubblewrap sandbox (it can read what this user can).")
+    ] = False
+    """Without bubblewrap (docs/security.md: the program can then read what the server's user can,
+    and reach the bus). Refused to start without it where bubblewrap cannot run."""
+    normalise: Annotated[
+        list[str],
+        flag(
+            "opaque: a request field left out of the replay's comparison, PATH (dotted, * any) or "
+            "PATH~REGEX (matches in its strings); repeatable, none by default (docs/opaque-agents.md)."
+        ),
+    ] = []
+    """Declared request fields left out of a replay's comparison (:class:`rollcut.gym.opaque.Normalise`)."""
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):
     """The environment server (``rollcut serve environment``)."""
 
-    agent: str = ""
+    agent: Annotated[str, flag("Agent server base URL.", required=True)] = ""
 
 
 ServeSpec = ModelServe | ResourcesServe | AgentServe | EnvironmentServe
 """The options of any Gym server, as one tagged union."""
 
-_POSITIONAL = {ResourcesServe: "env", AgentServe: "agent"}
+SERVE_ARGUMENT: dict[type[ServeOptions], str] = {ResourcesServe: "env", AgentServe: "agent"}
+"""The field each kind takes as its command line's argument, not as a flag."""
 _decoder = msgspec.json.Decoder(ServeSpec)
 
 
@@ -144,14 +222,14 @@ def decode_spec(spec: str) -> ServeSpec:
 def cli_argv(opts: ServeSpec) -> list[str]:
     """``rollcut serve`` arguments that build exactly ``opts``: the kind, positionals, then flags."""
     out: list[str] = [opts.kind]
-    positional = _POSITIONAL.get(type(opts))
+    positional = SERVE_ARGUMENT.get(type(opts))
     if positional is not None:
         out.append(str(getattr(opts, positional)))
     for field in msgspec.structs.fields(opts):
         if field.name == positional:
             continue
         value: Any = getattr(opts, field.name)
-        flag = "--" + field.name.replace("_", "-")
+        flag = flag_name(field)
         if value is None:
             continue
         if isinstance(value, dict):

@@ -30,7 +30,7 @@ from ._environment import create_environment_app
 from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
 from ._peers import Peers
 from ._serving import run_servers, serve_on
-from .resources import ENVIRONMENTS, ResourcesService, create_resources_app
+from .resources import ENVIRONMENTS, Environment, ResourcesService, create_resources_app
 
 __all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker"]
 
@@ -83,19 +83,43 @@ async def serve_participant(
         await log.close()
 
 
+def served_names(opts: ModelServe) -> list[str]:
+    """The model names a model server answers as (the first for a request naming none)."""
+    from .model import DEFAULT_MODEL
+
+    return opts.served_model_name or [DEFAULT_MODEL]
+
+
+def model_app(opts: ModelServe, service: Any) -> FastAPI:
+    """The model server's app around ``service``: rollcut's, and the plain bench stack's (its
+    service without custody), assembled the same way."""
+    from .model import create_app
+
+    return create_app(
+        service,
+        return_token_ids=opts.return_token_ids,
+        served_model_names=served_names(opts),
+        max_body_bytes=opts.max_body_bytes,
+    )
+
+
+def environment_of(opts: ResourcesServe) -> Environment:
+    """The resources server's environment, opened (a sandbox that cannot isolate its commands
+    refuses here)."""
+    env = ENVIRONMENTS[opts.env]()
+    env.open(unisolated=opts.unisolated)
+    return env
+
+
 async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:
     # imported here: only a model server pays for OpenAI's types (see the package's docstring)
-    from .model import BACKENDS, DEFAULT_MODEL, ModelService, PolicyClock, create_app
-    from .model.engine import EngineBackend
+    from .model import BACKENDS, ModelService, PolicyClock
 
     backend = BACKENDS[opts.backend](opts)
-    if isinstance(backend, EngineBackend):  # one worker alone pins its calls to the engine's slots
-        backend.pin_slots = opts.workers <= 1
     tokens = LocalTokenStore(opts.tokens)
     policy = PolicyClock(opts.policy_version, opts.policy_version_file or None, opts.max_policy_lag)
 
     def make(log: EventLog, instance: str, participant: Participant) -> tuple[FastAPI, Any]:
-        names = opts.served_model_name or [DEFAULT_MODEL]
         service = ModelService(
             log,
             tokens,
@@ -103,15 +127,9 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers
             instance=instance,
             participant=participant,
             policy=policy,
-            model_name=names[0],
+            model_name=served_names(opts)[0],
         )
-        app = create_app(
-            service,
-            return_token_ids=opts.return_token_ids,
-            served_model_names=names,
-            max_body_bytes=opts.max_body_bytes,
-        )
-        return app, service
+        return model_app(opts, service), service
 
     try:
         await serve_participant(opts, sock, worker, "exported", make, peers=peers)
@@ -122,8 +140,7 @@ async def _serve_model(opts: ModelServe, sock: socket.socket, worker: int, peers
 async def _serve_resources(
     opts: ResourcesServe, sock: socket.socket, worker: int, peers: Peers | None
 ) -> None:
-    env = ENVIRONMENTS[opts.env]()
-    env.open(unisolated=opts.unisolated)  # a sandbox that cannot isolate its commands refuses here
+    env = environment_of(opts)
     exported = env.mode == "exported" or env.verification == "wait"
 
     services: list[ResourcesService] = []
@@ -187,12 +204,11 @@ def check(opts: ServeSpec) -> None:
     if not opts.url:
         raise ConfigError(f"serve {opts.kind} needs the bus: --url or ROLLCUT_URL (see `rollcut nats`)")
     if isinstance(opts, ModelServe):
-        from .model import BACKENDS
-        from .model.engine import DIALECTS
+        from .model import BACKENDS, BackendFactory
 
-        BACKENDS.check(opts.backend)
-        if opts.backend == "engine":
-            DIALECTS.check(opts.engine_dialect)
+        factory = BACKENDS[opts.backend]
+        if isinstance(factory, BackendFactory):  # it brings its options: they are read now
+            factory.check(opts)
     if isinstance(opts, ResourcesServe):
         ENVIRONMENTS.check(opts.env)
     if isinstance(opts, AgentServe):

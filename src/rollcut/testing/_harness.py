@@ -197,18 +197,22 @@ def start_stack(
         launched.append(launcher(opts, logs).launch())
         return launched[-1]
 
+    model_fields = dict(model_options or {})
+    backend_options: dict[str, str] = model_fields.pop("backend_options", {})
+    if model_fields.get("backend", "local") == "local":  # seed, token_delay and tool_turns are its options
+        local = {"seed": seed, "token_delay": token_delay, "tool_turns": tool_turns}
+        backend_options = {**{k: str(v) for k, v in local.items()}, **backend_options}
+
     def build() -> list[ServerProcess]:
         model = launch(
             ModelServe(
                 **of("model"),
                 port=ports.get("model", 0),
                 tokens=str(tokens),
-                seed=seed,
-                token_delay=token_delay,
-                tool_turns=tool_turns,
                 return_token_ids=return_token_ids,  # the rows a collection writes are training data
                 **each,
-                **(model_options or {}),
+                **model_fields,
+                backend_options=backend_options,
             )
         )
         servers = {

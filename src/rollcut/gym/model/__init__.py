@@ -6,6 +6,7 @@ from ... import _registries
 from ..._registry import Registry as _Registry
 from .._options import ModelServe as _ModelServe
 from ._backend import Backend, OnToken, Plan
+from ._backends import BackendFactory, EngineOptions, LocalOptions
 from ._bytes import decode, encode
 from ._local import LocalBackend
 from ._openai import OpenAIBackend, UpstreamError
@@ -21,8 +22,11 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_MODEL",
     "Backend",
+    "BackendFactory",
     "CallResult",
+    "EngineOptions",
     "LocalBackend",
+    "LocalOptions",
     "ModelService",
     "OnToken",
     "OpenAIBackend",

@@ -134,7 +134,7 @@ def local_loop(
                 "upstream": engine.url,
                 "policy_version_file": str(version_file),
                 "max_policy_lag": max_staleness,
-                "engine_handover": ENGINE_HANDOVER_S,
+                "backend_options": {"handover": str(ENGINE_HANDOVER_S)},
             },
         )
         for server in stack:

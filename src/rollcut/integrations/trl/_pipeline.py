@@ -15,7 +15,7 @@ the same order. When the trainer then names prompts that differ from the ones a 
 with, the step is refused (:class:`PipelineError`), never trained on rows of other prompts.
 
 A step's rollouts are generated across the weight update of the step before them: calls
-running then wait for the restarted engine and go on (``--engine-handover``), their tokens
+running then wait for the restarted engine and go on (``--backend-option handover=S``), their tokens
 recorded under the version of the request that made them (two segments in one call), and the
 model server refuses to continue a prefix more than ``max_staleness`` versions old
 (``--max-policy-lag``).

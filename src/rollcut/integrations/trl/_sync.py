@@ -7,7 +7,7 @@ new file on the same port (a restart, not a swap: llama.cpp's server has no weig
 restart of the tiny policy costs a fraction of a second, ``restart_s``). In that order, a request
 the model server sent under the old version reached the old engine or none, and one sent under the
 new version reaches the new engine or none; calls running across the update (pipelined
-collection) wait for the new engine (``--engine-handover``) and go on, their tokens recorded
+collection) wait for the new engine (``--backend-option handover=S``) and go on, their tokens recorded
 under the version of the request that made them (``rollcut.gym.model.engine``).
 
 :class:`LogprobCheck` recomputes, for every completion token the engine generated, its

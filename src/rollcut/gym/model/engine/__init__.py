@@ -31,7 +31,7 @@ from ._tiny import (
 from ._vllm import VLLM_CPU, VllmServer, tiny_hf_model, vllm_python
 
 DIALECTS: _Registry[_Callable[[str | None], Dialect]] = _registries.DIALECTS
-"""The engines a backend speaks to, by the name ``--engine-dialect`` takes (entry point group
+"""The engines a backend speaks to, by the name ``--backend-option dialect=NAME`` takes (entry point group
 ``rollcut.engines``): called with the model name, returns a :class:`Dialect`."""
 
 __all__ = [

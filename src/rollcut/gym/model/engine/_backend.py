@@ -15,7 +15,7 @@ A call's prompt is tokenized by the engine itself, with the model's own chat tem
 rollcut's byte-level stand-in, so prompt ids in the rows are the ones the engine saw.
 
 An engine restarted under running calls (a trainer's weight update: llama.cpp's server has no
-weight swap) is waited for, up to ``handover_s`` (``--engine-handover``): a call that lost its
+weight swap) is waited for, up to ``handover_s`` (``--backend-option handover=S``): a call that lost its
 engine asks the new one for the rest, the prompt plus what it had, exactly as after a cut. Which
 weights made which token is known by request, not by when a token was read: the policy clock is
 read as a request is sent and again when its answer begins; if they differ the weights changed

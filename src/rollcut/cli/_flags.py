@@ -1,0 +1,123 @@
+"""A command's flags made from an options struct: one flag per field, its type, default and help read
+from the field (``Annotated[T, rollcut.gym.flag(help, ...)]``), so an option is declared once, on
+the struct, and the command line, a worker's JSON and the harness's argv cannot drift apart.
+
+What a terminal takes is mapped once here: a ``dict[str, str]`` field is a repeated ``KEY=VALUE``
+flag, a list a repeated flag, an enum or a ``Literal`` a string (the struct's own conversion then
+refuses what is not one of its values, naming them, exit 2), a bool a flag that is on when given.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+import typer
+
+from ._target import fail
+
+__all__ = ["command_of"]
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _names(registry: str) -> str:
+    """What a registry has installed, for a flag's help (lists names; imports nothing)."""
+    from .. import _registries
+
+    return ", ".join(getattr(_registries, registry).names()) or "none installed"
+
+
+def _split(hint: Any) -> tuple[Any, msgspec.Meta | None]:
+    if typing.get_origin(hint) is Annotated:
+        base, *extras = typing.get_args(hint)
+        return base, next((m for m in extras if isinstance(m, msgspec.Meta)), None)
+    return hint, None
+
+
+def _flag_of(name: str, hint: Any) -> str:
+    meta = _split(hint)[1]
+    given = (meta.extra or {}).get("flag") if meta is not None else None
+    return str(given or "--" + name.replace("_", "-"))
+
+
+def _terminal_type(base: Any) -> Any:
+    """What typer parses for a field of type ``base`` (the struct's conversion does the rest)."""
+    origin = typing.get_origin(base)
+    if origin in (list, dict):
+        return list[str] | None
+    if origin is typing.Literal or (isinstance(base, type) and issubclass(base, enum.Enum)):
+        return str
+    return base
+
+
+def _parameter(field: msgspec.structs.FieldInfo, hint: Any, argument: bool) -> inspect.Parameter:
+    base, meta = _split(hint)
+    extra: dict[str, Any] = dict(meta.extra or {}) if meta is not None else {}
+    text = meta.description or "" if meta is not None else ""
+    if "names" in extra:
+        text += f" Installed: {_names(extra['names'])}."
+    default: Any = field.default
+    if default is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
+        default = field.default_factory()
+    kind = _terminal_type(base)
+    if isinstance(default, list | dict):
+        default = None  # a repeated flag: typer's None is "not given"
+    elif isinstance(default, enum.Enum):
+        default = default.value
+    if argument:
+        info: Any = typer.Argument(help=text)
+        default = inspect.Parameter.empty
+    else:
+        decls = [_flag_of(field.name, hint), *([extra["short"]] if "short" in extra else [])]
+        info = typer.Option(*decls, help=text, envvar=extra.get("envvar"), min=extra.get("min"))
+        if extra.get("required"):
+            default = inspect.Parameter.empty
+        elif default is msgspec.NODEFAULT:
+            kind, default = kind | None, None  # given by its envvar, or the struct refuses it
+    return inspect.Parameter(
+        field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info]
+    )
+
+
+def _pairs(flag: str, given: list[str]) -> dict[str, str]:
+    """A repeated ``FLAG KEY=VALUE`` as a mapping; refused naming what is not a pair."""
+    bad = [g for g in given if "=" not in g]
+    if bad:
+        raise fail(f"{flag} takes KEY=VALUE, got {', '.join(bad)}")
+    return dict(g.split("=", 1) for g in given)
+
+
+def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None = None) -> Callable[..., None]:
+    """A typer command whose flags are ``cls``'s fields (``argument`` its positional one); it builds
+    ``cls`` from what was given, through msgspec's conversion (a value the field refuses is one line
+    and exit 2), and hands it to ``run``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = msgspec.structs.fields(cls)
+    params = [_parameter(f, hints[f.name], f.name == argument) for f in fields]
+    params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # typer: required ones first
+    mappings = {  # field -> its flag, for the error naming it
+        f.name: _flag_of(f.name, hints[f.name])
+        for f in fields
+        if typing.get_origin(_split(hints[f.name])[0]) is dict
+    }
+
+    def command(**given: Any) -> None:
+        values = {
+            k: (_pairs(mappings[k], v) if k in mappings else v) for k, v in given.items() if v is not None
+        }
+        try:
+            opts = msgspec.convert(values, cls)
+        except msgspec.ValidationError as exc:
+            raise fail(str(exc)) from exc
+        run(opts)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    functools.update_wrapper(command, run, assigned=("__module__",), updated=())
+    return command

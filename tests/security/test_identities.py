@@ -29,6 +29,8 @@ from rollcut.participants import Coordinator, Participant
 from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
+from ..helpers import until
+
 PROGRAMS = Path(__file__).parent / "programs"
 
 
@@ -92,7 +94,9 @@ async def test_a_second_identity_of_a_name_revokes_the_first(
     new_log = await EventLog.connect(BusConfig(url=server.url).as_role(new, "model", "model-w0"))
     try:
         assert await _refused(server.url, old)
-        assert not old_log.nc.is_connected  # its live connection was closed by the server
+        # its live connection was closed by the server (the client learns it when the socket closes)
+        await until(lambda: not old_log.nc.is_connected, timeout=10, what="the old connection closed")
+        assert not old_log.nc.is_connected
         assert not await _refused(server.url, new, deadline_s=0.5)
         server.stop()
         server.start()

@@ -3,8 +3,8 @@ from the field (``Annotated[T, rollcut.gym.flag(help, ...)]``), so an option is 
 the struct, and the command line, a worker's JSON and the harness's argv cannot drift apart.
 
 What a terminal takes is mapped once here: a ``dict[str, str]`` field is a repeated ``KEY=VALUE``
-flag, a list a repeated flag, an enum or a ``Literal`` a string (the struct's own conversion then
-refuses what is not one of its values, naming them, exit 2), a bool a flag that is on when given.
+flag, a list a repeated flag, an enum or a ``Literal`` a string (the server's check refuses what is
+not one of its values, naming them, exit 2), a bool a flag that is on when given.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def _parameter(field: msgspec.structs.FieldInfo, hint: Any, argument: bool) -> i
         info = typer.Option(*decls, help=text, envvar=extra.get("envvar"), min=extra.get("min"))
         if extra.get("required"):
             default = inspect.Parameter.empty
-        elif default is msgspec.NODEFAULT:
-            kind, default = kind | None, None  # given by its envvar, or the struct refuses it
+        elif default is msgspec.NODEFAULT:  # given by its envvar, or empty for the server's check to refuse
+            default = kind()
     return inspect.Parameter(
         field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info]
     )
@@ -95,8 +95,8 @@ def _pairs(flag: str, given: list[str]) -> dict[str, str]:
 
 def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None = None) -> Callable[..., None]:
     """A typer command whose flags are ``cls``'s fields (``argument`` its positional one); it builds
-    ``cls`` from what was given, through msgspec's conversion (a value the field refuses is one line
-    and exit 2), and hands it to ``run``."""
+    ``cls`` from what was given and hands it to ``run``, whose check refuses a value it cannot run
+    with, naming the choices (an enum's or a registry's), before anything is bound."""
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = msgspec.structs.fields(cls)
     params = [_parameter(f, hints[f.name], f.name == argument) for f in fields]
@@ -111,11 +111,7 @@ def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None =
         values = {
             k: (_pairs(mappings[k], v) if k in mappings else v) for k, v in given.items() if v is not None
         }
-        try:
-            opts = msgspec.convert(values, cls)
-        except msgspec.ValidationError as exc:
-            raise fail(str(exc)) from exc
-        run(opts)
+        run(cls(**values))
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}

@@ -3,6 +3,7 @@ a free loopback port for one to listen on, and children that die with their pare
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -11,7 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["free_port", "lifeline", "pid_alive"]
+__all__ = ["free_port", "kill_group", "lifeline", "pid_alive"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -41,6 +42,13 @@ def lifeline() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return arm
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (a child started in a new session, and every process
+    it started), if it is still there."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def pid_alive(pid: int) -> bool:

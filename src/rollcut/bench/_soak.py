@@ -115,21 +115,15 @@ async def bench_soak(
             else demo_rows(rollouts, seed)
         )
         samples: list[dict[str, Any]] = []
+        options = CollectOptions(
+            environment_url=stack[-1].url,
+            concurrency=concurrency,
+            checkpoint=CheckpointPolicy(every_s=checkpoint_every_s),
+            compaction=CompactionPolicy(keep=keep) if keep else NO_COMPACTION,  # 0: the baseline
+        )
         try:
             with Ledger(root / "ledger") as ledger, LocalTokenStore(root / "tokens") as tokens:
-                col = Collector(
-                    log,
-                    ledger,
-                    tokens,
-                    CollectOptions(
-                        environment_url=stack[-1].url,
-                        concurrency=concurrency,
-                        checkpoint=CheckpointPolicy(every_s=checkpoint_every_s),
-                        compaction=CompactionPolicy(keep=keep) if keep else NO_COMPACTION,  # 0: the baseline
-                    ),
-                    tasks=tasks,
-                    output=root / "rollouts.jsonl",
-                )
+                col = Collector(log, ledger, tokens, options, tasks=tasks, output=root / "rollouts.jsonl")
                 run = asyncio.ensure_future(col.run())
                 while not run.done():
                     with contextlib.suppress(asyncio.TimeoutError):

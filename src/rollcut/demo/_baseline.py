@@ -22,6 +22,7 @@ The default interval: the longer of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -48,12 +49,7 @@ class BaselineCut:
     checkpoint_age_s: float | None  # how long before the crash it was taken
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "every_s": self.every_s,
-            "why": self.why,
-            "checkpoint_id": self.checkpoint_id,
-            "checkpoint_age_s": self.checkpoint_age_s,
-        }
+        return dataclasses.asdict(self)
 
 
 async def episode_seconds(log: EventLog) -> list[float]:

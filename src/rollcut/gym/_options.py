@@ -120,11 +120,11 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     served_model_name: Annotated[
         list[str],
         flag(
-            "A model name requests may ask for (repeatable; the first answers requests naming none; "
+            "A model name requests may ask for (as vLLM's --served-model-name: repeatable; the first answers "
+            "requests naming none; "
             "default rollcut-local). Any other name is a 404 model_not_found."
         ),
     ] = []
-    """The model names requests may ask for (vLLM's ``--served-model-name``)."""
 
 
 class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
@@ -192,7 +192,6 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
             "PATH~REGEX (matches in its strings); repeatable, none by default (docs/opaque-agents.md)."
         ),
     ] = []
-    """Declared request fields left out of a replay's comparison (:class:`rollcut.gym.opaque.Normalise`)."""
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

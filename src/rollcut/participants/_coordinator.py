@@ -87,16 +87,10 @@ class Coordinator:
 
     # --- discovery ----------------------------------------------------------------
 
-    async def discover(
-        self,
-        *,
-        timeout: float | None = None,
-        expect: frozenset[str] = frozenset(),
-        expect_s: float | None = None,
-    ) -> list[InstanceInfo]:
-        """Every live participant instance (see :class:`Membership`: a round ends when every known
-        member answered; the ``expect``ed ones are waited for)."""
-        return await self.membership.discover(timeout=timeout, expect=expect, expect_s=expect_s)
+    async def discover(self) -> list[InstanceInfo]:
+        """Every live participant instance now (a round of :class:`Membership` ends when every known
+        member answered; a checkpoint also waits for the instances it was told to expect)."""
+        return await self.membership.discover()
 
     # --- control calls ------------------------------------------------------------
 
@@ -232,7 +226,7 @@ class Coordinator:
         try:
             with timer.phase("discover"):
                 # an instance the caller named is waited for up to half the deadline (the rest: prepare)
-                found = await self.discover(
+                found = await self.membership.discover(
                     expect=frozenset(expect or ()), expect_s=(deadline - time.time()) / 2
                 )
                 check_membership(found, expect or set())

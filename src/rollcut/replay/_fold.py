@@ -97,6 +97,25 @@ _Step = Callable[[S, StoredEvent, Any], None]
 """One kind's handler in a fold: the state, the stored event, the event."""
 
 
+class _TableFold(Generic[S]):
+    """A fold that is a kind table: one handler per event kind it means something for (checked
+    against the kind table at construction), every other kind left alone."""
+
+    def __init__(self, state: Callable[[], S], handlers: dict[type[Event], _Step[S]]) -> None:
+        self._new = state
+        self._handlers = handlers_by_kind(handlers)
+
+    def initial(self) -> S:
+        return self._new()
+
+    def apply(self, state: S, stored: StoredEvent) -> S:
+        ev = stored.event
+        handler = self._handlers.get(type(ev)) if ev is not None else None
+        if handler is not None:
+            handler(state, stored, ev)
+        return state
+
+
 class CallStatus(StrEnum):
     """Where a model call is, as its events left it (its values are what the log's readers print)."""
 
@@ -149,11 +168,12 @@ class ModelSession(msgspec.Struct, kw_only=True, gc=False):
     last_completed_call_id: str | None = None
 
 
-class ModelFold:
+class ModelFold(_TableFold[ModelSession]):
     """Each model call's status, receipt and response; handlers keyed by event kind."""
 
     def __init__(self) -> None:
-        self._handlers: dict[type[Event], _Step[ModelSession]] = handlers_by_kind(
+        super().__init__(
+            ModelSession,
             {
                 ModelCallAdmitted: self._opened(CallStatus.ADMITTED),
                 ModelCallContinued: self._opened(CallStatus.CONTINUED),
@@ -162,18 +182,8 @@ class ModelFold:
                 ModelCallPrefixCut: self._prefix_cut,
                 ModelCallFailed: self._ended(CallStatus.FAILED),
                 ModelCallExcluded: self._ended(CallStatus.EXCLUDED),
-            }
+            },
         )
-
-    def initial(self) -> ModelSession:
-        return ModelSession()
-
-    def apply(self, state: ModelSession, stored: StoredEvent) -> ModelSession:
-        ev = stored.event
-        handler = self._handlers.get(type(ev)) if ev is not None else None
-        if handler is not None:
-            handler(state, stored, ev)
-        return state
 
     @staticmethod
     def _opened(status: CallStatus) -> Callable[[ModelSession, StoredEvent, Any], None]:
@@ -338,28 +348,19 @@ class AgentSession(msgspec.Struct, kw_only=True, gc=False):
     relay_diverged: list[RelayDiverged] = []
 
 
-class AgentFold:
+class AgentFold(_TableFold[AgentSession]):
     """Folds agent boundaries into the last boundary of an attempt, and counts its relay's work."""
 
     def __init__(self) -> None:
-        self._handlers: dict[type[Event], _Step[AgentSession]] = handlers_by_kind(
+        super().__init__(
+            AgentSession,
             {
                 AgentBoundary: self._boundary,
                 RelayExchange: self._counted("relay_exchanges"),
                 RelayReplayed: self._counted("relay_replayed"),
                 RelayDiverged: self._diverged,
-            }
+            },
         )
-
-    def initial(self) -> AgentSession:
-        return AgentSession()
-
-    def apply(self, state: AgentSession, stored: StoredEvent) -> AgentSession:
-        ev = stored.event
-        handler = self._handlers.get(type(ev)) if ev is not None else None
-        if handler is not None:
-            handler(state, stored, ev)
-        return state
 
     @staticmethod
     def _boundary(state: AgentSession, stored: StoredEvent, ev: AgentBoundary) -> None:

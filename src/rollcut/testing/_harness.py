@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import lifeline, pid_alive
+from .._process import kill_group, lifeline, pid_alive
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -119,8 +119,7 @@ class ServerProcess:
     def kill(self) -> None:
         """SIGKILL every process of it at once (its process group); waits for the parent."""
         if self.p is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.p.pid, signal.SIGKILL)
+            kill_group(self.p.pid)
             self.p.wait()
         for pid in self.pids:  # a worker that left the group (it never does) goes too
             with contextlib.suppress(ProcessLookupError):

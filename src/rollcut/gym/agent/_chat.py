@@ -10,7 +10,6 @@ lineage's last boundary.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ...bus import AgentBoundaryRecord
@@ -72,17 +71,11 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
             break
         for tc in msg["tool_calls"]:
             fn = tc["function"]
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError as exc:
-                args, answer = None, json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
-            if args is not None:
-                sent = await ctx.tool(f"{res_url}/{fn['name']}", args, call_id=tc["id"])
-                if isinstance(sent, str):
-                    answer = sent
-                else:
-                    r = sent.json()
-                    revisions[env], answer = r["revision"], json.dumps(r["result"])
+            answer, revision = await ctx.answer_tool(
+                f"{res_url}/{fn['name']}", fn.get("arguments"), call_id=tc["id"]
+            )
+            if revision is not None:
+                revisions[env] = revision
             messages.append({"role": "tool", "tool_call_id": tc["id"], "content": answer})
         turn += 1
         await ctx.boundary(

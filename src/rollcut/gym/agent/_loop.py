@@ -19,9 +19,9 @@ import httpx
 
 from ..._tracing import CHAT_ATTRS, TOOL_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentBoundaryRecord
-from ..wire import ErrorKind, GymError, Identity
+from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity
 
-__all__ = ["AgentLoop", "RunContext", "Upstreams"]
+__all__ = ["AgentLoop", "RunContext", "Upstreams", "tool_output"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,24 @@ class RunContext:
                 )
             return out
 
+    async def answer_tool(
+        self,
+        url: str,
+        arguments: str | None,
+        cookies: dict[str, str] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> tuple[str, int | None]:
+        """A model's tool call, its arguments as the model wrote them (JSON text): what the model
+        reads back, and the session's revision if the server reported one. Arguments that are not
+        JSON are answered to the model as an error, as a refused call is; nothing is sent."""
+        try:
+            args = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return json.dumps({"error": f"Invalid tool call arguments: {exc!r}"}), None
+        answer = await self.tool(url, args, cookies, call_id=call_id)
+        return (answer, None) if isinstance(answer, str) else tool_output(answer)
+
     async def tool(
         self,
         url: str,
@@ -130,3 +148,18 @@ class RunContext:
 
 AgentLoop = Callable[[RunContext, dict[str, Any]], Awaitable[dict[str, Any]]]
 """One way of running an attempt (chat completions, or the Responses API): the run's answer."""
+
+
+def tool_output(resp: Any) -> tuple[str, int | None]:
+    """What the model sees of a tool's answer, and the session revision if the server reports one.
+
+    A rollcut resources server answers ``{result, revision, served_from_log}``: the model sees the
+    result only, so a call answered from the log reads exactly as the original did."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and {"result", "revision"} <= body.keys():
+        return json.dumps(body["result"]), int(body["revision"])
+    revision = resp.headers.get(REVISION_HEADER)  # a Gym-shaped server: its own answer, as it is
+    return resp.text, int(revision) if revision and revision.isdigit() else None

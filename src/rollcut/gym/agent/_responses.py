@@ -19,32 +19,16 @@ trainer can check every token array against the token store.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ...bus import AgentBoundaryRecord
 from ..resources import task_fields
-from ..wire import REVISION_HEADER, ErrorKind, GymError
+from ..wire import ErrorKind, GymError
 from ._loop import RunContext
 
 __all__ = ["run_responses", "serve_responses"]
 
 _MODE = "responses"
-
-
-def _tool_output(resp: Any) -> tuple[str, int | None]:
-    """What the model sees of a tool's answer, and the session revision if the server reports one.
-
-    A rollcut resources server answers ``{result, revision, served_from_log}``: the model sees the
-    result only, so a call answered from the log reads exactly as the original did."""
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and {"result", "revision"} <= body.keys():
-        return json.dumps(body["result"]), int(body["revision"])
-    revision = resp.headers.get(REVISION_HEADER)  # a Gym-shaped server: its own answer, as it is
-    return resp.text, int(revision) if revision and revision.isdigit() else None
 
 
 def _environment(resources: dict[str, str], fields: dict[str, Any]) -> str:
@@ -137,15 +121,12 @@ async def _episode(
         if not function_calls:
             break
         for call in function_calls:
-            try:
-                args = json.loads(call.get("arguments") or "{}")
-            except json.JSONDecodeError as exc:
-                output = json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
-            else:
-                answer = await ctx.tool(f"{res_url}/{call['name']}", args, cookies, call_id=call["call_id"])
-                output, revision = (answer, None) if isinstance(answer, str) else _tool_output(answer)
-                if revision is not None:
-                    revisions[env] = revision
+            url = f"{res_url}/{call['name']}"
+            output, revision = await ctx.answer_tool(
+                url, call.get("arguments"), cookies, call_id=call["call_id"]
+            )
+            if revision is not None:
+                revisions[env] = revision
             outputs.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})
         turn += 1
         await ctx.boundary(

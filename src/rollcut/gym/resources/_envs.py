@@ -222,29 +222,26 @@ class Workplace(Environment):
         db.commit()
         return db
 
-    def _send_email(self, db: sqlite3.Connection, a: dict[str, Any]) -> ToolResult:
-        cur = db.execute(
-            "insert into email(recipient, subject, body) values (?, ?, ?)",
-            (a["to"], a.get("subject", ""), a.get("body", "")),
-        )
+    @staticmethod
+    def _insert(db: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> int | None:
+        """One row in, committed: its id."""
+        cur = db.execute(sql, values)
         db.commit()
-        return {"email_id": cur.lastrowid}, None
+        return cur.lastrowid
+
+    def _send_email(self, db: sqlite3.Connection, a: dict[str, Any]) -> ToolResult:
+        sql = "insert into email(recipient, subject, body) values (?, ?, ?)"
+        return {"email_id": self._insert(db, sql, (a["to"], a.get("subject", ""), a.get("body", "")))}, None
 
     def _create_event(self, db: sqlite3.Connection, a: dict[str, Any]) -> ToolResult:
-        cur = db.execute(
-            "insert into calendar(title, day, attendees) values (?, ?, ?)",
-            (a["title"], a["day"], ",".join(a.get("attendees", []))),
-        )
-        db.commit()
-        return {"event_id": cur.lastrowid}, None
+        sql = "insert into calendar(title, day, attendees) values (?, ?, ?)"
+        values = (a["title"], a["day"], ",".join(a.get("attendees", [])))
+        return {"event_id": self._insert(db, sql, values)}, None
 
     def _add_contact(self, db: sqlite3.Connection, a: dict[str, Any]) -> ToolResult:
-        cur = db.execute(
-            "insert into crm(name, company, stage) values (?, ?, ?)",
-            (a["name"], a.get("company", ""), a.get("stage", "lead")),
-        )
-        db.commit()
-        return {"contact_id": cur.lastrowid}, None
+        sql = "insert into crm(name, company, stage) values (?, ?, ?)"
+        values = (a["name"], a.get("company", ""), a.get("stage", "lead"))
+        return {"contact_id": self._insert(db, sql, values)}, None
 
     def _update_stage(self, db: sqlite3.Connection, a: dict[str, Any]) -> ToolResult:
         n = db.execute("update crm set stage = ? where name = ?", (a["stage"], a["name"])).rowcount

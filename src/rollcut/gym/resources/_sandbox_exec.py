@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import resource
 import signal
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._cgroup import CommandGroup, Confinement
+from ..._process import kill_group
 from ...sandbox._isolation import READ_ONLY_ROOT, Isolation
 
 __all__ = ["OUTPUT_CAP", "Runner"]
@@ -161,8 +161,7 @@ class Runner:
         except TimeoutError:
             timed_out = True
         finally:
-            with contextlib.suppress(ProcessLookupError):  # whatever it left running goes with it
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)  # whatever it left running goes with it
             await proc.wait()
         stdout, stderr = await asyncio.gather(out, err)
         return {

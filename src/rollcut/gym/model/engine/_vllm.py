@@ -16,15 +16,13 @@ build, under a file lock: about 3.4 GB on disk, about 7 minutes the first time h
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from ...._process import free_port, lifeline
+from ...._process import free_port, kill_group, lifeline
 from ._llamacpp import EngineUnavailableError, _cache_root, _locked, _made_once, wait_healthy
 
 __all__ = ["VLLM_CPU", "VllmServer", "tiny_hf_model", "vllm_python"]
@@ -136,8 +134,7 @@ class VllmServer:
     def kill(self) -> None:
         """SIGKILL the server and every process it started (its engine core runs in a child)."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_group(self.proc.pid)
             self.proc.wait()
 
     def __enter__(self) -> VllmServer:

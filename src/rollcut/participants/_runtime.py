@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
-from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
@@ -41,13 +39,13 @@ from ..bus import COORDINATOR_LANE, Component, Event, EventLog, check_token
 from ._admission import AdmissionGate
 from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _NoHooks
 from ._lane import record_expiry, record_reply
+from ._presence import Presence
 from ._protocol import (
     Capabilities,
     CheckpointMode,
     ControlErrorKind,
     ControlReply,
     ControlRequest,
-    Hello,
     ParticipantState,
     PrepareReport,
     ProcessMode,
@@ -124,8 +122,9 @@ class Participant:
         self._finished: OrderedDict[str, ParticipantState] = OrderedDict()  # checkpoint id -> how it ended
         self._remember = remember
         self._service: Service | None = None
-        self._ping_sub: Subscription | None = None
-        self._process = secrets.token_hex(8)  # tells two processes that claim one name apart
+        self._presence = Presence(
+            log, component, instance, group=self.group, worker=worker, workers=workers, mode=mode
+        )
         self._lease_task: asyncio.Task[None] | None = None
         self._watch: LifecycleWatch | None = None
         # test seam: drop this many replies on the wire (the effect still happens)
@@ -167,40 +166,19 @@ class Participant:
             },
         )
         await self._service.add_endpoint(name="control", subject=self.control_subject, handler=self._handle)
-        self._ping_sub = await self.log.nc.subscribe(self.log.subjects.ping(), cb=self._on_ping)
+        await self._presence.start()
         if isinstance(self.hooks, RetireHook):
             self._watch = LifecycleWatch(self.log, self.hooks)
             await self._watch.start()
         # a round trip: once start() returns, the server has our subscriptions, so we are discoverable
         await asyncio.shield(self.log.nc.flush())  # nats-py: a cancelled flush kills its read loop
         # discoverable now: tell standing coordinators to wait for us from their next round on
-        await self._hello("")
+        await self._presence.hello("")
         self._lease_task = asyncio.get_running_loop().create_task(self._lease_watch())
         return self
 
-    async def _hello(self, round_id: str) -> None:
-        hello = Hello(
-            round=round_id,
-            process=self._process,
-            group=self.group,
-            worker=self.worker,
-            workers=self.workers,
-            mode=self.mode,
-        )
-        await self.log.nc.publish(
-            self.log.subjects.hello(self.component, self.instance), msgspec.json.encode(hello)
-        )
-
-    async def _on_ping(self, msg: object) -> None:
-        data = bytes(getattr(msg, "data", b""))[:65]
-        if len(data) <= 64:  # a round id; anything longer is not a coordinator's ping
-            await self._hello(data.decode("ascii", "replace"))
-
     async def stop(self) -> None:
-        if self._ping_sub is not None:
-            sub, self._ping_sub = self._ping_sub, None
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await self._presence.stop()
         if self._watch is not None:
             await self._watch.stop()
         if self._lease_task is not None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from enum import StrEnum
+from typing import TypedDict
 
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, PrepareReport
@@ -28,9 +29,22 @@ from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, Plan
 from ._policy import Segments
 
-__all__ = ["InFlightCall", "InFlightCalls"]
+__all__ = ["CallState", "InFlightCall", "InFlightCalls"]
 
-CallState = Literal["admitting", "queued", "generating", "done", "failed"]
+
+class CallState(StrEnum):
+    """Where a running call stands in this server (what a cut gives it as its disposition)."""
+
+    ADMITTING = "admitting"
+    """Its admission is being recorded: a cut says ``never_started``."""
+    QUEUED = "queued"
+    """Admitted, waiting for its backend: ``never_started``."""
+    GENERATING = "generating"
+    """Tokens coming: a cut takes them as its prefix (or excludes it, on a backend that cannot cut)."""
+    DONE = "done"
+    """Its ``model.completed`` is appended: ``completed``."""
+    FAILED = "failed"
+    """It ended in an error: ``failed``."""
 
 
 @dataclass
@@ -41,7 +55,7 @@ class InFlightCall:
     call_id: str
     plan: Plan | None = None
     emitted: list[int] = field(default_factory=list)
-    state: CallState = "admitting"
+    state: CallState = CallState.ADMITTING
     cuts: int = 0
     segments: Segments | None = None  # which policy version generated which of ``emitted``
     durable: tuple[int, TokenReceipt] | None = None  # the prefix already durable: (tokens, receipt)
@@ -102,13 +116,17 @@ class InFlightCalls:
         frozen: list[tuple[InFlightCall, _Base, list[int], Plan]] = []
         for fl in list(self._calls.values()):
             base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
-            if fl.state in ("admitting", "queued") or (
-                fl.state == "generating" and backend.can_cut and not fl.emitted
+            if fl.state in (CallState.ADMITTING, CallState.QUEUED) or (
+                fl.state == CallState.GENERATING and backend.can_cut and not fl.emitted
             ):
                 calls.append(CallDisposition(**base, disposition="never_started"))
-            elif fl.state == "generating" and not backend.can_cut:
+            elif fl.state == CallState.GENERATING and not backend.can_cut:
                 excluded.append((fl, base))
-            elif fl.state == "generating" and fl.durable is not None and fl.durable[0] == len(fl.emitted):
+            elif (
+                fl.state == CallState.GENERATING
+                and fl.durable is not None
+                and fl.durable[0] == len(fl.emitted)
+            ):
                 # nothing generated since its last cut: that prefix still stands, and the request asked
                 # anew then goes on untouched. A call whose re-prefill outlasts the checkpoint interval
                 # (a real model on a CPU) is not aborted again and again, never to make progress
@@ -116,12 +134,12 @@ class InFlightCalls:
                 calls.append(
                     CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=n)
                 )
-            elif fl.state == "generating":
+            elif fl.state == CallState.GENERATING:
                 assert fl.plan is not None
                 frozen.append((fl, base, list(fl.emitted), fl.plan))  # the swap
                 fl.cuts += 1
                 backend.interrupt(fl.plan)  # an engine's request stops here; the rest is asked anew
-            elif fl.state == "done":
+            elif fl.state == CallState.DONE:
                 calls.append(CallDisposition(**base, disposition="completed"))
             else:
                 calls.append(CallDisposition(**base, disposition="failed"))

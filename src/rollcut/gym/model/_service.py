@@ -51,7 +51,7 @@ from .._stats import MODEL_STATS, tally
 from .._writes import Envelope, append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._backend import Backend, OnToken, Plan
-from ._inflight import InFlightCall, InFlightCalls
+from ._inflight import CallState, InFlightCall, InFlightCalls
 from ._plans import replayed_plan, response_message
 from ._policy import PolicyClock, Segments
 
@@ -312,24 +312,24 @@ class ModelService:
                 )
             if fl.segments is None:
                 fl.segments = Segments(self.policy)
-            fl.state = "queued"
+            fl.state = CallState.QUEUED
             if call.on_token is not None:  # a continued call's stream says its prefix first
                 for i, tok in enumerate(fl.emitted):
                     await call.on_token(
                         tok, self.backend.piece(plan, i) if plan else "", plan.logprob(i) if plan else 0.0
                     )
-            fl.state = "generating"
+            fl.state = CallState.GENERATING
             if plan is None:
                 plan = fl.plan = await self.backend.start(call.body)
             await self._tokens(call, fl, plan, start)
             result = await self._complete(call, fl, plan, start, await parent_task)
-            fl.state = "done"
+            fl.state = CallState.DONE
             return result
         except GymError:
-            fl.state = "failed"
+            fl.state = CallState.FAILED
             raise
         except Exception as exc:
-            fl.state = "failed"
+            fl.state = CallState.FAILED
             self.stats.inc("calls_failed")
             # the failure of recording a failure must not mask the failure
             with contextlib.suppress(RollcutError):

@@ -187,3 +187,28 @@ async def test_a_cut_recorded_after_its_calls_completion_leaves_the_call_complet
     with Ledger(tmp_path / "ledger") as led:
         await Projector(led, log).catch_up()
         assert led.call_status("r1", 1, "c1") == "completed"
+
+
+def test_a_continuation_seeded_without_state_keeps_the_deltas_it_continues_from() -> None:
+    """One fold of a resources session for replay and the view: a re-seeding above revision 0 re-bases
+    the session on the state it carries, and one that carries none keeps the base and the deltas
+    (replay used to start the session over and lose them); a seeding at revision 0 starts over."""
+    from rollcut.bus import ResourcesSeeded
+    from rollcut.replay import ResourcesFold
+
+    def seeded(revision: int, state: bytes | None) -> ResourcesSeeded:
+        ev = dict(component="resources", instance="r", rollout_id="r1", attempt=2, session="counter")
+        return ResourcesSeeded(**ev, env="counter", seed={"start": 1}, revision=revision, state=state)
+
+    fold = ResourcesFold()
+    sessions = fold.initial()
+    steps = [seeded(0, b"base"), counter_event("r1", 1, 5), counter_event("r1", 2, 6), seeded(2, None)]
+    for seq, ev in enumerate(steps, 1):
+        sessions = fold.apply(sessions, StoredEvent(seq, "", ev))
+    s = sessions.sessions["counter"]
+    assert (s.state, s.state_revision, [m.delta for m in s.mutations], s.revision) == (b"base", 0, [5, 6], 2)
+    assert s.seed == {"start": 1} and s.last_seq == 4
+    sessions = fold.apply(sessions, StoredEvent(5, "", seeded(2, b"moved")))
+    assert (s.state, s.state_revision, s.mutations) == (b"moved", 2, [])
+    sessions = fold.apply(sessions, StoredEvent(6, "", seeded(0, b"fresh")))
+    assert sessions.sessions["counter"] is not s and sessions.sessions["counter"].state == b"fresh"

@@ -2,7 +2,7 @@
 generation streams through the model server, as a pipelined trainer does it.
 
 Real processes: llama.cpp's server on the trainer's policy, ``rollcut serve model`` in front of it
-with ``--policy-version-file`` and ``--engine-handover``, JetStream. The call waits for the new
+with ``--policy-version-file`` and ``--backend-option handover=S``, JetStream. The call waits for the new
 engine and goes on from the tokens it had; its tokens say which weights made them, and the
 trainer's own log-probs under those weights agree with the engine's, token by token.
 """

@@ -118,44 +118,42 @@ class _StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
 
 
-class _Chat(msgspec.Struct):
-    messages: list[_Message]
-    tools: list[_Tool] | None = None
+class _Asked(msgspec.Struct, kw_only=True):
+    """What Chat Completions and Responses both take, the same way: the model, streaming, sampling,
+    log-probs, token ids and the tool choice."""
+
     model: str | None = None
     stream: bool | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_logprobs: _TopLogprobs | None = None
+    return_token_ids: bool | None = None
+    tool_choice: Literal["none", "auto", "required"] | _ToolChoice | None = None
+
+
+class _Chat(_Asked, kw_only=True):
+    messages: list[_Message]
+    tools: list[_Tool] | None = None
     stream_options: _StreamOptions | None = None
     stop: str | list[str] | None = None
     max_tokens: _Positive | None = None
     max_completion_tokens: _Positive | None = None
     n: Annotated[int, Meta(ge=1, le=128)] | None = None
-    seed: int | None = None
     logprobs: bool | None = None
-    top_logprobs: _TopLogprobs | None = None
-    return_token_ids: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    tool_choice: Literal["none", "auto", "required"] | _ToolChoice | None = None
     response_format: _ResponseFormat | None = None
 
 
-class _Responses(msgspec.Struct):
+class _Responses(_Asked, kw_only=True):
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
-    model: str | None = None
-    stream: bool | None = None
     max_output_tokens: _Positive | None = None
-    top_logprobs: _TopLogprobs | None = None
-    return_token_ids: bool | None = None
     metadata: dict[str, str] | None = None
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
     parallel_tool_calls: bool | None = None
-    tool_choice: Literal["none", "auto", "required"] | _ToolChoice | None = None
     text: _Text | None = None
 
 

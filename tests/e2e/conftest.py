@@ -23,6 +23,8 @@ from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.demo import demo_tasks
 from rollcut.testing import ServerProcess, start_stack
 
+from ..helpers import each_rollout_once
+
 
 @dataclass
 class Deployment:
@@ -52,6 +54,10 @@ class Deployment:
             return []
         lines = self.output.read_text().split("\n")[:-1]  # after the last newline: not yet whole
         return [json.loads(line) for line in lines if line.strip()]
+
+    def each_rollout_once(self) -> None:
+        """Every rollout of the collection has its row, once (``tests/helpers.each_rollout_once``)."""
+        each_rollout_once(self.rows(), self.rollouts)
 
     def wait_rows(self, n: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:
         give_up = time.monotonic() + timeout

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,8 +49,7 @@ def collect_through(dep: Deployment, cluster: EmbeddedCluster, fault: Callable[[
 def exactly_once(dep: Deployment, cluster: EmbeddedCluster) -> None:
     """Every rollout's row once; every append any writer was told was stored, in the stream at the
     sequence it was told; the newest checkpoint verifies against the stream and the token store."""
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1
+    dep.each_rollout_once()
     told, wrong = missing_acks(cluster.url, creds_of(dep), dep.root / "acks")
     assert told > dep.rollouts * 10 and wrong == []
     assert generated_twice(cluster.url, creds_of(dep)) == []  # nothing completed was generated again

@@ -7,7 +7,6 @@ import json
 import resource
 import subprocess
 import sys
-from collections import Counter
 
 import httpx
 import pytest
@@ -29,11 +28,6 @@ from .conftest import NS, SIGTERM, SIGUSR1, Deployment, finish
 pytestmark = pytest.mark.slow
 
 
-def _exactly_once(dep: Deployment) -> None:
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1
-
-
 def test_sigterm_checkpoints_exits_75_and_resume_finishes(deployment: Deployment) -> None:
     proc = deployment.collect()
     deployment.wait_rows(4, proc)
@@ -42,7 +36,7 @@ def test_sigterm_checkpoints_exits_75_and_resume_finishes(deployment: Deployment
     assert code == 75 and summary["interrupted"] is True and summary["checkpoints_published"] == 1
     code, summary = finish(deployment.collect("--resume"))
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
     assert summary["recovery"]["completed"] >= 4
 
 
@@ -52,7 +46,7 @@ def test_sigusr1_checkpoints_and_collection_goes_on(deployment: Deployment) -> N
     proc.send_signal(SIGUSR1)
     code, summary = finish(proc)
     assert code == 0 and summary["checkpoints_published"] == 1 and not summary["interrupted"]
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
 
 def test_crash_of_every_gym_process_then_resume_finishes_exactly_once(deployment: Deployment) -> None:
@@ -64,7 +58,7 @@ def test_crash_of_every_gym_process_then_resume_finishes_exactly_once(deployment
     deployment.restart()
     code, summary = finish(deployment.collect("--resume"))
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
     assert summary["recovery"]["continue"] + summary["recovery"]["fresh_dispatch"] >= 1
     # what the crash cost, as the restarted model server counts it, is what the log shows: calls an
     # earlier attempt admitted and never finished, generated from scratch by a continued attempt
@@ -126,7 +120,7 @@ def test_a_running_collection_heals_when_every_gym_process_dies_and_comes_back(
     deployment.restart(same_ports=True)  # a supervisor starts them again where they were
     code, summary = finish(proc)
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
     assert summary["healed"] >= 1 and summary["checkpoints_published"] >= 1
 
 
@@ -165,7 +159,7 @@ def test_a_corrupted_ledger_is_rebuilt_from_the_stream_and_collection_resumes(de
     assert json.loads(rebuilt.stdout)["checkpoints"] >= 1
     code, summary = finish(deployment.collect("--resume"))
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
 
 def test_a_corrupted_event_makes_only_its_rollout_a_fresh_dispatch(deployment: Deployment) -> None:
@@ -216,7 +210,7 @@ def test_a_corrupted_event_makes_only_its_rollout_a_fresh_dispatch(deployment: D
     assert others, "need at least one other rollout with progress"
     code, summary = finish(deployment.collect("--resume"))
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
     async def opened() -> dict[str, int]:
         log = await EventLog.connect(BusConfig(url=deployment.url).as_role(creds, "admin"))
@@ -273,7 +267,7 @@ def test_restore_and_resume_by_hand_then_collection_finishes(deployment: Deploym
     )
     code, summary = finish(deployment.collect())  # attempts are open: a plain run finishes them
     assert code == 0, summary
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
 
 def test_an_output_that_is_not_a_file_is_refused_clearly_and_nothing_is_acknowledged(
@@ -328,7 +322,7 @@ def test_two_collectors_on_one_namespace_one_runs_the_other_exits_2_naming_it(de
     assert codes == [0, 2], (out1, out2)
     refused = out1 if code1 == 2 else out2
     assert "is held by collector" in refused["stderr"] and "pid" in refused["stderr"]
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
     # the winner released the lease when it finished: the namespace is free again at once
     code, out = finish(deployment.collect())
     assert code == 0 and out["results_written"] == deployment.rollouts
@@ -361,7 +355,7 @@ def test_a_full_bus_mid_collection_stops_naming_why_and_resume_finishes_once(
     asyncio.run(_limit_stream(deployment, None))  # room made
     code, out = finish(deployment.collect("--resume"))
     assert code == 0, out
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
 
 def test_sigterm_on_a_full_bus_exits_74_naming_it_without_a_traceback_and_resume_finishes_once(
@@ -381,7 +375,7 @@ def test_sigterm_on_a_full_bus_exits_74_naming_it_without_a_traceback_and_resume
     asyncio.run(_limit_stream(deployment, None))
     code, out = finish(deployment.collect("--resume"))
     assert code == 0, out
-    _exactly_once(deployment)
+    deployment.each_rollout_once()
 
 
 def test_a_full_disk_under_the_collector_exits_74_and_resume_finishes_once(
@@ -408,4 +402,4 @@ def test_a_full_disk_under_the_collector_exits_74_and_resume_finishes_once(
     assert "File too large" in out["stderr"], out  # the disk's own reason, whichever file it hit
     code, out = finish(deployment.collect("--resume"))
     assert code == 0, out
-    _exactly_once(deployment)
+    deployment.each_rollout_once()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,18 +45,13 @@ def _statuses(ledger: Path) -> dict[str, tuple[str, int]]:
         return {r.rollout_id: (r.status, r.current_attempt) for r in led.rollouts()}
 
 
-def _exactly_once(dep: Deployment) -> None:
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1
-
-
 def test_a_collection_compacts_as_it_goes_and_its_checkpoints_still_verify_rebuild_and_replay(
     compacting: Deployment,
 ) -> None:
     dep = compacting
     code, summary = finish(dep.collect(), timeout=300)
     assert code == 0, summary
-    _exactly_once(dep)
+    dep.each_rollout_once()
     assert summary["compacted_rollouts"] > 0
     freed = summary["compaction_freed_bytes"]
     # a last compaction by hand: everything accepted below the oldest of the 2 kept checkpoints
@@ -120,5 +114,5 @@ def test_a_collection_that_compacted_is_resumed_from_its_checkpoint_exactly_once
     assert code == 75 and summary["compacted_rollouts"] > 0, summary
     code, summary = finish(dep.collect("--resume"), timeout=300)
     assert code == 0, summary
-    _exactly_once(dep)
+    dep.each_rollout_once()
     assert summary["recovery"]["completed"] >= 20

@@ -21,6 +21,8 @@ from rollcut.participants import Coordinator
 from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
+from ..helpers import until
+
 
 def model_server(
     url: str, namespace: str, tokens: Path, *, workers: int = 1, token_delay: float = 0.0, seed: int = 3
@@ -108,11 +110,12 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
             call = asyncio.ensure_future(
                 client.post("/v1/chat/completions", json=body, headers=_headers("r1", 1))
             )
-            for _ in range(200):  # bounded: wait until the generation is well under way
+
+            async def under_way() -> bool:
                 stats = (await client.get("/rollcut/stats")).json()
-                if stats["in_flight"] and stats["tokens_generated"] >= 10:
-                    break
-                await asyncio.sleep(0.02)
+                return bool(stats["in_flight"]) and stats["tokens_generated"] >= 10
+
+            await until(under_way, timeout=60, what="the generation well under way")
             res = await coord.checkpoint(deadline_s=5)
             srv.kill()  # SIGKILL while the generation is still running
             with pytest.raises(httpx.HTTPError):

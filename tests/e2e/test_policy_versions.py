@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,7 @@ def _crash_and_update(dep: Deployment, new: dict[str, Any]) -> dict[str, Any]:
     dep.restart()
     code, summary = finish(dep.collect("--resume"), timeout=240)
     assert code == 0, summary
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1
+    dep.each_rollout_once()
     return summary
 
 

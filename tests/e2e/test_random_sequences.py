@@ -29,7 +29,7 @@ from rollcut.demo import demo_tasks
 from rollcut.ledger import Ledger, verify_checkpoint
 from rollcut.tokens import LocalTokenStore
 
-from ..helpers import until
+from ..helpers import each_rollout_once, until
 from .conftest import Deployment, deploy
 
 pytestmark = pytest.mark.slow
@@ -172,8 +172,7 @@ async def _sequence(dep: Deployment, steps: list[Op]) -> None:
             print(f"{tag} {steps} {time.monotonic() - t0:.1f}s")  # shown with -s: where the time goes
 
             rows = [json.loads(line) for line in d.output.read_text().splitlines() if line.strip()]
-            counts = Counter(r["rollout_id"] for r in rows)
-            assert sorted(counts) == sorted(d.rids) and set(counts.values()) == {1}, counts
+            each_rollout_once(rows, d.rids)
             retired = {r["rollout_id"] for r in rows if r["status"] == "retired"}
             assert all(ledger.rollout(r).status == "retired" for r in retired)  # type: ignore[union-attr]
 
@@ -181,7 +180,7 @@ async def _sequence(dep: Deployment, steps: list[Op]) -> None:
                 [
                     (s.event.rollout_id, s.event.request_digest)
                     async for s in log.read()
-                    if isinstance(s.event, ModelCallCompleted) and s.event.rollout_id in counts
+                    if isinstance(s.event, ModelCallCompleted) and s.event.rollout_id in d.rids
                 ]
             )
             twice = [k for k, n in digests.items() if n > 1]

@@ -32,6 +32,7 @@ from rollcut.bus import (
 from rollcut.demo import demo_tasks
 from rollcut.sandbox import BlobStore, bucket_of, decode_manifest, named_manifests
 
+from ..helpers import each_rollout_once
 from .conftest import NS, SIGTERM, Deployment, deploy, finish
 
 pytestmark = pytest.mark.slow
@@ -240,8 +241,7 @@ def test_a_tree_altered_in_the_bucket_starts_its_rollout_over_and_nothing_is_mix
         opened = asyncio.run(_events(dep, AttemptOpened))
 
     assert tampered
-    ids = Counter(r["rollout_id"] for r in rows)
-    assert len(ids) == len(tasks) and set(ids.values()) == {1}  # each row once
+    each_rollout_once(rows, len(tasks))
     # each continuation from an altered tree was refused, said why, and its rollout started over
     # from its input (others may be refused for reasons of their own: a tail cut after a mutation
     # that no snapshot follows)

@@ -21,6 +21,8 @@ from rollcut.participants import Coordinator
 from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
+from ..helpers import until
+
 TASK = {"env": "counter", "prompt": "count up", "seed": {"start": 0}, "max_steps": 8}
 
 
@@ -81,11 +83,12 @@ async def test_sixteen_episodes_across_two_agent_workers_all_continue_after_sigk
                 )
                 for r in ids
             ]
-            for _ in range(600):  # bounded: until every episode has passed a boundary
+
+            async def every_one_past_a_boundary() -> bool:
                 seen = {s.event.rollout_id async for s in log.read() if isinstance(s.event, AgentBoundary)}
-                if seen >= set(ids):
-                    break
-                await asyncio.sleep(0.05)
+                return seen >= set(ids)
+
+            await until(every_one_past_a_boundary, timeout=90, what="every episode past a boundary")
             with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
                 res = await Coordinator(log, led, tokens).checkpoint(deadline_s=20)
             for g in stack:

@@ -4,7 +4,6 @@ PATH, and the requeued run as Slurm starts it (``SLURM_RESTART_COUNT=1``)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,5 @@ def test_preempted_job_checkpoints_exits_75_requeues_and_the_requeued_run_finish
     again = slurm_job(deployment, tmp_path, SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="1")
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-2000:]
-    ids = Counter(r["rollout_id"] for r in deployment.rows())
-    assert len(ids) == deployment.rollouts and max(ids.values()) == 1
+    deployment.each_rollout_once()
     assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", "4242"]  # not requeued again

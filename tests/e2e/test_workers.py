@@ -191,11 +191,6 @@ async def test_episodes_through_every_server_with_k_workers_complete_once(
         assert mine and _written_by_owner(mine, group, workers) == set(), kind
 
 
-def _exactly_once(dep: Deployment) -> None:
-    ids = Counter(r["rollout_id"] for r in dep.rows())
-    assert len(ids) == dep.rollouts and max(ids.values()) == 1, ids
-
-
 async def _work(dep: Deployment) -> dict[str, int]:
     log = await EventLog.connect(BusConfig(url=dep.url).as_role(load_credentials(dep.creds), "admin"))
     try:
@@ -218,7 +213,7 @@ def test_a_collection_continues_across_crashes_with_the_worker_counts_changed(tm
             proc = dep.collect("--resume")
         code, summary = finish(proc)
         assert code == 0, summary
-        _exactly_once(dep)
+        dep.each_rollout_once()
         continued = sum(r["attempt"] > 1 for r in dep.rows())
         assert continued >= 1  # episodes went on from their last boundary under other worker counts
         assert asyncio.run(_work(dep))["regenerated_continuing"] == 0
@@ -234,6 +229,6 @@ def test_a_dead_worker_of_every_server_is_restarted_and_the_collection_heals(tmp
             assert server.kill_worker(instance) != old  # its parent started it again, same name
         code, summary = finish(proc)
         assert code == 0, summary
-        _exactly_once(dep)
+        dep.each_rollout_once()
         assert all(s.alive() for s in dep.stack)
         assert asyncio.run(_work(dep))["regenerated_continuing"] == 0

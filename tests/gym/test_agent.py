@@ -18,6 +18,7 @@ from rollcut.bus import (
 from rollcut.gym.agent import create_agent_app
 from rollcut.tokens import call_store
 
+from ..helpers import until
 from .conftest import TASK
 
 
@@ -103,10 +104,15 @@ async def test_a_checkpoint_does_not_wait_for_a_model_call_in_flight_and_both_ep
     for r in ("p1", "p2"):
         await log.dispatch(r, TASK, instance="collector")
     runs = [asyncio.ensure_future(s.run(r, 1)) for r in ("p1", "p2")]
-    for _ in range(300):  # bounded: until both are under way, one of them generating
-        if s.agent.stats["boundaries"] >= 1 and len(s.agent._runs) == 2 and s.model.stats["tokens_generated"]:
-            break
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: (
+            s.agent.stats["boundaries"] >= 1
+            and len(s.agent._runs) == 2
+            and s.model.stats["tokens_generated"] > 0
+        ),
+        timeout=60,
+        what="both runs under way, one of them generating",
+    )
     generating = [r for r in s.agent._runs.values() if r.calling]
     res = await s.coordinator.checkpoint(deadline_s=10)
     assert generating and s.model.stats["prefix_cuts"] >= 1  # its call was cut, not waited for
@@ -137,10 +143,8 @@ async def test_an_episode_whose_answer_is_generating_at_a_checkpoint_is_cut_not_
         episode = asyncio.ensure_future(
             env.post("/run", json=TASK, headers={"x-rollout-id": "r1", "x-rollout-attempt": "1"})
         )
-        for _ in range(500):  # bounded: until the last tool turn is done and the final answer is generating
-            if s.agent.stats["boundaries"] >= 3:
-                break
-            await asyncio.sleep(0.01)
+        # until the last tool turn is done and the final answer is generating
+        await until(lambda: s.agent.stats["boundaries"] >= 3, timeout=60, what="three boundaries")
         res = await s.coordinator.checkpoint(deadline_s=10)  # its final answer is generating
         out = await episode
     assert out.status_code == 200 and out.json()["turns"] == 3  # not lost

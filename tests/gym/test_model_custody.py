@@ -220,10 +220,11 @@ async def _in_flight(rig: ModelRig, body: dict[str, Any]) -> asyncio.Future[Any]
     call = asyncio.ensure_future(
         rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1"))
     )
-    for _ in range(200):  # bounded: until tokens are flowing
-        if any(len(f.emitted) >= 3 for f in rig.service._inflight.values()):
-            break
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: any(len(f.emitted) >= 3 for f in rig.service._inflight.values()),
+        timeout=30,
+        what="tokens flowing",
+    )
     return call
 
 

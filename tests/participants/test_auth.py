@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -49,14 +48,13 @@ async def test_a_participant_writes_only_its_own_subjects(
     server: EmbeddedServer, creds: Credentials, admin: EventLog
 ) -> None:
     await admin.dispatch("r1", {}, instance="collector-0")
-    model = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=5).as_role(creds, "model"))
+    # a denial is the server's answer, not a timeout: one would take the whole (long) request timeout
+    model = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=600).as_role(creds, "model"))
     try:
         assert await model.append(model_event("r1")) > 0
         before = await admin.last_seq()
-        t0 = time.perf_counter()
         with pytest.raises(PermissionDeniedError, match=r"\.agent"):
             await model.append(boundary_event("r1", 0))  # the agent's subject
-        assert time.perf_counter() - t0 < 4  # denied, not timed out
         forged = ParticipantLeaseExpired(
             component="coordinator", instance="model-0", checkpoint_id="ck", participant="model-0"
         )

@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["free_port", "kill_group", "lifeline", "pid_alive"]
+__all__ = ["free_port", "kill_group", "lifeline", "pid_alive", "sweep_dead_dirs"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -68,3 +71,22 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def sweep_dead_dirs(prefix: str) -> int:
+    """Remove this user's directories ``<tmp>/<prefix><pid>-…`` whose process is gone: what a
+    SIGKILLed process left (it ran no cleanup). Named for their process by whoever makes them; how
+    many went."""
+    removed = 0
+    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = d.name[len(prefix) :].split("-", 1)[0]
+        with contextlib.suppress(OSError, ValueError):
+            if (
+                d.is_dir()
+                and not d.is_symlink()
+                and d.stat().st_uid == os.getuid()
+                and not pid_alive(int(pid))
+            ):
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+    return removed

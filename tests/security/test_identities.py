@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import re
 import subprocess
 import sys
 import time
@@ -20,7 +20,6 @@ from rollcut.bus import (
     Credentials,
     EmbeddedServer,
     EventLog,
-    load_credentials,
     login_options,
     role_file,
 )
@@ -107,33 +106,94 @@ async def test_a_second_identity_of_a_name_revokes_the_first(
         await old_log.close()
 
 
+_SEED = re.compile(rb"S[UAON][A-Z2-7]{50,}")  # an nkey seed: what makes or signs as an identity
+
+
+def _keys_in(root: Path) -> list[str]:
+    """Every file under ``root`` that holds a key (an nkey seed), by its path."""
+    return sorted(str(f) for f in root.rglob("*") if f.is_file() and _SEED.search(f.read_bytes()))
+
+
+def _identity_given(pid: int) -> str:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return args[args.index(b"--identity") + 1].decode()
+
+
+_KINDS = {
+    "model": ["model", "--tokens", "{tmp}/tokens"],
+    "resources": ["resources", "counter"],
+    "agent": [
+        "agent",
+        "simple",
+        "--model",
+        "http://127.0.0.1:9",
+        "--resources",
+        "counter=http://127.0.0.1:9",
+    ],
+    "environment": ["environment", "--agent", "http://127.0.0.1:9"],
+}
+
+
 @pytest.mark.slow
-async def test_a_restarted_worker_gets_a_new_identity_and_the_old_one_is_revoked(
+async def test_a_restarted_worker_gets_a_new_identity_through_its_parents_pipe(
     data_dir: Path, server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
 ) -> None:
-    """A real server with two workers: each worker is given its own identity file (not the role's
-    key); SIGKILL worker 1 and its parent starts it again with a new identity; a copy of the old
-    worker's file (kept by whoever could read it) no longer connects."""
+    """A real server with two workers: each worker is given its own identity (not the role's key)
+    through a pipe its parent wrote, never a file; SIGKILL worker 1 and its parent starts it again
+    with a new identity, as itself (issue 54: a file outlived its SIGKILLed server and still logged
+    in)."""
     role = role_file(data_dir / "credentials.json", "resources")
     argv = ["resources", "counter", "--url", server.url, "--namespace", creds.namespace]
     srv = ServerProcess(
         [*argv, "--credentials", str(role), "--workers", "2"], workers=2, logs=tmp_path
     ).start()
     try:
-        pid = srv.instances["counter-w1"]
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        given = Path(args[args.index(b"--identity") + 1].decode())
-        assert oct(given.stat().st_mode & 0o777) == "0o600"
-        kept = tmp_path / "kept-identity.json"
-        shutil.copy(given, kept)
-        old_identity = load_credentials(kept)
-        assert old_identity.identity is not None and old_identity.identity.name == "counter-w1"
-        assert not (old_identity.signing or old_identity.seeds)  # a worker holds no key that makes others
+        assert _identity_given(srv.instances["counter-w1"]).startswith("fd:")
         srv.kill_worker("counter-w1")
-        new_identity = load_credentials(given)
-        assert new_identity.identity is not None
-        assert new_identity.identity.seed != old_identity.identity.seed
-        assert await _refused(server.url, old_identity)
-        assert not await _refused(server.url, new_identity, deadline_s=0.5)
+        assert _identity_given(srv.instances["counter-w1"]).startswith("fd:")
+        coordinator = Coordinator(admin, Ledger(tmp_path / "ledger"), LocalTokenStore(tmp_path / "tokens"))
+        found = await coordinator.membership.discover(expect=frozenset({"counter-w0", "counter-w1"}))
+        assert {i.instance for i in found} == {"counter-w0", "counter-w1"}  # logged in as itself again
     finally:
         srv.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+async def test_a_sigkilled_server_of_several_workers_leaves_no_key_behind_and_the_next_reaps_its_directory(
+    kind: str,
+    data_dir: Path,
+    server: EmbeddedServer,
+    creds: Credentials,
+    admin: EventLog,  # the stream, made
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(temp))  # the servers' temporary files, and nobody else's
+    role = role_file(data_dir / "credentials.json", kind)
+    argv = [a.format(tmp=tmp_path) for a in _KINDS[kind]]
+    argv += [
+        "--url",
+        server.url,
+        "--namespace",
+        creds.namespace,
+        "--credentials",
+        str(role),
+        "--workers",
+        "2",
+    ]
+    first = ServerProcess(argv, workers=2, logs=tmp_path / "first").start()
+    try:
+        assert all(_identity_given(pid).startswith("fd:") for pid in first.instances.values())
+        assert _keys_in(temp) == []  # running: no file holds a worker's key
+    finally:
+        first.kill()  # SIGKILL, the parent and both workers at once: no cleanup runs
+    left = sorted(temp.glob("rollcut-peers-*"))
+    assert left and _keys_in(temp) == []  # what it left holds no key
+    second = ServerProcess(argv, workers=2, logs=tmp_path / "second").start()
+    try:
+        assert not any(d.exists() for d in left)  # the dead parent's directory, reaped at the next start
+    finally:
+        second.kill()

@@ -42,6 +42,7 @@ __all__ = [
     "ROLES",
     "Credentials",
     "Identity",
+    "identity_from_pipe",
     "load_credentials",
     "role_file",
     "server_authorization",
@@ -270,6 +271,26 @@ def role_file(path: Path, role: str) -> Path:
 def load_credentials(path: Path) -> Credentials:
     """Read credentials written by ``rollcut nats`` (or the embedded server), or an identity file."""
     return read_record(path, Credentials, "credentials file")
+
+
+MAX_IDENTITY_BYTES = 64 * 1024
+"""The most a worker reads of the identity its parent hands it through a pipe (one is ~2 KB)."""
+
+
+def identity_from_pipe(fd: int) -> Credentials:
+    """A worker's own identity, read once from the pipe its parent wrote it into and closed: no file
+    ever holds it, so nothing of it is left behind when the worker or its parent is SIGKILLed."""
+    with open(fd, "rb", closefd=True) as pipe:
+        data = pipe.read(MAX_IDENTITY_BYTES + 1)
+    if len(data) > MAX_IDENTITY_BYTES:
+        raise ConfigError(f"the identity on fd {fd} is over {MAX_IDENTITY_BYTES} bytes")
+    try:
+        creds = msgspec.json.decode(data, type=Credentials)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"the identity on fd {fd} is not valid: {exc}") from exc
+    if creds.identity is None:
+        raise ConfigError(f"fd {fd} holds credentials, not one identity")
+    return creds
 
 
 def server_authorization(creds: Credentials, resolver_dir: str = "jwt") -> str:

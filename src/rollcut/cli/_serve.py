@@ -61,7 +61,9 @@ def serve_one_worker(
         int | None, typer.Option(help="This worker's private socket, from the parent.")
     ] = None,
     peers_dir: Annotated[str, typer.Option(help="Where every worker's private socket is.")] = "",
-    identity: Annotated[str, typer.Option(help="This worker's own bus identity, from the parent.")] = "",
+    identity: Annotated[
+        str, typer.Option(help="This worker's own bus identity: fd:N, a pipe from its parent, read once.")
+    ] = "",
 ) -> None:
     """One worker process of a server with several (started by the server itself)."""
     import msgspec

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
+import msgspec
 from fastapi import FastAPI
 
 from .._errors import ConfigError
 from .._tracing import configure
-from ..bus import BusConfig, EventLog, load_credentials
+from ..bus import BusConfig, EventLog, identity_from_pipe, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
 from ._agents import AGENTS, Make
@@ -37,8 +38,12 @@ __all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
     config = BusConfig(url=opts.url, namespace=opts.namespace, replicas=opts.replicas)
-    if opts.credentials:
-        config = config.as_role(load_credentials(Path(opts.credentials)), role, instance)
+    if opts.credentials:  # a role's file, or fd:N: the worker's own identity, from its parent's pipe
+        given = opts.credentials
+        creds = (
+            identity_from_pipe(int(given[3:])) if given.startswith("fd:") else load_credentials(Path(given))
+        )
+        config = config.as_role(creds, role, instance)
     return await EventLog.connect(config, name=instance)
 
 
@@ -232,19 +237,18 @@ def serve(opts: ServeSpec) -> None:
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
-        issue=lambda i, directory: issue_identity(opts, i, directory),
+        issue=lambda i: issue_identity(opts, i),
     )
 
 
-def issue_identity(opts: ServeSpec, worker: int, directory: str) -> list[str]:
-    """Worker ``worker``'s own bus identity, made now from the role's key, in a 0600 file of the
-    parent's private directory: the worker is given that file, not the role's key (so it cannot act
-    as a sibling), and a restarted worker gets a new one (the identity authority revokes the old)."""
+def issue_identity(opts: ServeSpec, worker: int) -> bytes | None:
+    """Worker ``worker``'s own bus identity, made now from the role's key: what its parent hands it
+    through a pipe (``run_servers``), never a file. The worker holds no key that makes another
+    identity (it cannot act as a sibling), and a restarted worker gets a new one (the identity
+    authority revokes the old). None: credentials of schema 1/2, one identity per role."""
     if not opts.credentials:
-        return []
+        return None
     creds = load_credentials(Path(opts.credentials))
     if not creds.signing:
-        return []  # schema 1/2: one identity per role
-    path = Path(directory) / f"identity-{worker}.json"
-    creds.issue(opts.kind, f"{opts.group}-w{worker}").save(path)
-    return ["--identity", str(path)]
+        return None
+    return msgspec.json.encode(creds.issue(opts.kind, f"{opts.group}-w{worker}"))

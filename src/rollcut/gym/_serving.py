@@ -18,7 +18,7 @@ import uvicorn
 
 from .._errors import ServerStartError
 from .._metrics import multiproc_env, worker_gone
-from .._process import lifeline
+from .._process import lifeline, sweep_dead_dirs
 from ._peers import Peers, bind_peer_sockets
 
 __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
@@ -73,8 +73,8 @@ async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> Non
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
 """The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
-Issue = Callable[[int, str], list[str]]
-"""What the parent gives worker ``index`` to start with (its own identity), as extra arguments."""
+Issue = Callable[[int], bytes | None]
+"""Worker ``index``'s own bus identity, made afresh for each start (None: it has none of its own)."""
 
 
 def run_worker(
@@ -106,8 +106,10 @@ def run_servers(
     again with the same index, hence the same participant name and the same
     rollouts, and its line ``RESTARTED <instance> pid=<pid>`` is printed.
     ``child_argv`` starts a worker (``--worker-index``, ``--listen-fd``,
-    ``--peer-fd`` and ``--peers-dir`` are appended, and what ``issue(index, dir)`` returns: a
-    worker's own bus identity, issued afresh for each start, written into the private directory).
+    ``--peer-fd`` and ``--peers-dir`` are appended, and ``--identity fd:N``: the worker's own bus
+    identity, ``issue(index)`` made afresh for each start, written into a pipe it reads once, so no
+    file holds it). The private directory is named for this process: the next server to start
+    removes one whose process is gone (a SIGKILLed parent runs no cleanup).
     """
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
@@ -116,7 +118,8 @@ def run_servers(
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve_one(sock, 0, None))
         return
-    with tempfile.TemporaryDirectory(prefix="rollcut-peers-") as peers_dir:  # 0700, removed at exit
+    sweep_dead_dirs("rollcut-peers-")
+    with tempfile.TemporaryDirectory(prefix=f"rollcut-peers-{os.getpid()}-") as peers_dir:  # 0700
         Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue).run(url)
 
 
@@ -143,19 +146,31 @@ class Supervisor:
 
     def _launch(self, i: int) -> None:
         fds = [self.sock.fileno(), self.peer_socks[i].fileno()]
-        self.children[i] = subprocess.Popen(
-            [
-                *self.child_argv,
-                *("--worker-index", str(i), "--listen-fd", str(fds[0])),
-                *("--peer-fd", str(fds[1]), "--peers-dir", self.peers_dir),
-                *(self.issue(i, self.peers_dir) if self.issue else ()),
-            ],
-            pass_fds=fds,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=lifeline(),  # a worker dies with its parent, never left serving alone
-        )
+        identity = self.issue(i) if self.issue else None
+        given: list[str] = []
+        if identity is not None:  # a few KB: within the pipe's buffer, whole before the worker reads
+            read, write = os.pipe()
+            with open(write, "wb", closefd=True) as pipe:
+                pipe.write(identity)
+            fds.append(read)
+            given = ["--identity", f"fd:{read}"]
+        try:
+            self.children[i] = subprocess.Popen(
+                [
+                    *self.child_argv,
+                    *("--worker-index", str(i), "--listen-fd", str(fds[0])),
+                    *("--peer-fd", str(fds[1]), "--peers-dir", self.peers_dir),
+                    *given,
+                ],
+                pass_fds=fds,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                text=True,
+                preexec_fn=lifeline(),  # a worker dies with its parent, never left serving alone
+            )
+        finally:
+            if given:
+                os.close(fds[2])  # the worker's copy is the only one left
 
     def _ready(self, i: int) -> str:
         child = self.children[i]

@@ -4,7 +4,6 @@ its sandbox provider by name, and the relay's private socket for its sandboxed p
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shlex
 import shutil
@@ -18,7 +17,7 @@ from fastapi import FastAPI
 
 from ... import _registries
 from ..._errors import ConfigError
-from ..._process import pid_alive
+from ..._process import sweep_dead_dirs
 from ..._registry import Registry
 from ...bus import EventLog
 from ...participants import Participant
@@ -93,7 +92,7 @@ def _relay_socket(instance: str) -> tuple[Path, socket.socket]:
     """This worker's relay on a Unix socket, in a directory only its user can enter: what its
     sandboxed programs reach (bind-mounted in), and only they. Removed with the process; the
     directory's name holds the pid, so what a SIGKILLed worker left behind is swept by the next."""
-    _sweep_relay_dirs()
+    sweep_dead_dirs("rollcut-relay-")
     where = Path(tempfile.mkdtemp(prefix=f"rollcut-relay-{os.getpid()}-{instance}-"))
     atexit.register(shutil.rmtree, where, True)
     path = where / "relay.sock"
@@ -101,17 +100,3 @@ def _relay_socket(instance: str) -> tuple[Path, socket.socket]:
     listener.bind(str(path))
     listener.listen(512)
     return path, listener
-
-
-def _sweep_relay_dirs() -> None:
-    """Remove relay directories of this user whose process is gone (it was killed, no atexit ran)."""
-    for d in Path(tempfile.gettempdir()).glob("rollcut-relay-*-*"):
-        pid = d.name.split("-")[2]
-        with contextlib.suppress(OSError, ValueError):
-            if (
-                d.is_dir()
-                and not d.is_symlink()
-                and d.stat().st_uid == os.getuid()
-                and not pid_alive(int(pid))
-            ):
-                shutil.rmtree(d, ignore_errors=True)

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import httpx
 
 from ..._errors import ConfigError, RollcutError
-from ..._process import lifeline
+from ..._process import lifeline, sweep_dead_dirs
 from ..._tracing import INVOKE_ATTRS, SpanKind, of_attempt, span
 from ...bus import AgentSandbox, EventLog, RelayExchange
 from ...participants import Participant, PrepareReport
@@ -133,6 +133,7 @@ class OpaqueAgent:
         if isolation is not None and relay_socket is None:
             raise ConfigError("a sandboxed agent reaches its relay over a Unix socket: give relay_socket")
         self.isolation, self.relay_socket = isolation, relay_socket
+        sweep_dead_dirs("rollcut-agent-")
         self.views = AttemptViews(log)  # what each continued attempt replays, read once
         self.relay = Relay(
             log,
@@ -346,7 +347,9 @@ class OpaqueAgent:
             child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ROLLCUT_", "NATS_"))}
             base, argv = f"{self.relay_url}{path}", list(self.command)
         else:
-            workdir = own or Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="rollcut-agent-")))
+            # named for this process: what a SIGKILLed worker left, the next agent worker removes
+            made = tempfile.TemporaryDirectory(prefix=f"rollcut-agent-{os.getpid()}-")
+            workdir = own or Path(cleanup.enter_context(made))
             os.chmod(workdir, 0o700)
             argv = self.isolation.argv(self.command, socket=self.relay_socket, workdir=workdir)
             base, child_env = f"http://127.0.0.1:{SANDBOX_PORT}{path}", {}

@@ -73,7 +73,10 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     ] = 1
     host: Annotated[str, flag("Listen address.")] = "127.0.0.1"
     port: Annotated[int, flag("Listen port; 0 picks a free one (printed as LISTENING <url>).")] = 0
-    name: Annotated[str, flag("Participant group name (default: the server kind, or the env).")] = ""
+    name: Annotated[
+        str,
+        flag("Participant group name (default: the server kind; a resources server's env, an agent's kind)."),
+    ] = ""
     workers: Annotated[int, flag("Worker processes, each its own participant.", min=1)] = 1
     max_body_bytes: Annotated[int, flag("Largest request body read; larger: 413.")] = 16 * 1024 * 1024
 
@@ -192,6 +195,13 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
             "PATH~REGEX (matches in its strings); repeatable, none by default (docs/opaque-agents.md)."
         ),
     ] = []
+
+    @property
+    def group(self) -> str:
+        """Agent servers are grouped by their kind (``simple``, ``opaque``, a plugin's): two of
+        different kinds in one namespace never share an instance name (and so never revoke each
+        other's identity, issue 54)."""
+        return self.name or self.agent
 
 
 class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):

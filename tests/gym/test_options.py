@@ -10,6 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from rollcut._flag import flag
 from rollcut.cli import app
 from rollcut.cli._flags import command_of
 from rollcut.gym import (
@@ -22,7 +23,6 @@ from rollcut.gym import (
     decode_spec,
     encode_spec,
 )
-from rollcut.gym._options import flag
 
 EXAMPLES: list[ServeSpec] = [
     ModelServe(

@@ -1,5 +1,5 @@
 """A command's flags made from an options struct: one flag per field, its type, default and help read
-from the field (``Annotated[T, rollcut.gym.flag(help, ...)]``), so an option is declared once, on
+from the field (``Annotated[T, rollcut._flag.flag(help, ...)]``), so an option is declared once, on
 the struct, and the command line, a worker's JSON and the harness's argv cannot drift apart.
 
 What a terminal takes is mapped once here: a ``dict[str, str]`` field is a repeated ``KEY=VALUE``
@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import typer
 
+from .._flag import cli_extra, flag_name
 from ._target import fail
 
 __all__ = ["command_of"]
@@ -40,16 +41,13 @@ def _split(hint: Any) -> tuple[Any, msgspec.Meta | None]:
     return hint, None
 
 
-def _flag_of(name: str, hint: Any) -> str:
-    meta = _split(hint)[1]
-    given = (meta.extra or {}).get("flag") if meta is not None else None
-    return str(given or "--" + name.replace("_", "-"))
-
-
 def _terminal_type(base: Any) -> Any:
-    """What typer parses for a field of type ``base`` (the struct's conversion does the rest)."""
+    """What typer parses for a field of type ``base``: a list's items, a mapping's ``KEY=VALUE``
+    strings, an enum's or a ``Literal``'s value as a string."""
     origin = typing.get_origin(base)
-    if origin in (list, dict):
+    if origin is list:
+        return list[typing.get_args(base)[0]] | None  # type: ignore[misc]
+    if origin is dict:
         return list[str] | None
     if origin is typing.Literal or (isinstance(base, type) and issubclass(base, enum.Enum)):
         return str
@@ -58,7 +56,7 @@ def _terminal_type(base: Any) -> Any:
 
 def _parameter(field: msgspec.structs.FieldInfo, hint: Any, argument: bool) -> inspect.Parameter:
     base, meta = _split(hint)
-    extra: dict[str, Any] = dict(meta.extra or {}) if meta is not None else {}
+    extra = cli_extra(field)
     text = meta.description or "" if meta is not None else ""
     if "names" in extra:
         text += f" Installed: {_names(extra['names'])}."
@@ -74,7 +72,7 @@ def _parameter(field: msgspec.structs.FieldInfo, hint: Any, argument: bool) -> i
         info: Any = typer.Argument(help=text)
         default = inspect.Parameter.empty
     else:
-        decls = [_flag_of(field.name, hint), *([extra["short"]] if "short" in extra else [])]
+        decls = [flag_name(field), *([extra["short"]] if "short" in extra else [])]
         info = typer.Option(*decls, help=text, envvar=extra.get("envvar"), min=extra.get("min"))
         if extra.get("required"):
             default = inspect.Parameter.empty
@@ -102,9 +100,7 @@ def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None =
     params = [_parameter(f, hints[f.name], f.name == argument) for f in fields]
     params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # typer: required ones first
     mappings = {  # field -> its flag, for the error naming it
-        f.name: _flag_of(f.name, hints[f.name])
-        for f in fields
-        if typing.get_origin(_split(hints[f.name])[0]) is dict
+        f.name: flag_name(f) for f in fields if typing.get_origin(_split(hints[f.name])[0]) is dict
     }
 
     def command(**given: Any) -> None:

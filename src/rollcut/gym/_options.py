@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import msgspec
 
+from .._flag import flag, flag_name
 from ._capability import Capability, DivergencePolicy
 
 if TYPE_CHECKING:
@@ -28,31 +29,9 @@ __all__ = [
     "ServeOptions",
     "ServeSpec",
     "cli_argv",
-    "cli_extra",
     "decode_spec",
     "encode_spec",
-    "flag",
-    "flag_name",
 ]
-
-
-def flag(help: str, **cli: Any) -> msgspec.Meta:
-    """A field's command-line help (plain text: it is what ``--help`` prints), and how its flag is
-    made where that is not read from the field: ``flag`` (its name, else ``--field-name``),
-    ``envvar``, ``short`` (another name), ``required`` (a flag the command line must give though
-    the struct has a default), ``names`` (a registry whose installed names the help lists), ``min``."""
-    return msgspec.Meta(description=help, extra=cli)
-
-
-def cli_extra(field: msgspec.structs.FieldInfo) -> dict[str, Any]:
-    """What :func:`flag` said of ``field``'s flag (empty for a field declared without it)."""
-    meta = msgspec.inspect.type_info(field.type)
-    return dict(meta.extra or {}) if isinstance(meta, msgspec.inspect.Metadata) else {}
-
-
-def flag_name(field: msgspec.structs.FieldInfo) -> str:
-    """The flag that sets ``field`` on the command line."""
-    return str(cli_extra(field).get("flag") or "--" + field.name.replace("_", "-"))
 
 
 class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):

@@ -22,6 +22,7 @@ from rollcut.bus import (
     ModelCallReused,
     load_credentials,
 )
+from rollcut.gym.wire import ErrorKind
 
 from .conftest import NS, SIGTERM, SIGUSR1, Deployment, finish
 
@@ -122,6 +123,11 @@ def test_a_running_collection_heals_when_every_gym_process_dies_and_comes_back(
     assert code == 0, summary
     deployment.each_rollout_once()
     assert summary["healed"] >= 1 and summary["checkpoints_published"] >= 1
+    # every run that broke off is counted by what it met, though its rollout then succeeded
+    assert sum(summary["faults"].values()) >= 1 and set(summary["faults"]) <= {
+        "environment_unreachable",
+        *(k.value for k in ErrorKind),
+    }, summary["faults"]
 
 
 def test_a_corrupted_ledger_is_rebuilt_from_the_stream_and_collection_resumes(deployment: Deployment) -> None:

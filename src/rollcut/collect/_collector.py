@@ -190,6 +190,10 @@ class Collector(Checkpointing, Recovering):
         with contextlib.suppress(RolloutExistsError):
             await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
 
+    def _fault(self, kind: str) -> None:
+        """A run broke off on ``kind``: counted, whether or not its rollout then succeeds."""
+        self.summary.faults[kind] = self.summary.faults.get(kind, 0) + 1
+
     async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
         for _ in range(self.max_attempts * 20):
             if self._stop.is_set():
@@ -219,6 +223,7 @@ class Collector(Checkpointing, Recovering):
                 if self._stop.is_set():
                     return
                 self.summary.failed[rid] = f"environment unreachable: {exc!r}"[:300]
+                self._fault("environment_unreachable")
                 if not await self._heal(rid, client):
                     return  # never the same attempt again; `--resume` recovers it later
                 continue
@@ -245,6 +250,7 @@ class Collector(Checkpointing, Recovering):
                 ) from err
             else:
                 self.summary.failed[rid] = f"{resp.status_code} {err.kind}: {str(err)[:200]}"
+                self._fault(str(err.kind))
                 if not await self._heal(rid, client):
                     return
 

@@ -29,6 +29,9 @@ class Summary:
     fallbacks_to_fresh: int = 0
     retired: int = 0
     healed: int = 0  # runs that broke off under a live collector and were recovered in place
+    # what the runs that broke off met, by kind (an error's kind, or environment_unreachable): each
+    # cost its rollout an attempt, recovered; none is a failure of the collection, none goes uncounted
+    faults: dict[str, int] = field(default_factory=dict)
     never_started: int = 0  # of the fresh dispatches: queued, never run, kept on attempt 1
     failed: dict[str, str] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)  # rollouts left without a row at the end

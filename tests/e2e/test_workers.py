@@ -186,7 +186,8 @@ async def test_episodes_through_every_server_with_k_workers_complete_once(
     events = [s.event async for s in log.read()]
     completed = Counter(e.rollout_id for e in events if type(e).__name__ == "RolloutCompleted")
     assert completed == dict.fromkeys(ids, 1)
-    for group, kind in (("model", "model"), ("counter", "resources"), ("agent", "agent")):
+    # each server's group by default: the kind, the environment, the agent's kind (issue 54)
+    for group, kind in (("model", "model"), ("counter", "resources"), ("simple", "agent")):
         mine = [e for e in events if e.component == kind and e.rollout_id in ids]
         assert mine and _written_by_owner(mine, group, workers) == set(), kind
 

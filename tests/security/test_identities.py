@@ -167,11 +167,12 @@ async def test_a_sigkilled_server_of_several_workers_leaves_no_key_behind_and_th
     creds: Credentials,
     admin: EventLog,  # the stream, made
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    temp = tmp_path / "tmp"
-    temp.mkdir(mode=0o700)
-    monkeypatch.setenv("TMPDIR", str(temp))  # the servers' temporary files, and nobody else's
+    # the servers' temporary files, and nobody else's; a short path: a unix socket's is at most 107 bytes
+    temp = tmp_path_factory.mktemp("k")
+    monkeypatch.setenv("TMPDIR", str(temp))
     role = role_file(data_dir / "credentials.json", kind)
     argv = [a.format(tmp=tmp_path) for a in _KINDS[kind]]
     argv += [

@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import msgspec
 
-__all__ = ["cli_extra", "flag", "flag_name"]
+__all__ = ["cli_extra", "declared", "flag", "flag_name"]
 
 
 def flag(help: str, **cli: Any) -> msgspec.Meta:
@@ -19,10 +20,19 @@ def flag(help: str, **cli: Any) -> msgspec.Meta:
     return msgspec.Meta(description=help, extra=cli)
 
 
+def declared(field: msgspec.structs.FieldInfo) -> tuple[Any, msgspec.Meta | None]:
+    """A field's type without its annotation, and the :func:`flag` it was declared with (None:
+    none). ``FieldInfo.type`` is the resolved annotation, so this reads it as written."""
+    if typing.get_origin(field.type) is typing.Annotated:
+        base, *extras = typing.get_args(field.type)
+        return base, next((m for m in extras if isinstance(m, msgspec.Meta)), None)
+    return field.type, None
+
+
 def cli_extra(field: msgspec.structs.FieldInfo) -> dict[str, Any]:
     """What :func:`flag` said of ``field``'s flag (empty for a field declared without it)."""
-    meta = msgspec.inspect.type_info(field.type)
-    return dict(meta.extra or {}) if isinstance(meta, msgspec.inspect.Metadata) else {}
+    meta = declared(field)[1]
+    return dict(meta.extra or {}) if meta is not None else {}
 
 
 def flag_name(field: msgspec.structs.FieldInfo) -> str:

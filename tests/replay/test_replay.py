@@ -212,3 +212,23 @@ def test_a_continuation_seeded_without_state_keeps_the_deltas_it_continues_from(
     assert (s.state, s.state_revision, s.mutations) == (b"moved", 2, [])
     sessions = fold.apply(sessions, StoredEvent(6, "", seeded(0, b"fresh")))
     assert sessions.sessions["counter"] is not s and sessions.sessions["counter"].state == b"fresh"
+
+
+def test_a_sessions_replay_queue_starts_over_with_the_session_and_keeps_no_unseeded_calls() -> None:
+    """The view's replay queue follows the one resources fold: a seeding at revision 0 starts the
+    session, and its calls, over; a call of a session not seeded on the lineage is no session's."""
+    from rollcut.bus import ResourcesSeeded
+    from rollcut.replay._view import _LineageFold
+
+    def seeded(revision: int) -> ResourcesSeeded:
+        ev = dict(component="resources", instance="r", rollout_id="r1", attempt=1, session="counter")
+        return ResourcesSeeded(**ev, env="counter", seed={}, revision=revision, state=b"s")
+
+    lineage = _LineageFold()
+    steps = [counter_event("r1", 1, 9), seeded(0), counter_event("r1", 1, 5), seeded(0)]
+    steps += [counter_event("r1", 1, 6), counter_event("r1", 2, 7)]
+    for seq, ev in enumerate(steps, 1):
+        lineage.apply(StoredEvent(seq, "", ev))
+    sessions = lineage.finish()
+    assert list(sessions) == ["counter"]
+    assert [m.delta for m in lineage.replay_queues["counter"]] == [6, 7]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import typer
 
-from .._flag import cli_extra, flag_name
+from .._flag import declared, flag_name
 from ._target import fail
 
 __all__ = ["command_of"]
@@ -32,13 +32,6 @@ def _names(registry: str) -> str:
     from .. import _registries
 
     return ", ".join(getattr(_registries, registry).names()) or "none installed"
-
-
-def _split(hint: Any) -> tuple[Any, msgspec.Meta | None]:
-    if typing.get_origin(hint) is Annotated:
-        base, *extras = typing.get_args(hint)
-        return base, next((m for m in extras if isinstance(m, msgspec.Meta)), None)
-    return hint, None
 
 
 def _terminal_type(base: Any) -> Any:
@@ -54,9 +47,9 @@ def _terminal_type(base: Any) -> Any:
     return base
 
 
-def _parameter(field: msgspec.structs.FieldInfo, hint: Any, argument: bool) -> inspect.Parameter:
-    base, meta = _split(hint)
-    extra = cli_extra(field)
+def _parameter(field: msgspec.structs.FieldInfo, argument: bool) -> inspect.Parameter:
+    base, meta = declared(field)
+    extra = dict(meta.extra or {}) if meta is not None else {}
     text = meta.description or "" if meta is not None else ""
     if "names" in extra:
         text += f" Installed: {_names(extra['names'])}."
@@ -95,12 +88,11 @@ def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None =
     """A typer command whose flags are ``cls``'s fields (``argument`` its positional one); it builds
     ``cls`` from what was given and hands it to ``run``, whose check refuses a value it cannot run
     with, naming the choices (an enum's or a registry's), before anything is bound."""
-    hints = typing.get_type_hints(cls, include_extras=True)
     fields = msgspec.structs.fields(cls)
-    params = [_parameter(f, hints[f.name], f.name == argument) for f in fields]
+    params = [_parameter(f, f.name == argument) for f in fields]
     params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # typer: required ones first
     mappings = {  # field -> its flag, for the error naming it
-        f.name: flag_name(f) for f in fields if typing.get_origin(_split(hints[f.name])[0]) is dict
+        f.name: flag_name(f) for f in fields if typing.get_origin(declared(f)[0]) is dict
     }
 
     def command(**given: Any) -> None:

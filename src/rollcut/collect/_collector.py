@@ -190,8 +190,10 @@ class Collector(Checkpointing, Recovering):
         with contextlib.suppress(RolloutExistsError):
             await self.log.dispatch(rid, self.rows.inputs[rid].row, instance=self.instance)
 
-    def _fault(self, kind: str) -> None:
-        """A run broke off on ``kind``: counted, whether or not its rollout then succeeds."""
+    def _broke_off(self, rid: str, kind: str, why: str) -> None:
+        """Rollout ``rid``'s run broke off on ``kind``: its failure until it succeeds, and a fault
+        counted whether or not it then does."""
+        self.summary.failed[rid] = why
         self.summary.faults[kind] = self.summary.faults.get(kind, 0) + 1
 
     async def _run_one(self, client: httpx.AsyncClient, rid: str) -> None:
@@ -222,8 +224,7 @@ class Collector(Checkpointing, Recovering):
             except httpx.HTTPError as exc:
                 if self._stop.is_set():
                     return
-                self.summary.failed[rid] = f"environment unreachable: {exc!r}"[:300]
-                self._fault("environment_unreachable")
+                self._broke_off(rid, "environment_unreachable", f"environment unreachable: {exc!r}"[:300])
                 if not await self._heal(rid, client):
                     return  # never the same attempt again; `--resume` recovers it later
                 continue
@@ -249,8 +250,7 @@ class Collector(Checkpointing, Recovering):
                     f"rollout {rid}: a server could not store its events: {err}", subject=rid
                 ) from err
             else:
-                self.summary.failed[rid] = f"{resp.status_code} {err.kind}: {str(err)[:200]}"
-                self._fault(str(err.kind))
+                self._broke_off(rid, str(err.kind), f"{resp.status_code} {err.kind}: {str(err)[:200]}")
                 if not await self._heal(rid, client):
                     return
 

@@ -81,9 +81,8 @@ class ModelServe(ServeOptions, kw_only=True, tag="model"):
     backend_options: Annotated[
         dict[str, str],
         flag(
-            "An option of the backend, KEY=VALUE (repeatable). local: seed, token_delay, tool_turns; "
-            "engine: dialect, model, cuts, handover, max_tokens; a plugin backend's its own "
-            "(docs/model-server.md).",
+            "An option of the backend, KEY=VALUE (repeatable): each backend declares its own, and one "
+            "it does not take is refused naming those it does (docs/model-server.md).",
             flag="--backend-option",
         ),
     ] = {}

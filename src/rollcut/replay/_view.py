@@ -80,15 +80,19 @@ class _LineageFold:
         )
 
     def apply(self, stored: StoredEvent) -> None:
-        self._fold.apply(self.resources, stored)
         ev = stored.event
+        name: str | None = getattr(ev, "session", None)
+        before = self.resources.sessions.get(name) if name is not None else None
+        self._fold.apply(self.resources, stored)
+        if name is not None and self.resources.sessions.get(name) is not before:
+            self.calls[name] = []  # the fold started the session (again): its calls start with it
         handler = self._handlers.get(type(ev)) if ev is not None else None
         if handler is not None:
             handler(ev)
 
     def _mutated(self, ev: bus.ResourcesMutated) -> None:
-        if ev.session in self.resources.sessions:
-            self.calls.setdefault(ev.session, []).append(ev)
+        if self.resources.sessions[ev.session].env:  # a call of a session the lineage seeded
+            self.calls[ev.session].append(ev)
 
     def _boundary(self, ev: bus.AgentBoundary) -> None:
         self.boundary = dict(ev.record.resources_revisions)

@@ -313,11 +313,9 @@ class ModelService:
             if fl.segments is None:
                 fl.segments = Segments(self.policy)
             fl.state = CallState.QUEUED
-            if call.on_token is not None:  # a continued call's stream says its prefix first
+            if call.on_token is not None and plan is not None:  # a continued call streams its prefix first
                 for i, tok in enumerate(fl.emitted):
-                    await call.on_token(
-                        tok, self.backend.piece(plan, i) if plan else "", plan.logprob(i) if plan else 0.0
-                    )
+                    await call.on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
             fl.state = CallState.GENERATING
             if plan is None:
                 plan = fl.plan = await self.backend.start(call.body)

@@ -24,13 +24,13 @@ Facts per engine are from their public sources and, for llama.cpp, from running 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
 from .._openai import CLIENT_ERRORS, UpstreamError
 
-__all__ = ["STALE_RETRIES", "VLLM", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
+__all__ = ["STALE_RETRIES", "VLLM", "Ask", "Capabilities", "Dialect", "EngineError", "LlamaCpp", "Piece"]
 
 
 class EngineError(UpstreamError):
@@ -190,34 +190,42 @@ def _tool(tool: Any) -> Any:
     return {**tool, "function": {k: v for k, v in tool["function"].items() if v is not None}}
 
 
-class LlamaCpp:
-    """llama.cpp's own server (``llama-server``): its native ``/completion`` route."""
+@dataclass(frozen=True)
+class Ask:
+    """One generation request in rollcut's terms, before a dialect names its fields."""
 
-    name = "llama.cpp"
-    capabilities = Capabilities(
-        token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True, slots=True
-    )
+    prompt: list[int]
+    max_tokens: int
+    body: dict[str, Any]
+    grammar: str | None = None
+    slot: int | None = None
+
+    @property
+    def logit_bias(self) -> dict[Any, Any] | None:
+        """OpenAI's ``{"id": bias}``, where the request gave one; each engine spells it its own way."""
+        bias = self.body.get("logit_bias")
+        return bias if isinstance(bias, dict) else None
+
+
+class _Routes:
+    """What every dialect does alike: the tokenizer routes read, the request's terms gathered into
+    an :class:`Ask` for the dialect's own ``_ask``. ``slots`` names why an engine has none."""
+
+    name: ClassVar[str]
+    no_slots: ClassVar[str] = ""
 
     def __init__(self, model: str | None = None) -> None:
-        self.model = model  # llama-server serves the one model it loaded: the name is not sent
+        self.model = model
 
-    async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        prompt = (await _post(client, self.name, "/apply-template", _chat(body))).get("prompt")
-        if not isinstance(prompt, str):
-            raise EngineError("/apply-template gave no prompt", engine=self.name)
-        tok = await _post(
-            client, self.name, "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
-        )
+    async def _tokens(self, client: httpx.AsyncClient, req: dict[str, Any]) -> list[int]:
+        tok = await _post(client, self.name, "/tokenize", req)
         return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
 
-    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
-        return str((await _post(client, self.name, "/detokenize", {"tokens": ids})).get("content") or "")
+    async def _text(self, client: httpx.AsyncClient, req: dict[str, Any], field: str) -> str:
+        return str((await _post(client, self.name, "/detokenize", req)).get(field) or "")
 
     async def slot_count(self, client: httpx.AsyncClient) -> int:
-        total = (await _get(client, self.name, "/props")).get("total_slots")
-        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-            raise EngineError("/props gave no total_slots", engine=self.name)
-        return total
+        raise EngineError(self.no_slots, engine=self.name)
 
     def request(
         self,
@@ -227,21 +235,52 @@ class LlamaCpp:
         grammar: str | None = None,
         slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
+        return self._ask(Ask(prompt, max_tokens, body, grammar, slot))
+
+    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class LlamaCpp(_Routes):
+    """llama.cpp's own server (``llama-server``): its native ``/completion`` route."""
+
+    name = "llama.cpp"
+    capabilities = Capabilities(
+        token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True, slots=True
+    )
+
+    async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
+        # llama-server serves the one model it loaded: the name is not sent
+        prompt = (await _post(client, self.name, "/apply-template", _chat(body))).get("prompt")
+        if not isinstance(prompt, str):
+            raise EngineError("/apply-template gave no prompt", engine=self.name)
+        return await self._tokens(client, {"content": prompt, "add_special": True, "parse_special": True})
+
+    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
+        return await self._text(client, {"tokens": ids}, "content")
+
+    async def slot_count(self, client: httpx.AsyncClient) -> int:
+        total = (await _get(client, self.name, "/props")).get("total_slots")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise EngineError("/props gave no total_slots", engine=self.name)
+        return total
+
+    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
-            "prompt": prompt,
-            "n_predict": max_tokens,
+            "prompt": ask.prompt,
+            "n_predict": ask.max_tokens,
             "stream": True,
             "n_probs": 1,  # the sampled token's log-prob (and the top one)
             "return_tokens": True,
             "cache_prompt": True,  # a continuation's prompt shares the original's cached prefix
         }
-        req.update(_sampling(body))
-        if isinstance(body.get("logit_bias"), dict):  # OpenAI's {"id": bias} as llama.cpp's pairs
-            req["logit_bias"] = [[int(k), float(v)] for k, v in body["logit_bias"].items()]
-        if grammar is not None:
-            req["grammar"] = grammar
-        if slot is not None:  # the call's own slot: a continuation finds its prompt + prefix cached there
-            req["id_slot"] = slot
+        req.update(_sampling(ask.body))
+        if ask.logit_bias is not None:  # OpenAI's {"id": bias} as llama.cpp's pairs
+            req["logit_bias"] = [[int(k), float(v)] for k, v in ask.logit_bias.items()]
+        if ask.grammar is not None:
+            req["grammar"] = ask.grammar
+        if ask.slot is not None:  # the call's own slot: a continuation finds its prompt + prefix cached there
+            req["id_slot"] = ask.slot
         return "/completion", req
 
     def parse(self, chunk: dict[str, Any]) -> Piece:
@@ -265,53 +304,38 @@ class LlamaCpp:
         )
 
 
-class VLLM:
+class VLLM(_Routes):
     """vLLM's OpenAI-compatible server: ``/v1/completions`` with a token-id prompt."""
 
     name = "vllm"
     capabilities = Capabilities(
         token_prompt=True, streamed_ids=True, counts_tokens=False, tokenize_route=True
     )
-
-    def __init__(self, model: str | None = None) -> None:
-        self.model = model
+    no_slots = "vLLM has no slots: its prefix cache serves any request"
 
     def _with_model(self, payload: dict[str, Any]) -> dict[str, Any]:
         return {"model": self.model, **payload} if self.model else payload
 
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        req = _chat(body, add_generation_prompt=True)
-        tok = await _post(client, self.name, "/tokenize", self._with_model(req))
-        return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
+        return await self._tokens(client, self._with_model(_chat(body, add_generation_prompt=True)))
 
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
-        out = await _post(client, self.name, "/detokenize", self._with_model({"tokens": ids}))
-        return str(out.get("prompt") or "")
+        return await self._text(client, self._with_model({"tokens": ids}), "prompt")
 
-    async def slot_count(self, client: httpx.AsyncClient) -> int:
-        raise EngineError("vLLM has no slots: its prefix cache serves any request", engine=self.name)
-
-    def request(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        body: dict[str, Any],
-        grammar: str | None = None,
-        slot: int | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
-            "prompt": prompt,
-            "max_tokens": max_tokens,
+            "prompt": ask.prompt,
+            "max_tokens": ask.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
         }
-        req.update(_sampling(body))
-        if isinstance(body.get("logit_bias"), dict):
-            req["logit_bias"] = body["logit_bias"]
-        if grammar is not None:  # vLLM >= 0.12 (``guided_grammar`` before): GBNF through xgrammar
-            req["structured_outputs"] = {"grammar": grammar}
+        req.update(_sampling(ask.body))
+        if ask.logit_bias is not None:
+            req["logit_bias"] = ask.logit_bias
+        if ask.grammar is not None:  # vLLM >= 0.12 (``guided_grammar`` before): GBNF through xgrammar
+            req["structured_outputs"] = {"grammar": ask.grammar}
         return "/v1/completions", self._with_model(req)
 
     def parse(self, chunk: dict[str, Any]) -> Piece:

@@ -37,49 +37,38 @@ from typing import Any
 
 import httpx
 
-from ._dialects import Capabilities, EngineError, Piece, _chat, _ints, _post, _sampling
+from ._dialects import Ask, Capabilities, EngineError, Piece, _chat, _ints, _Routes, _sampling
 
 __all__ = ["SGLang"]
 
 _RENAMED = {"seed": "sampling_seed"}  # OpenAI's name -> SGLang's sampling parameter
 
 
-class SGLang:
+class SGLang(_Routes):
     """SGLang's runtime server (``python -m sglang.launch_server``): its native ``/generate``."""
 
     name = "sglang"
     capabilities = Capabilities(token_prompt=True, streamed_ids=True, counts_tokens=True, tokenize_route=True)
+    no_slots = "SGLang has no slots: its radix cache serves any request"
 
     def __init__(self, model: str | None = None) -> None:
-        self.model = model  # /generate serves the one model loaded; /tokenize takes the name
+        super().__init__(model)  # /generate serves the one model loaded; /tokenize takes the name
         self._seen: dict[str, tuple[int, int]] = {}  # rid -> (ids, text chars) handed over so far
 
     async def tokenize(self, client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
-        req = _chat(body, **({"model": self.model} if self.model else {}))
-        tok = await _post(client, self.name, "/tokenize", req)
-        return _ints(tok.get("tokens"), "/tokenize's tokens", self.name)
+        return await self._tokens(client, _chat(body, **({"model": self.model} if self.model else {})))
 
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
-        return str((await _post(client, self.name, "/detokenize", {"tokens": ids})).get("text") or "")
+        return await self._text(client, {"tokens": ids}, "text")
 
-    async def slot_count(self, client: httpx.AsyncClient) -> int:
-        raise EngineError("SGLang has no slots: its radix cache serves any request", engine=self.name)
-
-    def request(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        body: dict[str, Any],
-        grammar: str | None = None,
-        slot: int | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, **_sampling(body, _RENAMED)}
-        if isinstance(body.get("logit_bias"), dict):
-            sampling["logit_bias"] = {str(k): float(v) for k, v in body["logit_bias"].items()}
-        if grammar is not None:
-            sampling["ebnf"] = grammar  # GBNF is the EBNF dialect SGLang's grammar backends take
+    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+        sampling: dict[str, Any] = {"max_new_tokens": ask.max_tokens, **_sampling(ask.body, _RENAMED)}
+        if ask.logit_bias is not None:
+            sampling["logit_bias"] = {str(k): float(v) for k, v in ask.logit_bias.items()}
+        if ask.grammar is not None:
+            sampling["ebnf"] = ask.grammar  # GBNF is the EBNF dialect SGLang's grammar backends take
         req = {
-            "input_ids": prompt,
+            "input_ids": ask.prompt,
             "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,

@@ -40,6 +40,7 @@ catch one root and still see the original cause.
     ├── UpstreamError               the upstream model server failed a call (gym.model)
     │   └── EngineError             an inference engine failed one, or answered off its dialect
     ├── EngineUnavailableError      no engine binary or model here, and none can be made
+    ├── NemoGymUnavailableError     NeMo Gym is not installed here and cannot be (gym.resources)
     ├── ExportError                 a row's token arrays do not match the token store (collect)
     ├── PlainCollectionError        a rollout of the bench's plain collection failed (bench)
     ├── SequenceError               a rollout's calls are not one token sequence (integrations.trl)

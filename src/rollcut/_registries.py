@@ -44,6 +44,7 @@ ENVIRONMENTS: Registry[Any] = Registry(
         "scratchpad": f"{_ENVS}:Scratchpad",
         "stateful_counter": "rollcut.gym.resources._stateful_counter:StatefulCounter",
         "sandbox": "rollcut.gym.resources._sandbox:Sandbox",
+        "nemo-gym": "rollcut.gym.resources._nemo_gym:NemoGym",
     },
     admit=_named_as_registered,
 )

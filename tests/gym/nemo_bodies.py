@@ -66,7 +66,7 @@ STATEFUL_COUNTER_TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def stateful_counter_rows(n: int) -> list[dict[str, Any]]:
+def stateful_counter_rows(n: int, env: str = "stateful_counter") -> list[dict[str, Any]]:
     """Rows for the ported stateful counter, in the shape of its NeMo Gym example data."""
     rows = []
     for i in range(n):
@@ -79,7 +79,7 @@ def stateful_counter_rows(n: int) -> list[dict[str, Any]]:
                 },
                 "expected_count": start + a + b,
                 "initial_count": start,
-                "env": "stateful_counter",
+                "env": env,
             }
         )
     return rows

@@ -97,7 +97,7 @@ def test_a_field_on_an_options_struct_is_a_flag_with_its_help_and_nothing_else_i
     """One declaration per option: the flag, its default and its help come from the field."""
     built: list[Opts] = []
     cli = typer.Typer()
-    cli.command()(command_of(Opts, built.append, argument="name"))
+    cli.command()(command_of(Opts, built.append, arguments=("name",)))
     out = CliRunner().invoke(cli, ["--help"], terminal_width=200).output
     assert "Who." in out and "How often." in out and "Shout." in out and "--tag" in out
     assert CliRunner().invoke(cli, ["ann", "--times", "3", "--loud", "--tag", "a=b"]).exit_code == 0

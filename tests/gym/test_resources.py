@@ -4,121 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from rollcut.bus import AgentBoundary, AgentBoundaryRecord, BusConfig, EventLog, ResourcesMutated
+from rollcut.bus import EventLog, ResourcesMutated
 from rollcut.gym.resources import (
     Blackjack,
     Counter,
-    Environment,
     MathVerifier,
-    ResourcesService,
     Scratchpad,
     Workplace,
     WorkplaceExported,
-    create_resources_app,
 )
-from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator, Participant
-from rollcut.tokens import LocalTokenStore
 
 from ..helpers import until
-
-
-class Rig:
-    def __init__(
-        self,
-        log: EventLog,
-        service: ResourcesService,
-        client: httpx.AsyncClient,
-        coordinator: Coordinator,
-        participant: Participant,
-    ) -> None:
-        self.log, self.service, self.client, self.coordinator, self.participant = (
-            log,
-            service,
-            client,
-            coordinator,
-            participant,
-        )
-
-    async def post(
-        self, path: str, rollout: str, attempt: int, body: dict[str, Any] | None = None
-    ) -> httpx.Response:
-        return await self.client.post(
-            path, json=body or {}, headers={"x-rollout-id": rollout, "x-rollout-attempt": str(attempt)}
-        )
-
-    async def boundary(self, rollout: str, env: str, revision: int) -> None:
-        """What the agent records after a turn: the resources revision it has seen."""
-        await self.log.append(
-            AgentBoundary(
-                component="agent",
-                instance="a",
-                rollout_id=rollout,
-                attempt=1,
-                record=AgentBoundaryRecord(turn=0, resources_revisions={env: revision}),
-            )
-        )
-
-    async def counter_turn(self, rollout: str) -> None:
-        """Dispatch, seed a counter session, add 1, and record the agent's boundary after it."""
-        await self.log.dispatch(rollout, {}, instance="c")
-        await self.post("/seed_session", rollout, 1)
-        await self.post("/add", rollout, 1, {"n": 1})
-        await self.boundary(rollout, "counter", 1)
-
-    async def restore_from_checkpoint(self, rollout: str) -> int:
-        """Checkpoint, tombstone attempt 1, open 2 from the cut, restore: returns the cut."""
-        res = await self.coordinator.checkpoint(deadline_s=5)
-        await self.log.supersede(
-            rollout,
-            1,
-            instance="coordinator",
-            checkpoint_id=res.record.checkpoint_id,
-            from_cut=res.record.cut,
-        )
-        await self.service.restore(res.record.checkpoint_id, res.record.cut, rollouts=[rollout])
-        return res.record.cut
-
-
-@pytest.fixture
-async def make_rig(log: EventLog, bus_config: BusConfig, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    opened: list[Any] = []
-
-    async def make(env: Environment) -> Rig:
-        rlog = await EventLog.connect(bus_config)
-        needs_prepare = env.mode == "exported" or env.verification == "wait"
-        participant = Participant(
-            rlog,
-            component="resources",
-            instance=f"{env.name}-0",
-            mode="exported" if needs_prepare else env.mode,
-            drain=False,
-        )  # type: ignore[arg-type]
-        service = ResourcesService(rlog, env, instance=f"{env.name}-0", participant=participant)
-        participant.hooks = service
-        await participant.start()
-        ledger = Ledger(tmp_path / f"ledger-{env.name}")
-        tokens = LocalTokenStore(tmp_path / f"tokens-{env.name}")
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_resources_app(service)), base_url="http://res"
-        )
-        opened.append((rlog, participant, ledger, tokens, client))
-        return Rig(log, service, client, Coordinator(log, ledger, tokens), participant)
-
-    yield make
-    for rlog, participant, ledger, tokens, client in opened:
-        await client.aclose()
-        await participant.stop()
-        await rlog.close()
-        ledger.close()
-        tokens.close()
 
 
 async def test_counter_restores_under_the_new_attempt_and_the_old_one_is_refused(

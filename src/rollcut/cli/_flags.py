@@ -47,7 +47,7 @@ def _terminal_type(base: Any) -> Any:
     return base
 
 
-def _parameter(field: msgspec.structs.FieldInfo, argument: bool) -> inspect.Parameter:
+def _parameter(field: msgspec.structs.FieldInfo, argument: bool, required: bool = True) -> inspect.Parameter:
     base, meta = declared(field)
     extra = dict(meta.extra or {}) if meta is not None else {}
     text = meta.description or "" if meta is not None else ""
@@ -61,9 +61,9 @@ def _parameter(field: msgspec.structs.FieldInfo, argument: bool) -> inspect.Para
         default = None  # a repeated flag: typer's None is "not given"
     elif isinstance(default, enum.Enum):
         default = default.value
-    if argument:
+    if argument:  # the first is required; a later one may be left out (its field's default)
         info: Any = typer.Argument(help=text)
-        default = inspect.Parameter.empty
+        default = inspect.Parameter.empty if required else default
     else:
         decls = [flag_name(field), *([extra["short"]] if "short" in extra else [])]
         info = typer.Option(*decls, help=text, envvar=extra.get("envvar"), min=extra.get("min"))
@@ -84,12 +84,15 @@ def _pairs(flag: str, given: list[str]) -> dict[str, str]:
     return dict(g.split("=", 1) for g in given)
 
 
-def command_of(cls: type[S], run: Callable[[S], None], *, argument: str | None = None) -> Callable[..., None]:
-    """A typer command whose flags are ``cls``'s fields (``argument`` its positional one); it builds
+def command_of(
+    cls: type[S], run: Callable[[S], None], *, arguments: tuple[str, ...] = ()
+) -> Callable[..., None]:
+    """A typer command whose flags are ``cls``'s fields (``arguments`` its positional ones); it builds
     ``cls`` from what was given and hands it to ``run``, whose check refuses a value it cannot run
     with, naming the choices (an enum's or a registry's), before anything is bound."""
     fields = msgspec.structs.fields(cls)
-    params = [_parameter(f, f.name == argument) for f in fields]
+    first = arguments[0] if arguments else None
+    params = [_parameter(f, f.name in arguments, required=f.name == first) for f in fields]
     params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # typer: required ones first
     mappings = {  # field -> its flag, for the error naming it
         f.name: flag_name(f) for f in fields if typing.get_origin(declared(f)[0]) is dict

@@ -33,7 +33,7 @@ def _serve(opts: ServeSpec) -> None:
 
 
 def _register(name: str, cls: type[ServeSpec], help: str) -> None:
-    command = command_of(cls, _serve, argument=SERVE_ARGUMENT.get(cls))
+    command = command_of(cls, _serve, arguments=SERVE_ARGUMENT.get(cls, ()))
     serve_app.command(name, help=help)(command)
 
 

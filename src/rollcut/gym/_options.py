@@ -115,11 +115,18 @@ class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
     unisolated: Annotated[
         bool, flag("sandbox: run commands without bubblewrap (they can read and write what this user can).")
     ] = False
+    server: Annotated[str, flag("nemo-gym: the NeMo Gym resources server (`rollcut nemo-gym list`).")] = ""
+    upstream: Annotated[
+        str, flag("nemo-gym: front this running server instead of starting it from the installed wheel.")
+    ] = ""
+    replayable: Annotated[
+        bool, flag("nemo-gym: declare the server replayable for this run (answers follow from calls).")
+    ] = False
 
     @property
     def group(self) -> str:
         """Resources servers are grouped by their environment."""
-        return self.name or self.env
+        return self.name or self.server or self.env
 
 
 class AgentServe(ServeOptions, kw_only=True, tag="agent"):
@@ -191,8 +198,11 @@ class EnvironmentServe(ServeOptions, kw_only=True, tag="environment"):
 ServeSpec = ModelServe | ResourcesServe | AgentServe | EnvironmentServe
 """The options of any Gym server, as one tagged union."""
 
-SERVE_ARGUMENT: dict[type[ServeOptions], str] = {ResourcesServe: "env", AgentServe: "agent"}
-"""The field each kind takes as its command line's argument, not as a flag."""
+SERVE_ARGUMENT: dict[type[ServeOptions], tuple[str, ...]] = {
+    ResourcesServe: ("env", "server"),
+    AgentServe: ("agent",),
+}
+"""The fields each kind takes as its command line's arguments, not as flags (the first required)."""
 _decoder = msgspec.json.Decoder(ServeSpec)
 
 
@@ -209,11 +219,10 @@ def decode_spec(spec: str) -> ServeSpec:
 def cli_argv(opts: ServeSpec) -> list[str]:
     """``rollcut serve`` arguments that build exactly ``opts``: the kind, positionals, then flags."""
     out: list[str] = [opts.kind]
-    positional = SERVE_ARGUMENT.get(type(opts))
-    if positional is not None:
-        out.append(str(getattr(opts, positional)))
+    positional = SERVE_ARGUMENT.get(type(opts), ())
+    out += [str(v) for v in (getattr(opts, name) for name in positional) if v]
     for field in msgspec.structs.fields(opts):
-        if field.name == positional:
+        if field.name in positional:
             continue
         value: Any = getattr(opts, field.name)
         flag = flag_name(field)

@@ -111,7 +111,7 @@ def model_app(opts: ModelServe, service: Any) -> FastAPI:
 def environment_of(opts: ResourcesServe) -> Environment:
     """The resources server's environment, opened (a sandbox that cannot isolate its commands
     refuses here)."""
-    env = ENVIRONMENTS[opts.env]()
+    env = ENVIRONMENTS[opts.env].of(opts)
     env.open(unisolated=opts.unisolated)
     return env
 

@@ -214,9 +214,17 @@ def start_stack(
                 backend_options=backend_options,
             )
         )
-        servers = {
-            name: launch(ResourcesServe(**of("resources"), env=name, port=ports.get(name, 0), **each))
-            for name in envs
+        servers = {  # "nemo-gym:NAME": NeMo Gym's server NAME behind rollcut's journal, named NAME
+            (spec.partition(":")[2] or spec): launch(
+                ResourcesServe(
+                    **of("resources"),
+                    env=spec.partition(":")[0],
+                    server=spec.partition(":")[2],
+                    port=ports.get(spec.partition(":")[2] or spec, 0),
+                    **each,
+                )
+            )
+            for spec in envs
         }
         for p in [model, *servers.values()]:  # launched side by side; the agent needs their addresses
             p.ready()

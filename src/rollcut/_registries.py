@@ -76,7 +76,11 @@ options (``--backend-option KEY=VALUE``)."""
 AGENTS: Registry[Any] = Registry(
     "agent kind",
     "rollcut.agents",
-    {"simple": "rollcut.gym.agent._kind:simple", "opaque": "rollcut.gym.opaque._kind:opaque"},
+    {
+        "simple": "rollcut.gym.agent._kind:simple",
+        "opaque": "rollcut.gym.opaque._kind:opaque",
+        "nemo-gym": "rollcut.gym.agent._nemo_kind:nemo_gym",
+    },
 )
 """Agent servers (``rollcut serve agent NAME``): called with the server's options and its own base
 URL, returns what builds each worker's app and participant hooks."""

@@ -196,3 +196,25 @@ def test_the_same_crash_at_several_checkpoint_intervals_is_one_curve_per_way_on_
         box = pg.locator("svg.curve-chart").bounding_box()
         assert box is not None and box["width"] > 300
         assert seen == []
+
+
+def test_the_demo_on_nemo_gyms_own_servers_keeps_every_row_once_and_names_levels(tmp_path: Path) -> None:
+    """``rollcut demo --nemo-gym``: NeMo Gym's stateful counter and multi-step servers, unmodified, on
+    their own example rows, SIGKILLed mid-run with every Gym process; the resume keeps every row once,
+    generates no completed model call again, and says the level each server ran at."""
+    home = tmp_path / "nemo"
+    done = _rollcut(
+        "demo", "--nemo-gym", "--rollouts", str(ROLLOUTS), "--no-compare", "--home", str(home), timeout=400
+    )
+    out = json.loads((home / "demo.json").read_text())
+    assert out["crashes"] == 1 and out["results_written"] == ROLLOUTS and out["duplicate_results"] == 0
+    assert out["model_calls"]["regenerated_after_crash"] == 0 and out["failed"] == {}
+    assert {s: v["level"] for s, v in out["nemo_gym"].items()} == {
+        "example_session_state_mgmt": "replayable",
+        "example_multi_step": "stateless",
+    }
+    _check_rows(home)
+    rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
+    synonyms = [r for r in rows if "synonym" in json.dumps(r["responses_create_params"]["input"])]
+    assert len(synonyms) == ROLLOUTS // 2  # the servers' own example rows, taken in turn
+    assert _row(done.stdout, "example_session_state_mgmt")[0] == "replayable"

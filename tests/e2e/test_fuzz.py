@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rollcut.bus import BusConfig, EventLog, load_credentials
 from rollcut.gym.opaque import REFERENCE_AGENT
-from rollcut.gym.resources import ENVIRONMENTS
+from rollcut.gym.resources import ENVIRONMENTS, install_nemo_gym
 from rollcut.gym.wire import MESSAGES_ROUTE, ErrorKind, openai_type
 from rollcut.testing import ServerProcess
 
@@ -35,6 +35,8 @@ HOSTILE_IDS = ["a.b", "*", ">", "a b", "../../etc", "x" * 200, "", "%2e%2e", "r\
 HOSTILE_ATTEMPTS = ["0", "-5", "x", "1.5", "99999999999999999999", "", "+1"]
 KNOWN_KINDS = {k.value for k in ErrorKind}
 ENVIRONMENT_NAMES = tuple(sorted(ENVIRONMENTS))
+NEMO_GYM = "example_session_state_mgmt"  # the NeMo Gym server behind the `nemo-gym` environment here
+SPECS = tuple(f"nemo-gym:{NEMO_GYM}" if n == "nemo-gym" else n for n in ENVIRONMENT_NAMES)
 
 EXAMPLES: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "hi"}], "model": "rollcut-local"},
@@ -106,7 +108,8 @@ def _routes(server: ServerProcess) -> list[tuple[str, str]]:
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("fuzz")  # every environment's server; routing is fuzzed too
     # with their logs: a 5xx's assertion quotes the end of the server's own
-    with deploy(root, tasks=[], workers=2, envs=ENVIRONMENT_NAMES, logs=root / "logs") as dep:
+    install_nemo_gym()  # NeMo Gym's own server runs behind its participant too (cached once)
+    with deploy(root, tasks=[], workers=2, envs=SPECS, logs=root / "logs") as dep:
         asyncio.run(_dispatch(dep, "fz-ok"))  # so valid identities reach the handlers behind the fence
         yield dep
 
@@ -138,7 +141,7 @@ def fuzzed_opaque(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployme
 
 @pytest.mark.parametrize("kind", ["model", *ENVIRONMENT_NAMES, "agent", "environment"])
 def test_no_route_answers_5xx_and_every_refusal_is_in_the_error_shape(fuzzed: Deployment, kind: str) -> None:
-    _fuzz(next(p for p in fuzzed.stack if p.name == kind))
+    _fuzz(next(p for p in fuzzed.stack if p.name == (NEMO_GYM if kind == "nemo-gym" else kind)))
 
 
 def test_the_opaque_agent_and_its_relay_too(fuzzed_opaque: Deployment) -> None:

@@ -88,6 +88,14 @@ def demo_cmd(
             "continued by replaying its journal (docs/opaque-agents.md).",
         ),
     ] = "simple",
+    nemo_gym: Annotated[
+        bool,
+        typer.Option(
+            "--nemo-gym",
+            help="Run NeMo Gym's own resources servers, unmodified (installed once: `rollcut nemo-gym "
+            "install`), on their own example rows, behind rollcut's journal (docs/nemo-gym.md).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
@@ -107,6 +115,16 @@ def demo_cmd(
         raise fail("--model names what llama.cpp's server runs: give --engine llama.cpp too")
     if baseline_every is not None and baseline_every <= 0:
         raise fail("--baseline-every takes a number of seconds above 0")
+    if nemo_gym and agent != "simple":
+        raise fail("--nemo-gym runs NeMo Gym's servers with the Simple Agent: leave --agent out")
+    if nemo_gym:
+        from ..gym.resources import NemoGymUnavailableError, install_nemo_gym
+
+        try:
+            with console.status("NeMo Gym's environment (installed once, cached after)"):
+                install_nemo_gym()
+        except NemoGymUnavailableError as exc:
+            raise fail(str(exc)) from exc
     rollouts = rollouts or (64 if model == "tiny" else 8)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
@@ -126,6 +144,7 @@ def demo_cmd(
                 engine_model=model,
                 baseline_every_s=baseline_every,
                 agent=agent,
+                nemo_gym=nemo_gym,
             )
         )
     if as_json:
@@ -252,6 +271,13 @@ def _summarize(out: dict[str, Any], example: str) -> None:
         ),
         ("wall time", f"{out['wall_s']:.1f} s", "the whole demo, comparisons included"),
     ]
+    if out.get("nemo_gym"):
+        lv = Table(
+            "NeMo Gym server", "level", "why", title="NeMo Gym's own servers, unmodified, under rollcut"
+        )
+        for server, level in out["nemo_gym"].items():
+            lv.add_row(server, level["level"], level["why"])
+        con.print(lv)
     run_t = Table("what", "value", title="rollcut demo: the run")
     for what, value, _ in rows:
         run_t.add_row(what, str(value))

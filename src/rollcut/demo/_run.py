@@ -36,12 +36,13 @@ from .._errors import ConfigError
 from .._files import private_dir, write_private
 from .._home import credentials_for
 from .._telemetry import percentile
+from ..gym.resources import NEMO_GYM_DECLARED
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
 from ._baseline import BaselineCut, baseline_cut, default_interval
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
-from ._tasks import demo_rows, demo_tasks
+from ._tasks import NEMO_GYM_DEMO, demo_rows, demo_tasks, nemo_gym_rows
 
 __all__ = ["ALTERNATIVES", "DEMO_NAMESPACE", "ENGINE_TASK_PARAMS", "run_demo"]
 
@@ -74,6 +75,7 @@ async def run_demo(
     baseline_every_s: float | None = None,
     baseline_intervals: tuple[float, ...] = (),
     agent: str = "simple",
+    nemo_gym: bool = False,
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
 
@@ -100,6 +102,9 @@ async def run_demo(
     The demo checkpoints every half second on purpose (many cuts, many in-flight generations).
     ``agent="opaque"``: the rollouts are run by the reference opaque agent, a program of its own
     behind the journaling relay (``docs/opaque-agents.md``), instead of the Simple Agent.
+    ``nemo_gym``: the resources servers are NeMo Gym's own (:data:`NEMO_GYM_DEMO`, unmodified, from
+    the installed wheel, behind rollcut's journal) and the rows are their own example data; ``nemo_gym``
+    in the result says the level each ran at.
     """
     t0 = time.perf_counter()
     tell = story or (lambda _: None)
@@ -127,6 +132,8 @@ async def run_demo(
             if agent == "simple"
             else demo_tasks(rollouts, seed, envs)
         )
+        if nemo_gym:  # NeMo Gym's servers as they ship, on their own example rows
+            envs, tasks = tuple(f"nemo-gym:{s}" for s in NEMO_GYM_DEMO), nemo_gym_rows(rollouts)
         if engine_model != "tiny":  # a real model decodes at tens of tokens a second on a CPU
             tasks = [{**t, "max_steps": REAL_MODEL_MAX_STEPS} for t in tasks]
         spec = PhaseSpec(
@@ -190,6 +197,7 @@ async def run_demo(
         )
         out["by_interval"] = by_interval or None
         out["model"] = _served(engine, engine_model if local_engine is not None else None, model)
+        out["nemo_gym"] = _levels(NEMO_GYM_DEMO) if nemo_gym else None
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -262,6 +270,11 @@ one by constrained decoding: docs/engines.md), in a bounded budget, so an episod
 
 REAL_MODEL_MAX_STEPS = 4
 """Tool calls per episode on a real model (``--model gemma-3-270m``): the demo stays minutes long."""
+
+
+def _levels(servers: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """The level each NeMo Gym server ran at under rollcut, and why (declared, never guessed)."""
+    return {s: dict(zip(("level", "why"), NEMO_GYM_DECLARED[s], strict=True)) for s in servers}
 
 
 def _served(engine: str | None, name: str | None, model: dict[str, Any]) -> dict[str, Any]:

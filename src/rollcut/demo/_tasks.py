@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
-from ..gym.resources import ENVIRONMENTS
+from ..gym.resources import ENVIRONMENTS, nemo_gym_example_rows
 from ..testing import DEMO_ENVIRONMENTS
 
-__all__ = ["demo_rows", "demo_tasks"]
+__all__ = ["NEMO_GYM_DEMO", "demo_rows", "demo_tasks", "nemo_gym_rows"]
+
+NEMO_GYM_DEMO = ("example_session_state_mgmt", "example_multi_step")
+"""The NeMo Gym servers ``rollcut demo --nemo-gym`` runs, unmodified: one replayable, one stateless."""
 
 
 def demo_tasks(n: int, seed: int, envs: tuple[str, ...] = DEMO_ENVIRONMENTS) -> list[dict[str, Any]]:
@@ -40,4 +44,16 @@ def demo_rows(
             **{k: t[k] for k in ("env", "seed", "verify", "max_steps")},
         }
         for t in demo_tasks(n, seed, envs)
+    ]
+
+
+def nemo_gym_rows(n: int, servers: tuple[str, ...] = NEMO_GYM_DEMO) -> list[dict[str, Any]]:
+    """``n`` rows of NeMo Gym's own example data (``data/example.jsonl`` of each server in the installed
+    wheel), the servers taken in turn, each row as it ships plus ``env`` naming its server (the only
+    thing rollcut adds: which of several resources servers the Simple Agent sends it to)."""
+    data = {s: [json.loads(line) for line in nemo_gym_example_rows(s)] for s in servers}
+    return [
+        {**data[s][(i // len(servers)) % len(data[s])], "env": s}
+        for i in range(n)
+        for s in [servers[i % len(servers)]]
     ]

@@ -143,6 +143,7 @@ class AgentServe(ServeOptions, kw_only=True, tag="agent"):
     agent: Annotated[
         str, flag("Agent kind (opaque: a program of its own behind the relay).", names="AGENTS")
     ] = "simple"
+    server: Annotated[str, flag("nemo-gym: NeMo Gym's agent (`rollcut nemo-gym list`).")] = ""
     model: Annotated[str, flag("Policy model server base URL.", required=True)] = ""
     resources: Annotated[
         dict[str, str], flag("ENV=URL of a resources server (repeatable).", required=True)
@@ -200,7 +201,7 @@ ServeSpec = ModelServe | ResourcesServe | AgentServe | EnvironmentServe
 
 SERVE_ARGUMENT: dict[type[ServeOptions], tuple[str, ...]] = {
     ResourcesServe: ("env", "server"),
-    AgentServe: ("agent",),
+    AgentServe: ("agent", "server"),
 }
 """The fields each kind takes as its command line's arguments, not as flags (the first required)."""
 _decoder = msgspec.json.Decoder(ServeSpec)

@@ -9,6 +9,7 @@ printed its readiness lines, and a crash is SIGKILL of every process of it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -41,7 +42,9 @@ class ServerProcess:
         self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
     ) -> None:
         self.argv, self.workers, self.logs = argv, workers, logs
-        self.name = argv[1] if argv[:1] == ["resources"] and len(argv) > 1 else (argv[0] if argv else "")
+        # a resources server is named by its environment, or by the server it fronts (nemo-gym NAME)
+        given = [a for a in argv[1:3] if not a.startswith("-")] if argv[:1] == ["resources"] else []
+        self.name = given[-1] if given else (argv[0] if argv else "")
         self.command = command or [sys.executable, "-m", "rollcut", "serve"]
         self.p: subprocess.Popen[str] | None = None
         self.url = ""
@@ -85,7 +88,7 @@ class ServerProcess:
         err: IO[str] | int = subprocess.DEVNULL
         if self.logs is not None:
             private_dir(self.logs)  # a server's log may quote prompts and tool results: user data
-            name = "-".join(a for a in self.argv[:2] if not a.startswith("-"))
+            name = "-".join(itertools.takewhile(lambda a: not a.startswith("-"), self.argv))
             self.log_path = self.logs / f"{name}.log"
             err = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
         # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
@@ -169,6 +172,7 @@ def start_stack(
     envs: tuple[str, ...] = DEMO_ENVIRONMENTS,
     model_options: dict[str, Any] | None = None,
     agent_options: dict[str, Any] | None = None,
+    resources_options: dict[str, Any] | None = None,
     replicas: int = 1,
     launcher: Callable[[ServeSpec, Path | None], ServerProcess] = ServerProcess.serving,
     environment: bool = True,
@@ -179,7 +183,8 @@ def start_stack(
         supervisor restarting on the same ports). ``workers`` sets every server's worker count (else
         the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
         engine backend: ``{"backend": "engine", "upstream": URL}``), ``agent_options`` agent-server options
-    (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``).
+    (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``),
+    ``resources_options`` every resources server's (``{"replayable": True}`` for NeMo Gym's).
     ``launcher`` makes each server's process from its options (``bench e2e --way plain`` runs the same
     servers without custody); without ``environment`` there is no environment server (the agent is last)."""
     ports = ports or {}
@@ -222,6 +227,7 @@ def start_stack(
                     server=spec.partition(":")[2],
                     port=ports.get(spec.partition(":")[2] or spec, 0),
                     **each,
+                    **(resources_options or {}),
                 )
             )
             for spec in envs

@@ -116,7 +116,7 @@ class LocalBackend:
         elif tools and tool_results < self.tool_turns and body.get("tool_choice") != "none":
             fn = rng.choice(tools).get("function", {})
             props = (fn.get("parameters") or {}).get("properties") or {}
-            args = {k: _arg_for(v, rng) for k, v in sorted(props.items())}
+            args = {k: _value_for(v, rng) for k, v in sorted(props.items())}  # arrays and objects too
             call: dict[str, Any] = {
                 "id": f"call_{key.hex()[:12]}",
                 "type": "function",

@@ -19,6 +19,7 @@ from ._nemo_gym import DECLARED as _DECLARED
 from ._nemo_gym import Level as NemoGymLevel
 from ._nemo_gym import NemoGym, NemoGymServer
 from ._nemo_gym import catalogue as nemo_gym_catalogue
+from ._nemo_gym import example_rows as nemo_gym_example_rows
 from ._nemo_install import NEMO_GYM, NemoGymInstalled, NemoGymUnavailableError
 from ._nemo_install import install as install_nemo_gym
 from ._nemo_install import installed as nemo_gym_installed
@@ -75,6 +76,7 @@ __all__ = [
     "first_difference",
     "install_nemo_gym",
     "nemo_gym_catalogue",
+    "nemo_gym_example_rows",
     "nemo_gym_installed",
     "pass_at_k",
     "task_fields",

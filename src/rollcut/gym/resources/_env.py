@@ -39,6 +39,9 @@ class Environment:
     verification: ClassVar[str] = "replayable"  # replayable | wait
     bare_answers: ClassVar[bool] = False  # a tool route answers the tool's result alone (Gym-shaped servers)
     reverify: ClassVar[str | None] = None  # NeMo Gym's ReverifyMode; None: derived from `mode`
+    implicit_sessions: ClassVar[bool] = False
+    """A call with no session makes one (seeded with ``{}``), as a NeMo Gym server makes one for any
+    first call's cookie: its Gymnasium servers have no ``/seed_session`` and start at ``/reset``."""
     whole_rows: ClassVar[bool] = False
     """Seed and verify take NeMo Gym's rows whole (a NeMo Gym server behind rollcut reads its own
     fields from them), and the verify answer is the environment's own."""

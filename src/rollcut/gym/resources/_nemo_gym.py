@@ -12,6 +12,8 @@ from its input). rollcut declares only servers it has checked, each with its rea
 from __future__ import annotations
 
 import atexit
+import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,7 +28,7 @@ from ...participants import CheckpointMode
 from ._nemo_install import NemoGymUnavailableError, env_python, site_packages
 from ._upstream import UpstreamEnvironment
 
-__all__ = ["DECLARED", "Level", "NemoGym", "NemoGymServer", "catalogue"]
+__all__ = ["AGENTS_CHECKED", "DECLARED", "Level", "NemoGym", "NemoGymServer", "catalogue", "example_rows"]
 
 DECLARED: dict[str, tuple[str, str]] = {
     "example_session_state_mgmt": (
@@ -46,6 +48,23 @@ DECLARED: dict[str, tuple[str, str]] = {
     ),
 }
 """The servers rollcut has checked, by name: their level and why."""
+
+AGENTS_CHECKED: dict[str, tuple[str, str]] = {
+    "simple_agent": (
+        "replayed",
+        "a continued attempt runs /run again: its model calls answered from the log, its tool calls "
+        "from the journal (checked: tests/e2e/test_nemo_gym.py, through a SIGKILL)",
+    ),
+    "gymnasium_agent": (
+        "replayed",
+        "as simple_agent, over /reset and /step (checked with blackjack: tests/e2e/test_nemo_gym.py)",
+    ),
+}
+"""NeMo Gym's agents rollcut has driven through a crash (``rollcut serve agent nemo-gym NAME``)."""
+_AGENT_DEFAULT = (
+    "not_checked",
+    "runs under `rollcut serve agent nemo-gym NAME` as any agent does, not yet checked through a crash",
+)
 
 _MODES: dict[str, CheckpointMode] = {
     "replayable": "event_sourced",
@@ -73,23 +92,28 @@ def catalogue() -> list[Level]:
         for level, why in [DECLARED.get(p.parent.name, _DEFAULT)]
     ]
     out += [
-        Level(
-            kind="agent",
-            name=p.parent.name,
-            level="not_driven",
-            why="runs its own loop; rollcut does not drive NeMo Gym's agents yet (its Simple Agent "
-            "speaks the same routes)",
-        )
+        Level(kind="agent", name=p.parent.name, level=level, why=why)
         for p in sorted((root / "responses_api_agents").glob("*/app.py"))
+        for level, why in [AGENTS_CHECKED.get(p.parent.name, _AGENT_DEFAULT)]
     ]
     return out
 
 
 class NemoGymServer:
-    """One NeMo Gym resources server from the installed wheel, a child process on a free port."""
+    """One NeMo Gym server from the installed wheel, a child process on a free port: a resources
+    server, or (``kind="responses_api_agents"``) an agent whose resources and model servers are
+    rollcut's (``peers``: ``{"resources": {"name": NAME, "url": URL}, "model": URL}``)."""
 
-    def __init__(self, name: str, *, log: Path) -> None:
-        self.name, self.log_path, self.port = name, log, 0
+    def __init__(
+        self,
+        name: str,
+        *,
+        log: Path,
+        kind: str = "resources_servers",
+        peers: dict[str, Any] | None = None,
+    ) -> None:
+        self.name, self.log_path, self.port, self.kind = name, log, 0, kind
+        self.peers = peers or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -99,10 +123,16 @@ class NemoGymServer:
     def start(self, *, timeout_s: float = 120.0) -> NemoGymServer:
         self.port = self.port or free_port()
         script = Path(__file__).with_name("nemo_gym_child.py")
-        argv = [str(env_python()), str(script), self.name, str(self.port)]
+        argv = [str(env_python()), str(script), self.kind, self.name, str(self.port)]
+        env = {**os.environ, "ROLLCUT_NEMO_GYM_PEERS": json.dumps(self.peers)}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=lifeline()
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lifeline(),
             )
         what = f"NeMo Gym's {self.name}"
         unavailable = NemoGymUnavailableError
@@ -136,3 +166,11 @@ class NemoGym(UpstreamEnvironment):
         env = cls(server, url, level=_MODES[level])
         env.discover()
         return env
+
+
+def example_rows(server: str) -> list[str]:
+    """The lines of a server's own example data (``data/example.jsonl`` in the installed wheel)."""
+    path = site_packages() / "resources_servers" / server / "data" / "example.jsonl"
+    if not path.is_file():
+        raise NemoGymUnavailableError(f"NeMo Gym's {server} ships no data/example.jsonl")
+    return [line for line in path.read_text().splitlines() if line.strip()]

@@ -170,6 +170,9 @@ class ResourcesService:
                 rollout_id=ident.rollout_id,
                 attempt=ident.attempt,
             )
+        if s is None and self.env.implicit_sessions:
+            await self._seed(ident, {})
+            s = self.sessions.get(ident)
         if s is None:
             raise GymError(
                 ErrorKind.NO_SESSION,

@@ -117,6 +117,7 @@ class UpstreamEnvironment(Environment):
 
     name: ClassVar[str] = "upstream"
     whole_rows: ClassVar[bool] = True
+    implicit_sessions: ClassVar[bool] = True
     bare_answers: ClassVar[bool] = True
     verification: ClassVar[str] = "wait"  # the upstream's verify reads its session: a cut waits for it
     reverify: ClassVar[str | None] = "unknown"

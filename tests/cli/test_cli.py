@@ -232,6 +232,15 @@ def test_bench_relay_times_live_and_replayed_calls_against_direct_ones() -> None
         assert out[key]["min"] <= out[key]["median"] <= out[key]["max"], key
 
 
+def test_bench_nemo_gym_times_a_replayed_restore_against_the_ported_codec_per_call() -> None:
+    out = json.loads(_run("bench", "nemo-gym", "--calls", "6", "--repeat", "2", "--json").stdout)
+    assert out["calls_per_session"] == 6 and out["repeats"] == 2
+    for key in ("replay_ms_per_call", "ported_codec_ms_per_call"):
+        assert 0 < out[key]["p50"] <= out[key]["max"], key
+    ratio = out["replay_over_codec"]
+    assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+
+
 @pytest.mark.slow
 def test_bench_e2e_with_an_opaque_agent_replays_its_journal_and_restart_generates_it_again() -> None:
     out = json.loads(_run("bench", "e2e", "--agent", "opaque", "--rollouts", "6", "--json").stdout)

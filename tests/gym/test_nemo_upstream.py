@@ -4,9 +4,11 @@ found at its first differing answer (real NeMo Gym code from its wheel, a real n
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from rollcut.bus import EventLog, ResourcesMutated
+from rollcut.gym import ResourcesServe
 from rollcut.gym.resources import NemoGym, NemoGymServer, first_difference, install_nemo_gym
 
 pytestmark = pytest.mark.slow
@@ -195,3 +198,110 @@ async def test_calls_after_the_last_boundary_are_answered_from_the_journal_and_s
     ).json()
     assert verdict["reward"] == 1.0
     assert (await rig.post("/get_counter_value", "other", 1)).json() == {"count": 50}
+
+
+@pytest.mark.parametrize("upstream", [COUNTER], indirect=True)
+async def test_an_upstream_that_dies_is_a_clear_error_and_the_journal_keeps_what_it_had(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer
+) -> None:
+    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
+    env.discover()
+    rig = await make_rig(env)
+    await log.dispatch("r1", {}, instance="c")
+    await rig.post("/seed_session", "r1", 1, {**ROW, "initial_count": 2})
+    await rig.post("/increment_counter", "r1", 1, {"count": 3})
+    before = _journal([s.event async for s in log.read()], "r1")
+    upstream.kill()
+    dead = await rig.post("/increment_counter", "r1", 1, {"count": 4})
+    assert dead.status_code == 502, dead.text
+    error = dead.json()["error"]
+    assert (
+        error["code"] == "http_error" and "the upstream did not answer /increment_counter" in error["message"]
+    )
+    assert _journal([s.event async for s in log.read()], "r1") == before  # nothing lost, nothing added
+    upstream.start()
+    # applied or not, the live session cannot be shown to be the journal's any more: never continued
+    broken = await rig.post("/get_counter_value", "r1", 1)
+    assert broken.status_code == 409 and broken.json()["error"]["code"] == "not_continuable"
+    # at a cut, a fresh session is rebuilt from the journal: the call that got no answer was not made
+    await rig.boundary("r1", COUNTER, 1)
+    await rig.restore_from_checkpoint("r1")
+    assert (await rig.post("/get_counter_value", "r1", 2)).json() == {"count": 5}
+
+
+class _Misbehaving(http.server.BaseHTTPRequestHandler):
+    """An upstream that publishes one tool and then answers garbage, or nothing at all."""
+
+    hang = threading.Event()  # set when the test ends: the handler that hangs returns
+
+    def do_GET(self) -> None:
+        body = json.dumps({"paths": {"/poke": {"post": {}}}, "components": {}}).encode()
+        self._answer(200, body, "application/json")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.server.mode == "hang":  # type: ignore[attr-defined]
+            self.hang.wait(30)
+            return
+        self._answer(200, b"\x00<html>not json", "text/html")
+
+    def _answer(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("set-cookie", "s=1")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("mode", ["garbage", "hang"])
+async def test_an_upstream_answering_garbage_or_nothing_is_a_clear_error_and_stores_nothing(
+    log: EventLog, make_rig: Any, mode: str
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Misbehaving)
+    server.mode = mode  # type: ignore[attr-defined]
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = NemoGym("misbehaving", f"http://127.0.0.1:{server.server_address[1]}", timeout_s=1.0)
+        env.discover()
+        rig = await make_rig(env)
+        await log.dispatch("r1", {}, instance="c")
+        refused = await rig.post("/seed_session", "r1", 1, ROW)
+        assert refused.status_code == 502, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "http_error" and error["type"] == "server_error"
+        assert ("did not answer /seed_session" if mode == "hang" else "answered /seed_session") in error[
+            "message"
+        ]
+        assert not [s async for s in log.read() if getattr(s.event, "rollout_id", None) == "r1"][1:]
+    finally:
+        _Misbehaving.hang.set()
+        server.shutdown()
+        thread.join(timeout=10)
+        _Misbehaving.hang.clear()
+
+
+async def test_the_server_it_started_is_started_again_and_its_old_sessions_are_never_used(
+    log: EventLog, make_rig: Any, _installed: None, tmp_path: Path
+) -> None:
+    env = NemoGym.of(ResourcesServe(url="nats://unused", env="nemo-gym", server=COUNTER))
+    assert env.child is not None and env.mode == "event_sourced"
+    try:
+        rig = await make_rig(env)
+        for rid in ("r1", "r2"):
+            await log.dispatch(rid, {}, instance="c")
+        await rig.post("/seed_session", "r1", 1, {**ROW, "initial_count": 7})
+        env.child.kill()  # the NeMo Gym process dies under a live session
+        refused = await rig.post("/get_counter_value", "r1", 1)
+        assert refused.status_code == 409, refused.text
+        assert "its upstream was restarted" in refused.json()["error"]["message"]
+        assert env.child.alive() and env.generation == 1
+        await rig.post("/seed_session", "r2", 1, {**ROW, "initial_count": 4})  # a new one is served
+        assert (await rig.post("/get_counter_value", "r2", 1)).json() == {"count": 4}
+    finally:
+        env.child.kill()

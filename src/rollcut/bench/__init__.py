@@ -8,6 +8,7 @@ from ._e2e import THROUGHPUT_WAYS, WAYS, bench_e2e
 from ._engine import bench_model_engine
 from ._log import bench_log, workload
 from ._model import bench_model
+from ._nemo_gym import bench_nemo_gym
 from ._relay import bench_relay
 from ._sandbox import bench_sandbox
 from ._soak import bench_soak
@@ -26,6 +27,7 @@ __all__ = [
     "bench_log",
     "bench_model",
     "bench_model_engine",
+    "bench_nemo_gym",
     "bench_relay",
     "bench_sandbox",
     "bench_soak",

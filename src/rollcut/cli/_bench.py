@@ -306,6 +306,18 @@ def bench_relay_cmd(
     _measure("bench_relay", f"timing {calls * repeat * 4} model calls", as_json, calls=calls, repeat=repeat)
 
 
+@bench_app.command("nemo-gym")
+def bench_nemo_gym_cmd(
+    calls: Annotated[int, typer.Option(help="Tool calls per session before the cut.")] = 50,
+    repeat: Annotated[int, typer.Option(help="Sessions of each kind; the spread is over them.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """A NeMo Gym session continued by replaying its journal on a fresh upstream session (its own
+    stateful counter, unmodified), against rollcut's port of it restored by its codec, per call."""
+    status = f"restoring {2 * repeat} sessions of {calls} calls"
+    _measure("bench_nemo_gym", status, as_json, calls=calls, repeat=repeat)
+
+
 @bench_app.command("workers")
 def bench_workers_cmd(
     rollouts: Annotated[int, typer.Option(help="Sessions per server and repeat.")] = 20,

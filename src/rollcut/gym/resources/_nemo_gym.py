@@ -11,6 +11,7 @@ from its input). rollcut declares only servers it has checked, each with its rea
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import os
@@ -139,6 +140,15 @@ class NemoGymServer:
         wait_healthy(what, self.proc, self.url, self.log_path, timeout_s, self.kill, error=unavailable)
         return self
 
+    def __enter__(self) -> NemoGymServer:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             kill_group(self.proc.pid)
@@ -156,7 +166,7 @@ class NemoGym(UpstreamEnvironment):
         if not server:
             raise ConfigError("nemo-gym needs the server's name: rollcut serve resources nemo-gym NAME")
         level = "replayable" if opts.replayable else DECLARED.get(server, _DEFAULT)[0]
-        url = opts.upstream
+        url, child = opts.upstream, None
         if not url:
             log = Path(tempfile.mkstemp(prefix=f"rollcut-nemo-gym-{server}-", suffix=".log")[1])
             child = NemoGymServer(server, log=log)
@@ -164,8 +174,23 @@ class NemoGym(UpstreamEnvironment):
             atexit.register(child.kill)  # and its lifeline, should this process be killed
             url = child.start().url
         env = cls(server, url, level=_MODES[level])
+        env.child = child
         env.discover()
         return env
+
+    child: NemoGymServer | None = None
+    _restarting: asyncio.Lock | None = None
+
+    async def ready(self) -> None:
+        """The server this environment started, started again on its port if it died: every session
+        of the dead one is broken (its next call refused, not continued), new ones are made here."""
+        if self.child is None or self.child.alive():
+            return
+        self._restarting = self._restarting or asyncio.Lock()
+        async with self._restarting:
+            if not self.child.alive():
+                await asyncio.to_thread(self.child.start)
+                self.generation += 1
 
 
 def example_rows(server: str) -> list[str]:

@@ -66,6 +66,7 @@ class _Link:
     """The one upstream session behind a session's states: its cookie, and which state it matches."""
 
     cookie: str
+    generation: int = 0  # the upstream process it lives in (a restarted one has none of its sessions)
     owner: UpstreamSession | None = None
     broken: str | None = None
 
@@ -130,6 +131,7 @@ class UpstreamEnvironment(Environment):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._routes: dict[str, dict[str, Any]] = {}
+        self.generation = 0  # bumped by whoever restarts the upstream: its sessions are gone
         self._http: httpx.AsyncClient | None = None
         self._closing: set[asyncio.Task[Any]] = set()
 
@@ -178,7 +180,21 @@ class UpstreamEnvironment(Environment):
             )
         return answer
 
+    def _usable(self, link: _Link) -> _Link:
+        """``link``, unless its session cannot be shown to be the journal's: then not continuable."""
+        if link.generation != self.generation:
+            link.broken = link.broken or "its upstream was restarted: the session's state is gone"
+        if link.broken:
+            raise GymError(ErrorKind.NOT_CONTINUABLE, f"{self.name}: {link.broken}")
+        return link
+
+    async def ready(self) -> None:
+        """Before a call: an environment that runs its upstream starts it again here if it died
+        (and bumps :attr:`generation`, so no session of the dead one is used)."""
+        return None
+
     async def _seeded(self, seed: Any) -> tuple[_Link, Any]:
+        await self.ready()
         resp = await self._send("/seed_session", seed, None)
         # a server without the route (NeMo Gym's Gymnasium servers start at /reset) still sets the cookie
         answer = None if resp.status_code == NO_ROUTE else self._answer(resp, "/seed_session")
@@ -186,7 +202,7 @@ class UpstreamEnvironment(Environment):
         if not cookie:
             what = f"{self.name}: /seed_session set no session cookie"
             raise GymError(ErrorKind.HTTP_ERROR, what, status=502)
-        return _Link(cookie), answer
+        return _Link(cookie, generation=self.generation), answer
 
     # --- the environment's hooks ----------------------------------------------------------
 
@@ -195,10 +211,13 @@ class UpstreamEnvironment(Environment):
 
     def _tool(self, name: str) -> Any:
         async def run(draft: UpstreamSession, args: dict[str, Any]) -> ToolResult:
-            link = draft.link
-            if link.broken:
-                raise GymError(ErrorKind.NOT_CONTINUABLE, f"{self.name}: {link.broken}")
-            resp = await self._send(f"/{name}", args, link.cookie)
+            await self.ready()
+            link = self._usable(draft.link)
+            try:
+                resp = await self._send(f"/{name}", args, link.cookie)
+            except GymError:  # no answer: applied or not, or the upstream and its sessions gone
+                link.broken = f"the upstream did not answer /{name}: the session cannot be shown the same"
+                raise
             if resp.status_code != REFUSED_UNCHANGED:
                 link.owner = draft  # the upstream has applied it: only the draft matches it now
             answer = self._answer(resp, f"/{name}")
@@ -231,9 +250,9 @@ class UpstreamEnvironment(Environment):
         return s
 
     async def verify(self, state: UpstreamSession, args: dict[str, Any]) -> dict[str, Any]:
-        if state.link.broken:
-            raise GymError(ErrorKind.NOT_CONTINUABLE, f"{self.name}: {state.link.broken}")
-        out = self._answer(await self._send("/verify", args, state.link.cookie), "/verify")
+        await self.ready()
+        link = self._usable(state.link)
+        out = self._answer(await self._send("/verify", args, link.cookie), "/verify")
         return out if isinstance(out, dict) else {"reward": 0.0, "answer": out}
 
     def copy(self, state: UpstreamSession) -> UpstreamSession:

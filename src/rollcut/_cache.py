@@ -16,12 +16,14 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar, Self
 
 import httpx
 
 from ._errors import RollcutError
+from ._process import kill_group, lifeline
 
-__all__ = ["cache_root", "locked", "wait_healthy"]
+__all__ = ["ChildServer", "cache_root", "locked", "wait_healthy"]
 
 
 def cache_root() -> Path:
@@ -66,3 +68,52 @@ def wait_healthy(
         time.sleep(poll_s)  # polling a child's readiness: it has no other way to say so
     kill()
     raise error(f"{what} not healthy within {timeout_s} s (log {log})")
+
+
+class ChildServer:
+    """A server rollcut runs beside it: a child process in a session of its own (killed with every
+    process it started), on a free loopback port, dying with its parent (``lifeline``)."""
+
+    what: ClassVar[str] = "a server"
+    unavailable: ClassVar[type[RollcutError]] = RollcutError
+
+    def __init__(self, *, log: Path) -> None:
+        self.log_path, self.port = log, 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, argv: list[str], env: dict[str, str], timeout_s: float, poll_s: float = 0.05) -> None:
+        """Start ``argv`` on :attr:`port` (a free one the first time) and wait until it is healthy."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lifeline(),
+            )
+        proc, error = self.proc, self.unavailable
+        wait_healthy(self.what, proc, self.url, self.log_path, timeout_s, self.kill, poll_s, error=error)
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL it and every process it started, and reap it."""
+        if self.alive():
+            assert self.proc is not None
+            kill_group(self.proc.pid)
+            self.proc.wait()
+
+    def __enter__(self) -> Self:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

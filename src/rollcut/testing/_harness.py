@@ -173,6 +173,7 @@ def start_stack(
     model_options: dict[str, Any] | None = None,
     agent_options: dict[str, Any] | None = None,
     resources_options: dict[str, Any] | None = None,
+    environment_options: dict[str, Any] | None = None,
     replicas: int = 1,
     launcher: Callable[[ServeSpec, Path | None], ServerProcess] = ServerProcess.serving,
     environment: bool = True,
@@ -184,7 +185,8 @@ def start_stack(
         the agent has ``agent_workers`` and the rest one). ``model_options`` adds model-server options (an
         engine backend: ``{"backend": "engine", "upstream": URL}``), ``agent_options`` agent-server options
     (an opaque agent: ``{"agent": "opaque", "command": ..., "capability": "replayable_egress"}``),
-    ``resources_options`` every resources server's (``{"replayable": True}`` for NeMo Gym's).
+    ``resources_options`` every resources server's (``{"replayable": True}`` for NeMo Gym's),
+    ``environment_options`` the environment server's (``{"name": ...}``: two stacks on one bus).
     ``launcher`` makes each server's process from its options (``bench e2e --way plain`` runs the same
     servers without custody); without ``environment`` there is no environment server (the agent is last)."""
     ports = ports or {}
@@ -247,7 +249,13 @@ def start_stack(
         if not environment:
             return [model, *servers.values(), agent]
         env = launch(
-            EnvironmentServe(**of("environment"), agent=agent.url, port=ports.get("environment", 0), **each)
+            EnvironmentServe(
+                **of("environment"),
+                agent=agent.url,
+                port=ports.get("environment", 0),
+                **each,
+                **(environment_options or {}),
+            )
         ).ready()
         return [model, *servers.values(), agent, env]
 

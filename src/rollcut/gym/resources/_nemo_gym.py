@@ -41,6 +41,11 @@ DECLARED: dict[str, tuple[str, str]] = {
         "its tools are functions of their arguments (a synonym's letters) and verify reads only the "
         "row's last extract_synonym_values call",
     ),
+    "mcqa": (
+        "stateless",
+        "no tools and no session: verify reads the row's options and expected answer and the "
+        "response's last message",
+    ),
     "blackjack": (
         "restart_only",
         "deals from an unseeded random.Random(): a replayed /reset deals other cards (checked: "

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,8 +78,11 @@ class ChildServer:
     what: ClassVar[str] = "a server"
     unavailable: ClassVar[type[RollcutError]] = RollcutError
 
-    def __init__(self, *, log: Path) -> None:
-        self.log_path, self.port = log, 0
+    def __init__(self, *, log: Path | None = None) -> None:
+        # no log path: a file already unlinked, read while it is open; a SIGKILL leaves nothing
+        self._unnamed = None if log is not None else tempfile.TemporaryFile()  # noqa: SIM115
+        self.log_path = log or Path(f"/proc/self/fd/{self._unnamed.fileno()}")  # type: ignore[union-attr]
+        self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,7 +91,8 @@ class ChildServer:
 
     def _spawn(self, argv: list[str], env: dict[str, str], timeout_s: float, poll_s: float = 0.05) -> None:
         """Start ``argv`` on :attr:`port` (a free one the first time) and wait until it is healthy."""
-        with open(self.log_path, "ab") as log:
+        named = self._unnamed is None
+        with open(self.log_path, "ab") if named else contextlib.nullcontext(self._unnamed) as log:
             self.proc = subprocess.Popen(
                 argv,
                 stdout=log,

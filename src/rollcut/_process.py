@@ -15,7 +15,15 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["free_port", "kill_group", "lifeline", "pid_alive", "sweep_dead_dirs"]
+__all__ = [
+    "DEAD_DIR_PREFIXES",
+    "free_port",
+    "kill_group",
+    "lifeline",
+    "pid_alive",
+    "sweep_all_dead_dirs",
+    "sweep_dead_dirs",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -71,6 +79,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+DEAD_DIR_PREFIXES = ("rollcut-peers-", "rollcut-relay-", "rollcut-agent-")
+"""The temporary directories rollcut's servers name for their process (several workers' sockets and
+metrics, an opaque agent's relay and runs): what :func:`sweep_dead_dirs` may remove."""
+
+
+def sweep_all_dead_dirs() -> int:
+    """Every directory of :data:`DEAD_DIR_PREFIXES` whose process is gone; how many went."""
+    return sum(sweep_dead_dirs(prefix) for prefix in DEAD_DIR_PREFIXES)
 
 
 def sweep_dead_dirs(prefix: str) -> int:

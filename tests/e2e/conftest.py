@@ -196,3 +196,23 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict
 
 
 SIGTERM, SIGUSR1 = signal.SIGTERM, signal.SIGUSR1
+
+
+def collected(dep: Deployment, crash: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Collect ``dep``'s tasks (with ``crash``: SIGKILL every Gym process once 4 rows are written,
+    start them again, resume) and check what a user checks first: exit 0, every rollout's row exactly
+    once, no failures file. The rows by rollout id, and the collector's summary."""
+    proc = dep.collect()
+    if crash:
+        dep.wait_rows(4, proc)
+        dep.crash()  # SIGKILL every Gym process mid-run
+        proc.send_signal(SIGTERM)
+        finish(proc)
+        dep.restart()
+        proc = dep.collect("--resume")
+    code, summary = finish(proc)
+    assert code == 0, summary
+    rows = dep.rows()
+    assert len(rows) == dep.rollouts == len({r["rollout_id"] for r in rows}), "every rollout exactly once"
+    assert not (dep.output.parent / "results_failures.jsonl").exists()
+    return {r["rollout_id"]: r for r in rows}, summary

@@ -29,7 +29,7 @@ from rollcut.bus import (
 from rollcut.gym.resources import install_nemo_gym, nemo_gym_example_rows
 
 from ..gym.nemo_bodies import stateful_counter_rows
-from .conftest import NS, SIGTERM, Deployment, deploy, finish
+from .conftest import NS, Deployment, collected, deploy
 
 pytestmark = pytest.mark.slow
 
@@ -38,25 +38,6 @@ AGENTS = {
     "rollcut_simple_agent": {},
     "nemo_gym_simple_agent": {"agent_options": {"agent": "nemo-gym", "server": "simple_agent"}},
 }
-
-
-def _collect(
-    dep: Deployment, crash: bool, summary: dict[str, Any] | None = None
-) -> dict[str, dict[str, Any]]:
-    proc = dep.collect()
-    if crash:
-        dep.wait_rows(4, proc)
-        dep.crash()  # SIGKILL every Gym process mid-run: NeMo Gym's servers die with them
-        proc.send_signal(SIGTERM)
-        finish(proc)
-        dep.restart()
-        proc = dep.collect("--resume")
-    code, said = finish(proc)
-    assert code == 0, said
-    (summary if summary is not None else {}).update(said)
-    rows = dep.rows()
-    assert len(rows) == dep.rollouts == len({r["rollout_id"] for r in rows}), "every rollout exactly once"
-    return {r["rollout_id"]: r for r in rows}
 
 
 async def _events(dep: Deployment) -> list[tuple[int, Any]]:
@@ -75,9 +56,9 @@ def test_nemo_gyms_counter_through_a_crash_keeps_every_row_and_verdict(tmp_path:
     rows = stateful_counter_rows(10, env=COUNTER)
     stack = {"envs": (f"nemo-gym:{COUNTER}",), **AGENTS[agent]}
     with deploy(tmp_path / "reference", tasks=rows, **stack) as ref_dep:
-        reference = _collect(ref_dep, crash=False)
+        reference, _ = collected(ref_dep, crash=False)
     with deploy(tmp_path / "crashed", tasks=rows, **stack) as dep:
-        crashed = _collect(dep, crash=True)
+        crashed, _ = collected(dep, crash=True)
         events = asyncio.run(_events(dep))
     assert {r: row["reward"] for r, row in crashed.items()} == {
         r: row["reward"] for r, row in reference.items()
@@ -125,9 +106,8 @@ def test_blackjack_under_nemo_gyms_gymnasium_agent_restarts_what_it_cannot_repla
         "agent_options": {"agent": "nemo-gym", "server": "gymnasium_agent"},
         "resources_options": {"replayable": declared == "replayable"},
     }
-    said: dict[str, Any] = {}
     with deploy(tmp_path / "crashed", tasks=rows, **stack) as dep:
-        crashed = _collect(dep, crash=True, summary=said)
+        crashed, said = collected(dep, crash=True)
         events = asyncio.run(_events(dep))
     assert said["failed"] == {} and all(row["reward"] in (-1.0, 0.0, 1.0) for row in crashed.values())
     continued = {e.rollout_id for _, e in events if isinstance(e, AttemptOpened) and e.from_cut}

@@ -19,7 +19,7 @@ from rollcut.gym.opaque import REFERENCE_AGENT
 from rollcut.tokens import LocalTokenStore
 
 from ..gym.nemo_bodies import stateful_counter_rows
-from .conftest import SIGTERM, Deployment, deploy, finish
+from .conftest import collected, deploy
 
 pytestmark = pytest.mark.slow
 
@@ -35,23 +35,6 @@ def _comparable(row: dict[str, Any]) -> dict[str, Any]:
         "task": row["_ng_task_index"],
         "repeat": row["_ng_rollout_index"],
     }
-
-
-def _collect(dep: Deployment, crash: bool) -> dict[str, dict[str, Any]]:
-    proc = dep.collect()
-    if crash:
-        dep.wait_rows(4, proc)
-        dep.crash()  # SIGKILL every Gym process mid-run
-        proc.send_signal(SIGTERM)
-        finish(proc)
-        dep.restart()
-        proc = dep.collect("--resume")
-    code, summary = finish(proc)
-    assert code == 0, summary
-    rows = dep.rows()
-    assert len(rows) == dep.rollouts == len({r["rollout_id"] for r in rows}), "every rollout exactly once"
-    assert not (dep.output.parent / "results_failures.jsonl").exists()
-    return {r["rollout_id"]: r for r in rows}
 
 
 ROW_SETS = {
@@ -78,9 +61,9 @@ ROW_SETS = {
 def test_nemo_rows_through_a_crash_match_a_run_without_it(tmp_path: Path, name: str) -> None:
     rows, stack = ROW_SETS[name]
     with deploy(tmp_path / "reference", tasks=rows, **stack) as ref_dep:
-        reference = _collect(ref_dep, crash=False)
+        reference, _ = collected(ref_dep, crash=False)
     with deploy(tmp_path / "crashed", tasks=rows, **stack) as dep:
-        crashed = _collect(dep, crash=True)
+        crashed, _ = collected(dep, crash=True)
         done_before = {
             json.loads(line)["rollout_id"]
             for line in dep.output.read_text().splitlines()[:4]  # written before the crash

@@ -39,6 +39,16 @@ def upstream(_installed: None, tmp_path: Path, request: pytest.FixtureRequest) -
         server.kill()
 
 
+async def _rig(log: EventLog, make_rig: Any, name: str, url: str, **options: Any) -> Any:
+    """A resources participant in front of NeMo Gym's server ``name`` at ``url`` (its tools read from
+    its OpenAPI document), its coordinator beside it, and rollout ``r1`` dispatched."""
+    env = NemoGym(name, url, **options)
+    env.discover()
+    rig = await make_rig(env)
+    await log.dispatch("r1", {}, instance="c")
+    return rig
+
+
 def _journal(events: list[Any], rollout: str) -> list[tuple[str, Any, Any]]:
     return [
         (e.tool, e.arguments, e.result)
@@ -51,11 +61,9 @@ def _journal(events: list[Any], rollout: str) -> list[tuple[str, Any, Any]]:
 async def test_the_counter_is_rebuilt_at_the_cut_by_replay_on_a_fresh_upstream(
     log: EventLog, make_rig: Any, upstream: NemoGymServer
 ) -> None:
-    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
-    env.discover()
+    rig = await _rig(log, make_rig, COUNTER, upstream.url, level="event_sourced")
+    env = rig.service.env
     assert {t["function"]["name"] for t in env.tool_schemas()} == {"increment_counter", "get_counter_value"}
-    rig = await make_rig(env)
-    await log.dispatch("r1", {}, instance="c")
     assert (await rig.post("/seed_session", "r1", 1, {**ROW, "initial_count": 3})).status_code == 200
     for n in (4, 2):
         assert (await rig.post("/increment_counter", "r1", 1, {"count": n})).json() == {"success": True}
@@ -88,10 +96,7 @@ async def test_blackjack_declared_replayable_diverges_at_its_first_answer_and_re
     """NeMo Gym's blackjack deals from an unseeded ``random.Random()``: declared replayable anyway,
     its replay deals other cards, and the continued attempt is refused, naming the call and field
     (three games were dealt: all three the same again by chance is about one in 10**13)."""
-    env = NemoGym("blackjack", upstream.url, level="event_sourced")
-    env.discover()
-    rig = await make_rig(env)
-    await log.dispatch("r1", {}, instance="c")
+    rig = await _rig(log, make_rig, "blackjack", upstream.url, level="event_sourced")
     assert (await rig.post("/seed_session", "r1", 1, ROW)).status_code == 200
     hands = [(await rig.post("/reset", "r1", 1, ROW)).json()["observation"] for _ in range(3)]
     assert all(h.startswith("Your hand: ") for h in hands)
@@ -111,10 +116,7 @@ async def test_blackjack_declared_replayable_diverges_at_its_first_answer_and_re
 async def test_a_server_declared_nothing_restarts_and_its_checkpoint_says_so(
     log: EventLog, make_rig: Any, upstream: NemoGymServer
 ) -> None:
-    env = NemoGym("blackjack", upstream.url)  # blackjack's declared level: restart_only
-    env.discover()
-    rig = await make_rig(env)
-    await log.dispatch("r1", {}, instance="c")
+    rig = await _rig(log, make_rig, "blackjack", upstream.url)  # its declared level: restart_only
     await rig.post("/seed_session", "r1", 1, ROW)
     await rig.post("/reset", "r1", 1, ROW)
     res = await rig.coordinator.checkpoint(deadline_s=5)
@@ -180,11 +182,9 @@ async def test_calls_after_the_last_boundary_are_answered_from_the_journal_and_s
     """The continuing agent sends again what its attempt did after its last boundary: answered from the
     journal, in order, on a session rebuilt beside another live one of the same upstream (each
     session its own cookie: a second seed is never the first session again)."""
-    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
-    env.discover()
-    rig = await make_rig(env)
+    rig = await _rig(log, make_rig, COUNTER, upstream.url, level="event_sourced")
+    await log.dispatch("other", {}, instance="c")
     for rid in ("r1", "other"):
-        await log.dispatch(rid, {}, instance="c")
         await rig.post("/seed_session", rid, 1, {**ROW, "initial_count": 0})
     await rig.post("/increment_counter", "other", 1, {"count": 50})
     calls = [
@@ -213,10 +213,7 @@ async def test_calls_after_the_last_boundary_are_answered_from_the_journal_and_s
 async def test_an_upstream_that_dies_is_a_clear_error_and_the_journal_keeps_what_it_had(
     log: EventLog, make_rig: Any, upstream: NemoGymServer
 ) -> None:
-    env = NemoGym(COUNTER, upstream.url, level="event_sourced")
-    env.discover()
-    rig = await make_rig(env)
-    await log.dispatch("r1", {}, instance="c")
+    rig = await _rig(log, make_rig, COUNTER, upstream.url, level="event_sourced")
     await rig.post("/seed_session", "r1", 1, {**ROW, "initial_count": 2})
     await rig.post("/increment_counter", "r1", 1, {"count": 3})
     before = _journal([s.event async for s in log.read()], "r1")
@@ -276,10 +273,8 @@ async def test_an_upstream_answering_garbage_or_nothing_is_a_clear_error_and_sto
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        env = NemoGym("misbehaving", f"http://127.0.0.1:{server.server_address[1]}", timeout_s=1.0)
-        env.discover()
-        rig = await make_rig(env)
-        await log.dispatch("r1", {}, instance="c")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rig = await _rig(log, make_rig, "misbehaving", url, timeout_s=1.0)
         refused = await rig.post("/seed_session", "r1", 1, ROW)
         assert refused.status_code == 502, refused.text
         error = refused.json()["error"]

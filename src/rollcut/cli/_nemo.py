@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -60,17 +61,16 @@ def nemo_list(
     for x in levels:
         table.add_row(x.kind, x.name, x.level, x.why)
     console.print(table)
-    counts: dict[str, int] = {}
-    for x in levels:
-        counts[f"{x.kind} {x.level}"] = counts.get(f"{x.kind} {x.level}", 0) + 1
-    console.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    console.print(", ".join(f"{k} {lv}: {n}" for (k, lv), n in sorted(_counts(levels).items())))
+
+
+def _counts(levels: list[NemoGymLevel]) -> Counter[tuple[str, str]]:
+    """How many servers and agents stand at each level, by (kind, level)."""
+    return Counter((x.kind, x.level) for x in levels)
 
 
 def _markdown(levels: list[NemoGymLevel]) -> str:
     """The catalogue as a Markdown page: its counts, then one row per server and agent."""
-    counts: dict[tuple[str, str], int] = {}
-    for x in levels:
-        counts[(x.kind, x.level)] = counts.get((x.kind, x.level), 0) + 1
     lines = [
         "# NeMo Gym's servers and agents under rollcut",
         "",
@@ -79,7 +79,7 @@ def _markdown(levels: list[NemoGymLevel]) -> str:
         "",
         "| kind | level | how many |",
         "|---|---|---|",
-        *(f"| {k} | {lv} | {n} |" for (k, lv), n in sorted(counts.items())),
+        *(f"| {k} | {lv} | {n} |" for (k, lv), n in sorted(_counts(levels).items())),
         "",
         "| kind | name | level | why |",
         "|---|---|---|---|",

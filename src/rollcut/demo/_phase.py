@@ -24,7 +24,7 @@ from ..collect import NO_COMPACTION, CheckpointPolicy, CollectOptions, Collector
 from ..ledger import Ledger, verify_checkpoint
 from ..participants import CheckpointResult, RecoveryMode, RecoveryResult
 from ..replay import count_work
-from ..testing import ServerProcess, start_stack
+from ..testing import ServerProcess, start_stack, stop_stack
 from ..tokens import LocalTokenStore
 from ._baseline import episode_seconds
 from ._story import (
@@ -241,8 +241,7 @@ async def run_phase(
                 problems = await _verify_all(log, ledger, tokens) if spec.verify and not crashed else None
         finally:
             _note_peaks(stack, peak)
-            for p in stack:
-                p.kill()
+            stop_stack(stack)
             await log.close()
     return Phase(
         home=home,

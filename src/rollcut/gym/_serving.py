@@ -114,11 +114,11 @@ def run_servers(
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
     say(f"LISTENING {url}")
+    sweep_dead_dirs("rollcut-peers-")  # what a SIGKILLed server of several workers left, at any start
     if workers == 1:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve_one(sock, 0, None))
         return
-    sweep_dead_dirs("rollcut-peers-")
     with tempfile.TemporaryDirectory(prefix=f"rollcut-peers-{os.getpid()}-") as peers_dir:  # 0700
         Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue).run(url)
 

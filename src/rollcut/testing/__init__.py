@@ -17,7 +17,7 @@ import typing as _typing
 
 from .._lazy import lazy_names as _lazy_names
 from ._acks import acked, generated_twice, missing_acks
-from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack
+from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack, stop_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
 
 if _typing.TYPE_CHECKING:
@@ -50,5 +50,6 @@ __all__ = [
     "netns_cluster",
     "sample_record",
     "start_stack",
+    "stop_stack",
     "stream_leader",
 ]

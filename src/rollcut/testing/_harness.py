@@ -20,11 +20,11 @@ from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import kill_group, lifeline, pid_alive
+from .._process import kill_group, lifeline, pid_alive, sweep_all_dead_dirs
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
-__all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack"]
+__all__ = ["DEMO_ENVIRONMENTS", "ServerProcess", "start_stack", "stop_stack"]
 
 DEMO_ENVIRONMENTS = ("counter", "blackjack", "workplace")
 """The resources servers :func:`start_stack` runs unless told otherwise."""
@@ -43,8 +43,11 @@ class ServerProcess:
     ) -> None:
         self.argv, self.workers, self.logs = argv, workers, logs
         # a resources server is named by its environment, or by the server it fronts (nemo-gym NAME)
-        given = [a for a in argv[1:3] if not a.startswith("-")] if argv[:1] == ["resources"] else []
-        self.name = given[-1] if given else (argv[0] if argv else "")
+        # its positionals (kind, then its environment or agent, then the server it fronts); a resources
+        # server is named by the last of them (nemo-gym NAME: NAME), every other by its kind
+        self.positionals = list(itertools.takewhile(lambda a: not a.startswith("-"), argv))
+        last = self.positionals[-1] if argv[:1] == ["resources"] else None
+        self.name = last or (argv[0] if argv else "")
         self.command = command or [sys.executable, "-m", "rollcut", "serve"]
         self.p: subprocess.Popen[str] | None = None
         self.url = ""
@@ -88,7 +91,7 @@ class ServerProcess:
         err: IO[str] | int = subprocess.DEVNULL
         if self.logs is not None:
             private_dir(self.logs)  # a server's log may quote prompts and tool results: user data
-            name = "-".join(itertools.takewhile(lambda a: not a.startswith("-"), self.argv))
+            name = "-".join(self.positionals)
             self.log_path = self.logs / f"{name}.log"
             err = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
         # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
@@ -221,19 +224,20 @@ def start_stack(
                 backend_options=backend_options,
             )
         )
-        servers = {  # "nemo-gym:NAME": NeMo Gym's server NAME behind rollcut's journal, named NAME
-            (spec.partition(":")[2] or spec): launch(
+        servers: dict[str, ServerProcess] = {}
+        for spec in envs:  # "nemo-gym:NAME": NeMo Gym's server NAME behind rollcut's journal, named NAME
+            env, _, server = spec.partition(":")
+            name = server or env
+            servers[name] = launch(
                 ResourcesServe(
                     **of("resources"),
-                    env=spec.partition(":")[0],
-                    server=spec.partition(":")[2],
-                    port=ports.get(spec.partition(":")[2] or spec, 0),
+                    env=env,
+                    server=server,
+                    port=ports.get(name, 0),
                     **each,
                     **(resources_options or {}),
                 )
             )
-            for spec in envs
-        }
         for p in [model, *servers.values()]:  # launched side by side; the agent needs their addresses
             p.ready()
         agent = launch(
@@ -248,7 +252,7 @@ def start_stack(
         ).ready()
         if not environment:
             return [model, *servers.values(), agent]
-        env = launch(
+        orchestrator = launch(
             EnvironmentServe(
                 **of("environment"),
                 agent=agent.url,
@@ -257,7 +261,7 @@ def start_stack(
                 **(environment_options or {}),
             )
         ).ready()
-        return [model, *servers.values(), agent, env]
+        return [model, *servers.values(), agent, orchestrator]
 
     try:
         return build()
@@ -265,3 +269,12 @@ def start_stack(
         for p in launched:  # nothing half-started is left running
             p.kill()
         raise
+
+
+def stop_stack(stack: list[ServerProcess]) -> None:
+    """SIGKILL every server of ``stack`` and remove what they left in the temporary directory (their
+    workers' sockets and metrics, a relay's directory): a SIGKILLed server runs no cleanup, and the
+    next server to start would reap it only if one starts."""
+    for p in stack:
+        p.kill()
+    sweep_all_dead_dirs()

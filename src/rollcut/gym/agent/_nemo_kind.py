@@ -25,8 +25,6 @@ import asyncio
 import atexit
 import re
 import socket
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -110,9 +108,7 @@ def nemo_gym(opts: AgentServe, own_url: str) -> Make:
             return _served(_forwarder(to.rstrip("/"), forwarding, refused), serving)
 
         peers = {"resources": {"name": name, "url": forwarder(url)}, "model": forwarder(opts.model)}
-        where = Path(tempfile.mkstemp(prefix=f"rollcut-nemo-gym-{opts.server}-", suffix=".log")[1])
-        child = NemoGymServer(opts.server, log=where, kind="responses_api_agents", peers=peers)
-        atexit.register(where.unlink, missing_ok=True)
+        child = NemoGymServer(opts.server, kind="responses_api_agents", peers=peers)  # its log unnamed
         atexit.register(child.kill)  # and its lifeline, should this process be killed
         agent_url = child.start().url
         http = gym_client(600)

@@ -15,7 +15,6 @@ import asyncio
 import atexit
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +114,7 @@ class NemoGymServer(ChildServer):
         self,
         name: str,
         *,
-        log: Path,
+        log: Path | None = None,
         kind: str = "resources_servers",
         peers: dict[str, Any] | None = None,
     ) -> None:
@@ -145,9 +144,7 @@ class NemoGym(UpstreamEnvironment):
         level = "replayable" if opts.replayable else DECLARED.get(server, _DEFAULT)[0]
         url, child = opts.upstream, None
         if not url:
-            log = Path(tempfile.mkstemp(prefix=f"rollcut-nemo-gym-{server}-", suffix=".log")[1])
-            child = NemoGymServer(server, log=log)
-            atexit.register(log.unlink, missing_ok=True)
+            child = NemoGymServer(server)  # its log unnamed: nothing of it outlives this process
             atexit.register(child.kill)  # and its lifeline, should this process be killed
             url = child.start().url
         env = cls(server, url, level=_MODES[level])

@@ -131,6 +131,7 @@ class UpstreamEnvironment(Environment):
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._routes: dict[str, dict[str, Any]] = {}
+        self._tools: dict[str, Any] = {}
         self.generation = 0  # bumped by whoever restarts the upstream: its sessions are gone
         self._http: httpx.AsyncClient | None = None
         self._closing: set[asyncio.Task[Any]] = set()
@@ -148,6 +149,7 @@ class UpstreamEnvironment(Environment):
             body = ops["post"].get("requestBody", {}).get("content", {}).get("application/json", {})
             ref = body.get("schema", {}).get("$ref", "")
             self._routes[path[1:]] = schemas.get(ref.rsplit("/", 1)[-1], {}) if ref else {}
+        self._tools = {name: self._tool(name) for name in self._routes}  # made once: asked at every call
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:  # a jar that keeps nothing: each session sends its own cookie, no other's
@@ -207,7 +209,7 @@ class UpstreamEnvironment(Environment):
     # --- the environment's hooks ----------------------------------------------------------
 
     def tools(self) -> dict[str, Any]:
-        return {name: self._tool(name) for name in self._routes}
+        return self._tools
 
     def _tool(self, name: str) -> Any:
         async def run(draft: UpstreamSession, args: dict[str, Any]) -> ToolResult:
@@ -298,7 +300,7 @@ class UpstreamEnvironment(Environment):
         journaled = delta.get("answer") if isinstance(delta, dict) else None
         draft = self.copy(state)
         try:
-            await self._tool(tool)(draft, arguments)
+            await self._tools[tool](draft, arguments)
         except GymError as exc:
             self.close(draft)
             where = f"{self.name}: /{tool} call {len(state.calls) + 1}"

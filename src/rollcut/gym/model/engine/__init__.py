@@ -14,7 +14,7 @@ from .... import _registries
 from ...._errors import ConfigError as _ConfigError
 from ...._registry import Registry as _Registry
 from ._backend import EngineBackend
-from ._dialects import VLLM, Capabilities, Dialect, EngineError, LlamaCpp, Piece
+from ._dialects import VLLM, Ask, Capabilities, Dialect, EngineError, LlamaCpp, Piece
 from ._llamacpp import LLAMA_CPP_SDIST, EngineUnavailableError, LlamaServer, llama_server_binary, tiny_engine
 from ._models import ENGINE_MODELS, EngineModel, engine_model_file, served_engine
 from ._sglang import SGLang
@@ -41,6 +41,7 @@ __all__ = [
     "TINY_CHAT_TEMPLATE",
     "VLLM",
     "VLLM_CPU",
+    "Ask",
     "Capabilities",
     "Dialect",
     "EngineBackend",

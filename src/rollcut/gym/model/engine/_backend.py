@@ -46,7 +46,7 @@ from ..._stats import ENGINE_STATS, tally
 from .._backend import Plan
 from .._requests import requested_limit
 from ._constraint import Constraint, constraint_of, tool_call_of
-from ._dialects import STALE, STALE_RETRIES, Dialect, EngineError, Piece
+from ._dialects import STALE, STALE_RETRIES, Ask, Dialect, EngineError, Piece
 from ._pieces import Pieces
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class EngineBackend:
 
     async def _read(self, prompt: list[int], n: int, run: _Run, out: asyncio.Queue[Any]) -> None:
         try:
-            path, req = self.dialect.request(prompt, n, run.body, self._grammar(run), run.slot)
+            path, req = self.dialect.ask(Ask(prompt, n, run.body, self._grammar(run), run.slot))
         except EngineError as exc:
             out.put_nowait(exc)
             return

@@ -86,16 +86,10 @@ class Dialect(Protocol):
 
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str: ...
 
-    def request(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        body: dict[str, Any],
-        grammar: str | None = None,
-        slot: int | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The generation request: ``grammar`` (GBNF) constrains what it may generate; ``slot`` pins it
-        to one of the engine's slots (with ``capabilities.slots``)."""
+    def ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+        """The generation request (its route and body) for ``ask``: its ``grammar`` (GBNF)
+        constrains what it may generate; its ``slot`` pins it to one of the engine's slots (with
+        ``capabilities.slots``)."""
         ...
 
     async def slot_count(self, client: httpx.AsyncClient) -> int:
@@ -209,7 +203,7 @@ class Ask:
 
 class _Routes:
     """What every dialect does alike: the tokenizer routes read, the request's terms gathered into
-    an :class:`Ask` for the dialect's own ``_ask``. ``slots`` names why an engine has none."""
+    an :class:`Ask` for the dialect's own ``ask``. ``no_slots`` says why an engine has none."""
 
     name: ClassVar[str]
     no_slots: ClassVar[str] = ""
@@ -235,9 +229,10 @@ class _Routes:
         grammar: str | None = None,
         slot: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        return self._ask(Ask(prompt, max_tokens, body, grammar, slot))
+        """:meth:`ask` with the request's terms one by one."""
+        return self.ask(Ask(prompt, max_tokens, body, grammar, slot))
 
-    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+    def ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         raise NotImplementedError
 
 
@@ -265,7 +260,7 @@ class LlamaCpp(_Routes):
             raise EngineError("/props gave no total_slots", engine=self.name)
         return total
 
-    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+    def ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": ask.prompt,
             "n_predict": ask.max_tokens,
@@ -322,7 +317,7 @@ class VLLM(_Routes):
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
         return await self._text(client, self._with_model({"tokens": ids}), "prompt")
 
-    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+    def ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         req: dict[str, Any] = {
             "prompt": ask.prompt,
             "max_tokens": ask.max_tokens,

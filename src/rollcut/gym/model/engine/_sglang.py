@@ -61,7 +61,7 @@ class SGLang(_Routes):
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str:
         return await self._text(client, {"tokens": ids}, "text")
 
-    def _ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
+    def ask(self, ask: Ask) -> tuple[str, dict[str, Any]]:
         sampling: dict[str, Any] = {"max_new_tokens": ask.max_tokens, **_sampling(ask.body, _RENAMED)}
         if ask.logit_bias is not None:
             sampling["logit_bias"] = {str(k): float(v) for k, v in ask.logit_bias.items()}

@@ -201,7 +201,8 @@ def test_the_same_crash_at_several_checkpoint_intervals_is_one_curve_per_way_on_
 def test_the_demo_on_nemo_gyms_own_servers_keeps_every_row_once_and_names_levels(tmp_path: Path) -> None:
     """``rollcut demo --nemo-gym``: NeMo Gym's stateful counter and multi-step servers, unmodified, on
     their own example rows, SIGKILLed mid-run with every Gym process; the resume keeps every row once,
-    generates no completed model call again, and says the level each server ran at."""
+    generates no completed model call again, and says per server the level it ran at, what the crash
+    cost it and what it kept."""
     home = tmp_path / "nemo"
     done = _rollcut(
         "demo", "--nemo-gym", "--rollouts", str(ROLLOUTS), "--no-compare", "--home", str(home), timeout=400
@@ -217,4 +218,14 @@ def test_the_demo_on_nemo_gyms_own_servers_keeps_every_row_once_and_names_levels
     rows = [json.loads(line) for line in (home / "rollouts.jsonl").read_text().splitlines()]
     synonyms = [r for r in rows if "synonym" in json.dumps(r["responses_create_params"]["input"])]
     assert len(synonyms) == ROLLOUTS // 2  # the servers' own example rows, taken in turn
-    assert _row(done.stdout, "example_session_state_mgmt")[0] == "replayable"
+    assert _row(done.stdout, "level") == ["replayable", "stateless"]  # a column per server
+    servers = out["nemo_gym"].values()
+    assert sum(s["rollouts"] for s in servers) == ROLLOUTS and all(
+        s["rows"] == s["rollouts"] for s in servers
+    )
+    assert all(s["model_calls_regenerated"] == 0 and s["tool_calls_reexecuted"] == 0 for s in servers)
+    assert (
+        sum(s["continued"] + s["started_over"] for s in servers) > 0
+    )  # the crash found rollouts mid-episode
+    stateless = out["nemo_gym"]["example_multi_step"]
+    assert stateless["calls_replayed"] == 0  # seeded afresh: nothing to give again

@@ -40,6 +40,7 @@ from rollcut.bus import (
     ResourcesMutated,
     ResourcesSeeded,
     ResourcesSnapshot,
+    ResourcesVerified,
     ResultAccepted,
     RolloutCompleted,
     RolloutDispatched,
@@ -347,10 +348,75 @@ def sandboxes() -> list[Event]:
     ]
 
 
+def upstream_journal() -> list[Event]:
+    """A session of a resources server rollcut did not write (NeMo Gym's counter): its seed and each
+    call journaled with its answer, its verdict journaled, a crash, and the continued attempt's
+    session rebuilt by replay and its verdict given again from the journal."""
+    ids = _ids()
+
+    def ev(cls: type[Event], component: str, **kw: Any) -> Event:
+        return cls(component=component, instance=f"{component}-w0", **next(ids), **kw)  # type: ignore[call-arg]
+
+    u = {"rollout_id": "u1"}
+    name, seed = "example_session_state_mgmt", {"initial_count": 3}
+    journal = {"v": 1, "seed": seed, "seed_answer": {}, "calls": []}
+    verdict = {"reward": 1.0, "expected_count": 7}
+    return [
+        ev(RolloutDispatched, "collector", **u, attempt=1, input={"env": name}, input_digest=DIGEST),
+        ev(
+            ResourcesSeeded,
+            "resources",
+            **u,
+            attempt=1,
+            session=name,
+            env=name,
+            seed=seed,
+            state=json.dumps(journal).encode(),
+        ),
+        ev(
+            ResourcesMutated,
+            "resources",
+            **u,
+            attempt=1,
+            session=name,
+            revision=1,
+            tool="increment_counter",
+            arguments={"count": 4},
+            result={"success": True},
+            delta={"answer": {"success": True}},
+        ),
+        ev(
+            ResourcesVerified,
+            "resources",
+            **u,
+            attempt=1,
+            session=name,
+            revision=1,
+            request=DIGEST * 2,
+            verdict=verdict,
+        ),
+        ev(AttemptTombstoned, "coordinator", **u, attempt=1, reason="restore", next_attempt=2),
+        ev(AttemptOpened, "coordinator", **u, attempt=2, previous_attempt=1, checkpoint_id="ck1", from_cut=4),
+        ev(ResourcesSeeded, "resources", **u, attempt=2, session=name, env=name, seed=seed, revision=1),
+        ev(
+            ResourcesVerified,
+            "resources",
+            **u,
+            attempt=2,
+            session=name,
+            revision=1,
+            request=DIGEST * 2,
+            verdict=verdict,
+            from_log=True,
+        ),
+    ]
+
+
 HISTORIES = {
     "episode_with_continuation": episode_with_continuation,
     "opaque_agent_replay": opaque_agent_replay,
     "sandboxes": sandboxes,
+    "upstream_journal": upstream_journal,
 }
 
 

@@ -19,8 +19,10 @@ from rollcut.bus import (
     RelayReplayed,
     ResourcesSeeded,
     ResourcesSnapshot,
+    ResourcesVerified,
     Subjects,
 )
+from rollcut.replay import WorkByGroup
 
 from .histories import (
     AGENT_TREE,
@@ -102,3 +104,36 @@ def test_sandbox_records_read_back_and_name_their_trees() -> None:
     assert [(r.pristine, r.task.name) for r in records] == [(True, "hello_file"), (False, "hello_file")]
     (agent,) = [e for e in events if isinstance(e, AgentSandbox)]
     assert (agent.provider, agent.ref, agent.exchanges, agent.checkpoint_id) == ("tree", AGENT_TREE, 3, "ck1")
+
+
+def test_a_journaled_verdict_reads_back_with_the_request_it_answered() -> None:
+    codec, subjects = Codec(), Subjects(NAMESPACE)
+    frames = read_frames(HERE / "v1" / "upstream_journal.frames.jsonl")
+    events = [codec.decode(f, seq=seq, subject=subj) for seq, subj, f in frames]
+    verdicts = [e for e in events if isinstance(e, ResourcesVerified)]
+    assert [(v.attempt, v.revision, v.from_log, v.verdict) for v in verdicts] == [
+        (1, 1, False, {"reward": 1.0, "expected_count": 7}),
+        (2, 1, True, {"reward": 1.0, "expected_count": 7}),
+    ]
+    assert {v.request for v in verdicts} == {"ab" * 16}
+    assert all(subjects.for_event(v).split(".")[2] == "ev" for v in verdicts)
+
+
+def test_a_checked_in_history_is_counted_per_group_of_rollouts() -> None:
+    """What the demo prints per NeMo Gym server, from the log alone: the continued attempt, the calls
+    given again to rebuild its session, the verdict computed once and given again from the journal."""
+    codec, by = Codec(), WorkByGroup(lambda row: row["env"])
+    for seq, subj, f in read_frames(HERE / "v1" / "upstream_journal.frames.jsonl"):
+        by.add(seq, codec.decode(f, seq=seq, subject=subj))
+    counts = by.result()["example_session_state_mgmt"]
+    assert {k: counts[k] for k in WorkByGroup.EXTRA} == {
+        "rollouts": 1,
+        "rows": 0,
+        "continued": 1,
+        "started_over": 0,
+        "divergences": 0,
+        "revisions_rebuilt": 1,
+        "verdicts_computed": 1,
+        "verdicts_from_log": 1,
+    }
+    assert counts["tool_calls_kept"] == 1 and counts["tool_calls_reexecuted"] == 0

@@ -4,6 +4,7 @@ found at its first differing answer (real NeMo Gym code from its wheel, a real n
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import subprocess
@@ -15,9 +16,16 @@ from typing import Any
 
 import pytest
 
-from rollcut.bus import EventLog, ResourcesMutated
+from rollcut.bus import EventLog, ResourcesMutated, ResourcesVerified
 from rollcut.gym import ResourcesServe
-from rollcut.gym.resources import NemoGym, NemoGymServer, first_difference, install_nemo_gym
+from rollcut.gym.opaque import Normalise
+from rollcut.gym.resources import (
+    NemoGym,
+    NemoGymServer,
+    first_difference,
+    install_nemo_gym,
+    nemo_gym_example_rows,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -147,6 +155,10 @@ def test_nemo_gym_list_gives_every_server_and_agent_of_the_wheel_a_level(_instal
     assert servers[COUNTER]["level"] == "replayable" and servers["example_multi_step"]["level"] == "stateless"
     assert servers["blackjack"]["level"] == "restart_only" and "random" in servers["blackjack"]["why"]
     assert {"simple_agent", "gymnasium_agent"} <= agents
+    judge = servers["equivalence_llm_judge"]  # read from its own config, named by the key that says so
+    assert judge["level"] == "cannot_run_here" and "judge_model_server" in judge["why"]
+    search = servers["tavily_search"]
+    assert "tavily_api_key" in search["why"] and "tavily-python" in search["why"]
     assert len(servers) > 100 and len(agents) > 40  # the wheel's whole catalogue, not a sample
     assert all(x["why"] for x in levels)
 
@@ -160,18 +172,54 @@ def test_the_docs_catalogue_is_what_the_command_prints(_installed: None) -> None
     assert out.stdout == page.read_text(), "regenerate it: rollcut nemo-gym list --markdown"
 
 
-def _response() -> dict[str, Any]:
-    """The smallest Response NeMo Gym's verify takes (no output: the counter reads its session)."""
+def _response(text: str | None = None) -> dict[str, Any]:
+    """The smallest Response NeMo Gym's verify takes (no output: the counter reads its session), or
+    one whose output is a message saying ``text``."""
+    message = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
     return {
         "id": "resp_1",
         "created_at": 0,
         "model": "m",
         "object": "response",
-        "output": [],
+        "output": [message] if text is not None else [],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
     }
+
+
+@pytest.mark.parametrize("upstream", ["mcqa"], indirect=True)
+async def test_a_stateless_verifiers_verdict_is_journaled_and_never_computed_again(
+    log: EventLog, make_rig: Any, upstream: NemoGymServer
+) -> None:
+    """NeMo Gym's mcqa grades a row by its own rules: its verdict is journaled before it goes back,
+    and the continued attempt that asks again at the same revision with the same request gets that
+    verdict from the journal, with nothing left that could compute it (the upstream is dead). A
+    different request is asked of the upstream, and its death is a clear error, not a guess."""
+    row = json.loads(nemo_gym_example_rows("mcqa")[0])
+    rig = await _rig(log, make_rig, "mcqa", upstream.url, level="stateless")
+    assert (await rig.post("/seed_session", "r1", 1, row)).status_code == 200
+    right = {**row, "response": _response("\\boxed{" + row["expected_answer"] + "}")}
+    first = await rig.post("/verify", "r1", 1, right)
+    assert first.status_code == 200 and first.json()["reward"] == 1.0, first.text
+    await rig.restore_from_checkpoint("r1")
+    upstream.kill()
+    again = await rig.post("/verify", "r1", 2, right)
+    assert again.status_code == 200 and again.json() == first.json()
+    other = await rig.post("/verify", "r1", 2, {**row, "response": _response("\\boxed{Z}")})
+    assert other.status_code == 502 and "did not answer /verify" in other.json()["error"]["message"]
+    verdicts = [
+        (e.attempt, e.revision, e.from_log, e.verdict["reward"])
+        for e in [s.event async for s in log.read()]
+        if isinstance(e, ResourcesVerified)
+    ]
+    assert verdicts == [(1, 0, False, 1.0), (2, 0, True, 1.0)]
 
 
 @pytest.mark.parametrize("upstream", [COUNTER], indirect=True)
@@ -235,8 +283,10 @@ async def test_an_upstream_that_dies_is_a_clear_error_and_the_journal_keeps_what
     assert (await rig.post("/get_counter_value", "r1", 2)).json() == {"count": 5}
 
 
-class _Misbehaving(http.server.BaseHTTPRequestHandler):
-    """An upstream that publishes one tool and then answers garbage, or nothing at all."""
+class _TestUpstream(http.server.BaseHTTPRequestHandler):
+    """An upstream written here that publishes one tool, ``/poke``, and answers garbage, nothing at
+    all, or (``stamping``) what it was sent with the id of the process it runs as (``boot``), as a
+    server that numbers its processes or stamps its answers does."""
 
     hang = threading.Event()  # set when the test ends: the handler that hangs returns
 
@@ -245,9 +295,14 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         self._answer(200, body, "application/json")
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        if self.server.mode == "hang":  # type: ignore[attr-defined]
+        sent = self.rfile.read(int(self.headers.get("content-length") or 0))
+        mode = self.server.mode  # type: ignore[attr-defined]
+        if mode == "hang":
             self.hang.wait(30)
+            return
+        if mode == "stamping":
+            answer = {"echo": json.loads(sent or b"{}"), "process": self.server.boot}  # type: ignore[attr-defined]
+            self._answer(200, json.dumps(answer).encode(), "application/json")
             return
         self._answer(200, b"\x00<html>not json", "text/html")
 
@@ -263,31 +318,81 @@ class _Misbehaving(http.server.BaseHTTPRequestHandler):
         return None
 
 
-@pytest.mark.parametrize("mode", ["garbage", "hang"])
-async def test_an_upstream_answering_garbage_or_nothing_is_a_clear_error_and_stores_nothing(
-    log: EventLog, make_rig: Any, mode: str
-) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Misbehaving)
-    server.mode = mode  # type: ignore[attr-defined]
+@contextlib.contextmanager
+def _test_upstream(mode: str) -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TestUpstream)
+    server.mode, server.boot = mode, "process-1"  # type: ignore[attr-defined]
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
+        yield server
+    finally:
+        _TestUpstream.hang.set()
+        server.shutdown()
+        thread.join(timeout=10)
+        _TestUpstream.hang.clear()
+
+
+@pytest.mark.parametrize("mode", ["garbage", "hang"])
+async def test_an_upstream_answering_garbage_or_nothing_is_a_clear_error_and_stores_nothing(
+    log: EventLog, make_rig: Any, mode: str
+) -> None:
+    with _test_upstream(mode) as server:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         rig = await _rig(log, make_rig, "misbehaving", url, timeout_s=1.0)
         refused = await rig.post("/seed_session", "r1", 1, ROW)
-        assert refused.status_code == 502, refused.text
+        assert refused.status_code == (504 if mode == "hang" else 502), refused.text
         error = refused.json()["error"]
         assert error["code"] == "http_error" and error["type"] == "server_error"
-        assert ("did not answer /seed_session" if mode == "hang" else "answered /seed_session") in error[
-            "message"
-        ]
+        assert (
+            "did not answer /seed_session within 1 s" if mode == "hang" else "answered /seed_session"
+        ) in error["message"]
         assert not [s async for s in log.read() if getattr(s.event, "rollout_id", None) == "r1"][1:]
-    finally:
-        _Misbehaving.hang.set()
-        server.shutdown()
-        thread.join(timeout=10)
-        _Misbehaving.hang.clear()
+
+
+@pytest.mark.parametrize("normalise", [[], ["process"]])
+async def test_a_value_that_changes_per_process_is_compared_unless_declared_normalised(
+    log: EventLog, make_rig: Any, normalise: list[str]
+) -> None:
+    """A server whose answers name the process they ran in answers differently when replayed on a
+    new one: undeclared, that is a divergence naming the field (the rollout starts over); declared
+    (``--normalise process``), the rest of the answer is still compared and the session continues."""
+    with _test_upstream("stamping") as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rig = await _rig(
+            log, make_rig, "stamping", url, level="event_sourced", normalise=Normalise(normalise)
+        )
+        await rig.post("/seed_session", "r1", 1, {})
+        first = await rig.post("/poke", "r1", 1, {"n": 1})
+        assert first.json() == {"echo": {"n": 1}, "process": "process-1"}
+        await rig.boundary("r1", "stamping", 1)
+        server.boot = "process-2"  # type: ignore[attr-defined]  # the upstream started again
+        await rig.restore_from_checkpoint("r1")
+        after = await rig.post("/poke", "r1", 2, {"n": 2})
+        if normalise:
+            assert after.status_code == 200 and after.json() == {"echo": {"n": 2}, "process": "process-2"}
+        else:
+            assert after.status_code == 409, after.text
+            error = after.json()["error"]
+            assert error["code"] == "not_continuable"
+            assert (
+                "stamping: /seed_session answered differently on replay (process: 'process-1' != 'process-2')"
+                in (error["message"])
+            )
+
+
+def test_a_normalised_field_is_left_out_of_the_comparison_and_nothing_else() -> None:
+    rule = Normalise(["meta.id", "stamp~[0-9]+"])
+    journaled = {"count": 3, "meta": {"id": "a"}, "stamp": "at 17 s"}
+    assert (
+        first_difference(journaled, {"count": 3, "meta": {"id": "b"}, "stamp": "at 18 s"}, normalise=rule)
+        is None
+    )
+    assert first_difference(
+        journaled, {"count": 4, "meta": {"id": "b"}, "stamp": "at 18 s"}, normalise=rule
+    ) == ("count: 3 != 4")
+    assert journaled == {"count": 3, "meta": {"id": "a"}, "stamp": "at 17 s"}  # compared on copies
 
 
 async def test_the_server_it_started_is_started_again_and_its_old_sessions_are_never_used(

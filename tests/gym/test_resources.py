@@ -158,7 +158,7 @@ async def test_wait_mode_verification_is_waited_for_by_prepare(log: EventLog, ma
     await log.dispatch("r1", {}, instance="c")
     await rig.post("/seed_session", "r1", 1)
     verifying = asyncio.ensure_future(rig.post("/verify", "r1", 1, {"answer": "7", "expected": "7"}))
-    await until(lambda: bool(rig.service._verifying), timeout=30, what="the verification running")
+    await until(lambda: bool(rig.service.verifying), timeout=30, what="the verification running")
     checkpoint = asyncio.ensure_future(rig.coordinator.checkpoint(deadline_s=5))
     await asyncio.sleep(0.2)  # give prepare every chance to (wrongly) finish before the verification
     assert not checkpoint.done()

@@ -78,6 +78,7 @@ __all__ = [
     "ResourcesRetired",
     "ResourcesSeeded",
     "ResourcesSnapshot",
+    "ResourcesVerified",
     "ResultAccepted",
     "RolloutCompleted",
     "RolloutDispatched",
@@ -247,6 +248,21 @@ class ResourcesSnapshot(RolloutEvent, frozen=True, kw_only=True, tag="resources.
     digest: HexDigest
 
 
+class ResourcesVerified(RolloutEvent, frozen=True, kw_only=True, tag="resources.verified"):
+    """A session's verification: the verdict, at which revision, for which request (its digest).
+
+    Journaled before the verdict goes back, so a continued attempt that asks again at the same
+    revision with the same request is given this verdict, not a second one (a judge's verdict can
+    differ when recomputed, and costs a model call). The request itself is the rollout's own
+    output, already on the log; its digest is what shows a later request is the same."""
+
+    session: Token
+    revision: Revision
+    request: HexDigest
+    verdict: Any = None
+    from_log: bool = False
+
+
 class ResourcesRetired(RolloutEvent, frozen=True, kw_only=True, tag="resources.retired"):
     """A session is over (completed, or kept after a failed verification until accepted)."""
 
@@ -369,6 +385,7 @@ AnyEvent = (
     | ResourcesMutated
     | ResourcesSnapshot
     | ResourcesRetired
+    | ResourcesVerified
     | AttemptClaimed
     | AgentBoundary
     | AgentSandbox

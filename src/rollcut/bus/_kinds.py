@@ -101,6 +101,7 @@ _TABLE = (
     _spec(E.ResourcesMutated, Lane.EVENTS, _RESOURCES),
     _spec(E.ResourcesSnapshot, Lane.EVENTS, _RESOURCES),
     _spec(E.ResourcesRetired, Lane.EVENTS, _RESOURCES),
+    _spec(E.ResourcesVerified, Lane.EVENTS, _RESOURCES),
     _spec(E.AttemptClaimed, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.AgentBoundary, Lane.EVENTS, frozenset({"agent"})),
     _spec(E.AgentSandbox, Lane.EVENTS, frozenset({"agent"})),

@@ -242,6 +242,33 @@ _COST_ROWS = [
 ]
 
 
+_NEMO_ROWS = [
+    ("rollouts", "rollouts", "its rows' rollouts"),
+    ("continued", "continued", "attempts continued from a cut after the crash"),
+    ("started_over", "started over", "attempts begun again from the input (a divergence among them)"),
+    ("calls_replayed", "calls replayed", "journaled calls given to a fresh session to rebuild it at a cut"),
+    ("model_calls_kept", "model calls kept", "completed before the crash, not generated again"),
+    ("tool_calls_kept", "tool calls kept", "applied before the crash, not executed again"),
+    ("model_calls_regenerated", "model calls again", "what the crash cost: generated a second time"),
+    ("tool_calls_reexecuted", "tool calls again", "what the crash cost: executed a second time"),
+]
+
+
+def _nemo_gym_table(con: Console, servers: dict[str, dict[str, Any]]) -> None:
+    """Per NeMo Gym server (a column each): the level it ran at, what the crash cost it and what it
+    kept; then what each row means and why each server stands at its level."""
+    lv = Table(title="NeMo Gym's own servers, unmodified, under rollcut")
+    lv.add_column("", no_wrap=True)
+    for server in servers:
+        lv.add_column(server, justify="right")
+    lv.add_row("level", *[s["level"] for s in servers.values()])
+    for key, name, _ in _NEMO_ROWS:
+        lv.add_row(name, *[_num(s[key]) for s in servers.values()])
+    con.print(lv)
+    _legend(con, [(name, meaning) for _, name, meaning in _NEMO_ROWS])
+    _legend(con, [(server, s["why"]) for server, s in servers.items()])
+
+
 def _summarize(out: dict[str, Any], example: str) -> None:
     """The run in one table, the comparison in another, each with a legend; then where it all is."""
     con = Console()
@@ -272,12 +299,7 @@ def _summarize(out: dict[str, Any], example: str) -> None:
         ("wall time", f"{out['wall_s']:.1f} s", "the whole demo, comparisons included"),
     ]
     if out.get("nemo_gym"):
-        lv = Table(
-            "NeMo Gym server", "level", "why", title="NeMo Gym's own servers, unmodified, under rollcut"
-        )
-        for server, level in out["nemo_gym"].items():
-            lv.add_row(server, level["level"], level["why"])
-        con.print(lv)
+        _nemo_gym_table(con, out["nemo_gym"])
     run_t = Table("what", "value", title="rollcut demo: the run")
     for what, value, _ in rows:
         run_t.add_row(what, str(value))

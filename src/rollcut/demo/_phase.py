@@ -23,7 +23,7 @@ from ..bus import BusConfig, EmbeddedServer, EventLog
 from ..collect import NO_COMPACTION, CheckpointPolicy, CollectOptions, Collector, CollectorHooks, Summary
 from ..ledger import Ledger, verify_checkpoint
 from ..participants import CheckpointResult, RecoveryMode, RecoveryResult
-from ..replay import count_work
+from ..replay import count_work_by
 from ..testing import ServerProcess, start_stack, stop_stack
 from ..tokens import LocalTokenStore
 from ._baseline import episode_seconds
@@ -78,6 +78,11 @@ class CrashInfo:
         return {**dataclasses.asdict(self), "standing": dataclasses.asdict(self.standing)}
 
 
+def _env_of(row: Any) -> str:
+    """The environment a row names (the group of its rollout's work in :attr:`Phase.by_env`)."""
+    return str(row.get("env", "")) if isinstance(row, dict) else ""
+
+
 @dataclass
 class Phase:
     """What one phase did."""
@@ -97,6 +102,7 @@ class Phase:
     started_at: float = 0.0  # wall clock at the phase's start
     episodes: list[float] = field(default_factory=list)  # seconds of each rollout finished by its end
     collect_s: float = 0.0  # the collector's run alone: from its start to its last row (or its stop)
+    by_env: dict[str, dict[str, int]] = field(default_factory=dict)  # counts per environment of the rows
 
     @property
     def rows(self) -> Path:
@@ -236,7 +242,7 @@ async def run_phase(
                 collect_s = time.perf_counter() - c0
                 spec.tell(Progressed(summary.results_written, 0, len(spec.tasks), watch.published))
                 served = 0 if crashed else await _served_tools(stack, len(spec.envs))
-                counts = await count_work(log)
+                counts, by_env = await count_work_by(log, _env_of)
                 episodes = await episode_seconds(log)
                 problems = await _verify_all(log, ledger, tokens) if spec.verify and not crashed else None
         finally:
@@ -247,6 +253,7 @@ async def run_phase(
         home=home,
         summary=summary,
         counts=counts,
+        by_env=by_env,
         ports={p.name: p.port for p in stack},
         wall_s=round(time.perf_counter() - t0, 2),
         checkpoints=watch.published,

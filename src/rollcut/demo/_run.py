@@ -197,7 +197,7 @@ async def run_demo(
         )
         out["by_interval"] = by_interval or None
         out["model"] = _served(engine, engine_model if local_engine is not None else None, model)
-        out["nemo_gym"] = _levels(NEMO_GYM_DEMO) if nemo_gym else None
+        out["nemo_gym"] = _levels(NEMO_GYM_DEMO, main.by_env) if nemo_gym else None
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
     return out
@@ -272,9 +272,30 @@ REAL_MODEL_MAX_STEPS = 4
 """Tool calls per episode on a real model (``--model gemma-3-270m``): the demo stays minutes long."""
 
 
-def _levels(servers: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """The level each NeMo Gym server ran at under rollcut, and why (declared, never guessed)."""
-    return {s: dict(zip(("level", "why"), NEMO_GYM_DECLARED[s], strict=True)) for s in servers}
+def _levels(servers: tuple[str, ...], by_env: dict[str, dict[str, int]]) -> dict[str, dict[str, Any]]:
+    """Per NeMo Gym server: the level it ran at under rollcut and why (declared, never guessed), and
+    what the crash did to its rollouts, from the log (:class:`rollcut.replay.WorkByGroup`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in servers:
+        level, why = NEMO_GYM_DECLARED[s]
+        n = by_env.get(s) or {}
+        out[s] = {
+            "level": level,
+            "why": why,
+            "rollouts": n.get("rollouts", 0),
+            "rows": n.get("rows", 0),
+            "continued": n.get("continued", 0),
+            "started_over": n.get("started_over", 0),
+            "divergences": n.get("divergences", 0),
+            # a replayable server's session is rebuilt by its journaled calls; a stateless one is seeded
+            "calls_replayed": n.get("revisions_rebuilt", 0) if level == "replayable" else 0,
+            "model_calls_kept": n.get("model_calls_kept", 0),
+            "tool_calls_kept": n.get("tool_calls_kept", 0),
+            "model_calls_regenerated": n.get("regenerated", 0),
+            "tool_calls_reexecuted": n.get("tool_calls_reexecuted", 0),
+            "verdicts_from_log": n.get("verdicts_from_log", 0),
+        }
+    return out
 
 
 def _served(engine: str | None, name: str | None, model: dict[str, Any]) -> dict[str, Any]:

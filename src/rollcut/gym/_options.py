@@ -122,6 +122,17 @@ class ResourcesServe(ServeOptions, kw_only=True, tag="resources"):
     replayable: Annotated[
         bool, flag("nemo-gym: declare the server replayable for this run (answers follow from calls).")
     ] = False
+    upstream_timeout: Annotated[
+        float, flag("nemo-gym: seconds to wait for the server's answer to one call (then a 504, named).")
+    ] = 120.0
+    normalise: Annotated[
+        list[str],
+        flag(
+            "nemo-gym: a field of the server's answers that changes per process (an id, a timestamp), "
+            "PATH or PATH~REGEX as an opaque agent's; left out when a replayed answer is compared "
+            "(repeatable, none by default)."
+        ),
+    ] = []
 
     @property
     def group(self) -> str:

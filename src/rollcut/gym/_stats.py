@@ -89,7 +89,12 @@ RESOURCES_STATS: dict[str, Stat] = {
             "sessions_superseded": "superseded",
         },
     ),
-    "verifications": Stat("rollcut_verifications", "Rollouts verified (rewards computed)"),
+    **_by(
+        "rollcut_verifications",
+        "Rollouts verified: rewards computed, or a continued attempt's given again from the journal",
+        "source",
+        {"verifications": "computed", "verifications_served_from_log": "served_from_log"},
+    ),
     **_by(
         "rollcut_sandbox_snapshots",
         "Sessions at a checkpoint: snapshotted, or refused (their rollout quarantined)",

@@ -17,7 +17,7 @@ from ._fold import (
 from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
 from ._view import AttemptView, AttemptViews, JournalGap, attempt_view, relay_journal
-from ._work import WorkTally, count_work
+from ._work import WorkByGroup, WorkTally, count_work, count_work_by
 
 __all__ = [
     "AgentFold",
@@ -39,9 +39,11 @@ __all__ = [
     "ResourcesSessions",
     "RolloutState",
     "Segment",
+    "WorkByGroup",
     "WorkTally",
     "attempt_view",
     "count_work",
+    "count_work_by",
     "default_registry",
     "inherited",
     "lineage",

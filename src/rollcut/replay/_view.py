@@ -67,12 +67,14 @@ class _LineageFold:
         self.resources = self._fold.initial()
         self.calls: dict[str, list[bus.ResourcesMutated]] = {}
         self.replay_queues: dict[str, list[bus.ResourcesMutated]] = {}
+        self.verdicts: dict[str, bus.ResourcesVerified] = {}
         self.boundary: dict[str, int] = {}
         self.exchanges: list[bus.RelayExchange] = []
         self.sandbox: bus.AgentSandbox | None = None
         self._handlers: dict[type[Event], Callable[[Any], None]] = handlers_by_kind(
             {
                 bus.ResourcesMutated: self._mutated,
+                bus.ResourcesVerified: self._verified,
                 bus.AgentBoundary: self._boundary,
                 bus.RelayExchange: self._exchange,
                 bus.AgentSandbox: self._sandbox,
@@ -86,6 +88,7 @@ class _LineageFold:
         self._fold.apply(self.resources, stored)
         if name is not None and self.resources.sessions.get(name) is not before:
             self.calls[name] = []  # the fold started the session (again): its calls start with it
+            self.verdicts.pop(name, None)
         handler = self._handlers.get(type(ev)) if ev is not None else None
         if handler is not None:
             handler(ev)
@@ -93,6 +96,9 @@ class _LineageFold:
     def _mutated(self, ev: bus.ResourcesMutated) -> None:
         if self.resources.sessions[ev.session].env:  # a call of a session the lineage seeded
             self.calls[ev.session].append(ev)
+
+    def _verified(self, ev: bus.ResourcesVerified) -> None:
+        self.verdicts[ev.session] = ev  # the latest: a later call moved the session past an older one
 
     def _boundary(self, ev: bus.AgentBoundary) -> None:
         self.boundary = dict(ev.record.resources_revisions)
@@ -161,6 +167,9 @@ class AttemptView:
     """Each resources session as the lineage left it at the cut (replay's fold of it)."""
     replay_queues: dict[str, list[bus.ResourcesMutated]] = field(default_factory=dict)
     """Each session's tool calls a continuing agent re-issues, answered from the log."""
+    verdicts: dict[str, bus.ResourcesVerified] = field(default_factory=dict)
+    """Each session's last journaled verification: asked again at its revision with the same
+    request, it is answered from the log, not computed again."""
     exchanges: list[bus.RelayExchange] = field(default_factory=list)
     sandbox: bus.AgentSandbox | None = None
     """The lineage's last opaque-agent sandbox snapshot at the cut (``agent.sandbox``), if any."""
@@ -284,6 +293,7 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
         lineage_fold.apply(s)
     view.resources = lineage_fold.finish()
     view.replay_queues = lineage_fold.replay_queues
+    view.verdicts = lineage_fold.verdicts
     view.exchanges = lineage_fold.exchanges
     view.sandbox = lineage_fold.sandbox
     return view

@@ -26,10 +26,14 @@ from ..bus import (
     RelayDiverged,
     RelayReplayed,
     ResourcesMutated,
+    ResourcesSeeded,
+    ResourcesVerified,
+    ResultAccepted,
+    RolloutDispatched,
     handlers_by_kind,
 )
 
-__all__ = ["WorkTally", "count_work"]
+__all__ = ["WorkByGroup", "WorkTally", "count_work", "count_work_by"]
 
 _KEYS = (
     "generated",
@@ -120,6 +124,77 @@ async def count_work(log: EventLog) -> dict[str, int]:
     async for s in log.read():
         tally.add(s.seq, s.event)
     return tally.result()
+
+
+class WorkByGroup:
+    """:class:`WorkTally` per group of rollouts (the group its input names: its environment, its
+    server), with what a crash did to each group's rollouts: ``rollouts`` dispatched, ``rows``
+    accepted, attempts ``continued`` from a cut or ``started_over`` from the input (of those,
+    ``divergences``: a replayed answer differed), the ``revisions_rebuilt`` by restores (a replayed
+    server's calls given again), and verdicts ``verdicts_computed`` or ``verdicts_from_log``."""
+
+    EXTRA = (
+        "rollouts",
+        "rows",
+        "continued",
+        "started_over",
+        "divergences",
+        "revisions_rebuilt",
+        "verdicts_computed",
+        "verdicts_from_log",
+    )
+
+    def __init__(self, group: Callable[[Any], str]) -> None:
+        self.group = group
+        self.of: dict[str, str] = {}  # rollout -> its group, from its dispatch
+        self.tallies: dict[str, WorkTally] = {}
+        self.extra: dict[str, dict[str, int]] = {}
+
+    def add(self, seq: int, ev: object) -> None:
+        rid = getattr(ev, "rollout_id", None)
+        if isinstance(ev, RolloutDispatched) and rid is not None:
+            self.of[rid] = self.group(ev.input)
+        name = self.of.get(rid) if rid is not None else None
+        if name is None:
+            return
+        self.tallies.setdefault(name, WorkTally()).add(seq, ev)
+        extra = self.extra.setdefault(name, dict.fromkeys(self.EXTRA, 0))
+        for key in _EXTRA.get(type(ev), lambda _: [])(ev):  # type: ignore[arg-type]
+            extra[key] += ev.revision if key == "revisions_rebuilt" else 1  # type: ignore[attr-defined]
+
+    def result(self) -> dict[str, dict[str, int]]:
+        return {name: {**t.result(), **self.extra[name]} for name, t in sorted(self.tallies.items())}
+
+
+def _opened_keys(ev: AttemptOpened) -> list[str]:
+    if ev.attempt < 2:
+        return []
+    if ev.from_cut > 0:
+        return ["continued"]
+    return ["started_over", "divergences"] if "differently on replay" in ev.reason else ["started_over"]
+
+
+_EXTRA: dict[type[Event], Callable[[Any], list[str]]] = handlers_by_kind(
+    {
+        RolloutDispatched: lambda ev: ["rollouts"],
+        ResultAccepted: lambda ev: ["rows"],
+        AttemptOpened: _opened_keys,
+        ResourcesSeeded: lambda ev: ["revisions_rebuilt"] if ev.attempt > 1 else [],
+        ResourcesVerified: lambda ev: ["verdicts_from_log" if ev.from_log else "verdicts_computed"],
+    }
+)
+"""What each kind adds to a group's crash figures (:class:`WorkByGroup`)."""
+
+
+async def count_work_by(
+    log: EventLog, group: Callable[[Any], str]
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """:func:`count_work`, and the same per group of rollouts (:class:`WorkByGroup`), in one pass."""
+    whole, by = WorkTally(), WorkByGroup(group)
+    async for s in log.read():
+        whole.add(s.seq, s.event)
+        by.add(s.seq, s.event)
+    return whole.result(), by.result()
 
 
 def _counter(key: str) -> Callable[[WorkTally, int, Any], None]:

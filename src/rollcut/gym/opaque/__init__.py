@@ -11,10 +11,10 @@ import pathlib as _pathlib
 from ...replay import JournalGap
 from ...sandbox._isolation import READ_ONLY_ROOT, Isolation
 from .._capability import Capability, DivergencePolicy
+from .._normalise import Normalise, canonical_body, normalised_route, request_digest
 from ._exchange import Outgoing, RelayRun
 from ._journal import lineage_journal
 from ._launcher import MAX_AGENT_RESTARTS, OpaqueAgent, SandboxRef, SandboxSnapshot
-from ._normalise import Normalise, canonical_body, normalised_route, request_digest
 from ._relay import MAX_JOURNALED_BYTES, Relay
 from ._routes import create_opaque_app
 from ._tree import TreeSnapshot

@@ -25,9 +25,9 @@ from ...sandbox._isolation import Isolation
 from .._agents import Make
 from .._capability import Capability
 from .._client import gym_client
+from .._normalise import Normalise
 from .._options import AgentServe
 from ._launcher import OpaqueAgent, SandboxSnapshot
-from ._normalise import Normalise
 from ._routes import create_opaque_app
 
 __all__ = ["SANDBOXES", "opaque", "sandbox_of"]

@@ -41,12 +41,12 @@ from ...replay import AttemptViews, JournalGap
 from ...sandbox._isolation import SANDBOX_PORT, Isolation
 from .._attempts import FreshDispatchNeeded, claim_attempt, post_waiting, view_of
 from .._capability import Capability, DivergencePolicy
+from .._normalise import Normalise
 from .._stats import LAUNCHER_STATS, tally
 from .._tasks import check_task
 from .._writes import append_or_refuse, envelope
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import NG_ROW_KEY, RelayRun, answer_response, model_calls
-from ._normalise import Normalise
 from ._program import MAX_ANSWER_BYTES, STDERR_TAIL, answer_of, read_capped
 from ._relay import Relay
 

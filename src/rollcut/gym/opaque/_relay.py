@@ -38,11 +38,11 @@ from ...bus import EventLog, RelayDiverged, RelayExchange, RelayReplayed
 from ...participants import Participant, PrepareReport
 from .._attempts import sent_when_admitted
 from .._capability import DivergencePolicy
+from .._normalise import Normalise
 from .._stats import RELAY_STATS, tally
 from .._writes import append_or_refuse, envelope
 from ..wire import REVISION_HEADER, ErrorKind, GymError, Identity, error_from_response, identity_headers
 from ._exchange import Outgoing, Pending, RelayRun, ends_in_error, journaled, refused, replayed, revision_of
-from ._normalise import Normalise
 
 __all__ = ["MAX_JOURNALED_BYTES", "Relay", "RelayRun"]
 

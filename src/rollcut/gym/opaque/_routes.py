@@ -20,10 +20,10 @@ from fastapi.responses import Response
 
 from .._client import deep_health
 from .._http import DEFAULT_MAX_BODY_BYTES, gym_app, identity_of, json_body, run_admitted, stats_routes
+from .._normalise import normalised_route, request_digest
 from ..wire import ErrorKind, GymError, Identity
 from ._exchange import Outgoing
 from ._launcher import OpaqueAgent
-from ._normalise import normalised_route, request_digest
 
 __all__ = ["create_opaque_app"]
 

@@ -15,10 +15,10 @@ from ._envs import (
 )
 from ._gym_env import GymEnvironment, tool
 from ._metrics import aggregate_metrics, pass_at_k, verify_responses
+from ._nemo_catalogue import Level as NemoGymLevel
+from ._nemo_catalogue import catalogue as nemo_gym_catalogue
 from ._nemo_gym import DECLARED as _DECLARED
-from ._nemo_gym import Level as NemoGymLevel
 from ._nemo_gym import NemoGym, NemoGymServer
-from ._nemo_gym import catalogue as nemo_gym_catalogue
 from ._nemo_gym import example_rows as nemo_gym_example_rows
 from ._nemo_install import NEMO_GYM, NemoGymInstalled, NemoGymUnavailableError
 from ._nemo_install import install as install_nemo_gym

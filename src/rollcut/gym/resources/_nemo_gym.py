@@ -18,16 +18,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from ..._cache import ChildServer
 from ..._errors import ConfigError
 from ..._process import free_port
 from ...participants import CheckpointMode
+from .._normalise import Normalise
 from ._nemo_install import NemoGymUnavailableError, env_python, site_packages
 from ._upstream import UpstreamEnvironment
 
-__all__ = ["AGENTS_CHECKED", "DECLARED", "Level", "NemoGym", "NemoGymServer", "catalogue", "example_rows"]
+__all__ = ["DECLARED", "DEFAULT", "NemoGym", "NemoGymServer", "example_rows"]
 
 DECLARED: dict[str, tuple[str, str]] = {
     "example_session_state_mgmt": (
@@ -53,54 +52,12 @@ DECLARED: dict[str, tuple[str, str]] = {
 }
 """The servers rollcut has checked, by name: their level and why."""
 
-AGENTS_CHECKED: dict[str, tuple[str, str]] = {
-    "simple_agent": (
-        "replayed",
-        "a continued attempt runs /run again: its model calls answered from the log, its tool calls "
-        "from the journal (checked: tests/e2e/test_nemo_gym.py, through a SIGKILL)",
-    ),
-    "gymnasium_agent": (
-        "replayed",
-        "as simple_agent, over /reset and /step (checked with blackjack: tests/e2e/test_nemo_gym.py)",
-    ),
-}
-"""NeMo Gym's agents rollcut has driven through a crash (``rollcut serve agent nemo-gym NAME``)."""
-_AGENT_DEFAULT = (
-    "not_checked",
-    "runs under `rollcut serve agent nemo-gym NAME` as any agent does, not yet checked through a crash",
-)
-
 _MODES: dict[str, CheckpointMode] = {
     "replayable": "event_sourced",
     "stateless": "stateless",
     "restart_only": "restart_only",
 }
-_DEFAULT = ("restart_only", "not checked by rollcut: a crash restarts its rollouts from their input")
-
-
-class Level(msgspec.Struct, frozen=True, kw_only=True):
-    """One NeMo Gym server or agent of the installed version, and what rollcut gives it."""
-
-    kind: str  # resources_server | agent
-    name: str
-    level: str
-    why: str
-
-
-def catalogue() -> list[Level]:
-    """Every resources server and agent of the installed wheel, with its level under rollcut."""
-    root = site_packages()
-    out = [
-        Level(kind="resources_server", name=p.parent.name, level=level, why=why)
-        for p in sorted((root / "resources_servers").glob("*/app.py"))
-        for level, why in [DECLARED.get(p.parent.name, _DEFAULT)]
-    ]
-    out += [
-        Level(kind="agent", name=p.parent.name, level=level, why=why)
-        for p in sorted((root / "responses_api_agents").glob("*/app.py"))
-        for level, why in [AGENTS_CHECKED.get(p.parent.name, _AGENT_DEFAULT)]
-    ]
-    return out
+DEFAULT = ("restart_only", "not checked by rollcut: a crash restarts its rollouts from their input")
 
 
 class NemoGymServer(ChildServer):
@@ -141,13 +98,14 @@ class NemoGym(UpstreamEnvironment):
         server: str = opts.server
         if not server:
             raise ConfigError("nemo-gym needs the server's name: rollcut serve resources nemo-gym NAME")
-        level = "replayable" if opts.replayable else DECLARED.get(server, _DEFAULT)[0]
+        level = "replayable" if opts.replayable else DECLARED.get(server, DEFAULT)[0]
         url, child = opts.upstream, None
         if not url:
             child = NemoGymServer(server)  # its log unnamed: nothing of it outlives this process
             atexit.register(child.kill)  # and its lifeline, should this process be killed
             url = child.start().url
-        env = cls(server, url, level=_MODES[level])
+        normalise = Normalise(opts.normalise)  # a rule that does not parse stops the server here
+        env = cls(server, url, level=_MODES[level], timeout_s=opts.upstream_timeout, normalise=normalise)
         env.child = child
         env.discover()
         return env

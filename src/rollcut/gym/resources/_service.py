@@ -38,6 +38,7 @@ from ...bus import (
     ResourcesRetired,
     ResourcesSeeded,
     ResourcesSnapshot,
+    ResourcesVerified,
     digest,
 )
 from ...participants import Participant, PrepareReport
@@ -49,6 +50,7 @@ from ..wire import ErrorKind, GymError, Identity
 from ._at_cut import NotContinuable, state_at_cut
 from ._at_cut import settled as _settled
 from ._env import Environment, ToolResult
+from ._verdicts import Verdicts
 
 __all__ = ["NotContinuable", "ResourcesService", "Session"]
 
@@ -74,6 +76,7 @@ class Session:
     replay: deque[ResourcesMutated] = field(default_factory=deque)
     verified: dict[str, Any] | None = None
     retired: str | None = None
+    journaled_verdict: ResourcesVerified | None = None  # the lineage's, answered again from the log
 
 
 class ResourcesService:
@@ -98,15 +101,13 @@ class ResourcesService:
         self.views = AttemptViews(log)  # what each continued attempt starts from, read once
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollouts that are over; bounded
         self._current: OrderedDict[str, int] = OrderedDict()  # rollout -> newest attempt seen open; bounded
-        self._verifying = 0
-        self._verified_idle = asyncio.Event()
-        self._verified_idle.set()
+        self.verdicts = Verdicts(env, self._append)
         self.stats = tally(RESOURCES_STATS)
 
     @property
     def verifying(self) -> int:
         """Verifications running now (a ``wait`` environment's prepare waits for them)."""
-        return self._verifying
+        return self.verdicts.running
 
     def _ev(self, ident: Identity) -> Envelope:
         return envelope("resources", self.instance, ident)
@@ -251,18 +252,9 @@ class ResourcesService:
 
     async def _verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
         s = await self._session(ident)
-        self._verifying += 1
-        self._verified_idle.clear()
-        try:
-            async with s.lock:
-                with _refused(f"{self.env.name}: verify arguments", args):
-                    out: dict[str, Any] = await _settled(self.env.verify(s.state, args))
-        finally:
-            self._verifying -= 1
-            if self._verifying == 0:
-                self._verified_idle.set()
+        out, from_log = await self.verdicts.verdict(s, args, self._ev(ident), _refused)
         s.verified = out
-        self.stats.inc("verifications")
+        self.stats.inc("verifications_served_from_log" if from_log else "verifications")
         return out
 
     async def close(self, ident: Identity) -> dict[str, Any]:
@@ -309,7 +301,7 @@ class ResourcesService:
         opened, the fence refuses its record) is dropped. A storage failure still fails the prepare:
         it says nothing about the rollout, and the next checkpoint tries again."""
         if self.env.verification == "wait":
-            await self._verified_idle.wait()
+            await self.verdicts.idle()
         quarantined: dict[str, str] = {}
         if self.env.mode == "exported":
             for s in list(self.sessions.values()):
@@ -441,4 +433,10 @@ class ResourcesService:
                 state=await self._logged_state(state),
             )
         )
-        return Session(ident, state, revision, replay=deque(view.replay_queues.get(self.env.name, ())))
+        return Session(
+            ident,
+            state,
+            revision,
+            replay=deque(view.replay_queues.get(self.env.name, ())),
+            journaled_verdict=view.verdicts.get(self.env.name),
+        )

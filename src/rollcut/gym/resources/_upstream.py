@@ -28,6 +28,7 @@ import httpx
 import msgspec
 
 from ...participants import CheckpointMode
+from .._normalise import Normalise
 from ..wire import ErrorKind, GymError
 from ._at_cut import NotContinuable
 from ._env import Environment, ToolResult
@@ -81,8 +82,16 @@ class UpstreamSession:
     calls: list[Journaled] = field(default_factory=list)
 
 
-def first_difference(journaled: Any, answered: Any, where: str = "") -> str | None:
-    """Where two JSON values first differ (``count: 7 != 9``), or None when they are equal."""
+def first_difference(
+    journaled: Any, answered: Any, where: str = "", *, normalise: Normalise | None = None
+) -> str | None:
+    """Where two JSON values first differ (``count: 7 != 9``), or None when they are equal; with
+    ``normalise``, the declared fields (a value that changes per process: an id, a timestamp) are
+    left out of both first."""
+    if normalise:
+        journaled, answered = (
+            normalise.apply(msgspec.json.decode(msgspec.json.encode(v))) for v in (journaled, answered)
+        )
     if isinstance(journaled, dict) and isinstance(answered, dict):
         for key in sorted(journaled.keys() | answered.keys(), key=str):
             if key not in journaled or key not in answered:
@@ -114,7 +123,9 @@ class UpstreamEnvironment(Environment):
 
     ``name`` is the upstream server's (the sessions and the rows name it); ``mode`` its declared
     level: ``event_sourced`` (replayable: rebuilt by replay), ``stateless`` (seeded afresh), or
-    ``restart_only``. Tools are the upstream's own POST routes, read from its OpenAPI document."""
+    ``restart_only``. Tools are the upstream's own POST routes, read from its OpenAPI document.
+    ``normalise``: the declared fields of its answers that change per process (``PATH`` or
+    ``PATH~REGEX``, as an opaque agent's requests), left out when a replayed answer is compared."""
 
     name: ClassVar[str] = "upstream"
     whole_rows: ClassVar[bool] = True
@@ -124,12 +135,19 @@ class UpstreamEnvironment(Environment):
     reverify: ClassVar[str | None] = "unknown"
 
     def __init__(
-        self, server: str, url: str, *, level: CheckpointMode = "restart_only", timeout_s: float = 120.0
+        self,
+        server: str,
+        url: str,
+        *,
+        level: CheckpointMode = "restart_only",
+        timeout_s: float = 120.0,
+        normalise: Normalise | None = None,
     ) -> None:
         self.name = server  # type: ignore[misc]  # an instance per upstream server, named as it is
         self.mode = level  # type: ignore[misc]
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.normalise = normalise or Normalise()
         self._routes: dict[str, dict[str, Any]] = {}
         self._tools: dict[str, Any] = {}
         self.generation = 0  # bumped by whoever restarts the upstream: its sessions are gone
@@ -161,6 +179,9 @@ class UpstreamEnvironment(Environment):
         headers = {"cookie": cookie} if cookie else {}
         try:
             return await self._client().post(path, json=body, headers=headers)
+        except httpx.TimeoutException as exc:  # hung: as good as dead for this call, said apart
+            what = f"{self.name}: the upstream did not answer {path} within {self.timeout_s:g} s"
+            raise GymError(ErrorKind.HTTP_ERROR, what, status=504) from exc
         except httpx.HTTPError as exc:
             raise GymError(
                 ErrorKind.HTTP_ERROR, f"{self.name}: the upstream did not answer {path}: {exc!r}", status=502
@@ -288,7 +309,7 @@ class UpstreamEnvironment(Environment):
 
     async def _reseeded(self, seed: Any, journaled: Any) -> UpstreamSession:
         s = await self.seed(seed)
-        differs = first_difference(journaled, s.seed_answer)
+        differs = first_difference(journaled, s.seed_answer, normalise=self.normalise)
         if differs is not None:
             self.close(s)
             raise NotContinuable(f"{self.name}: /seed_session answered differently on replay ({differs})")
@@ -305,7 +326,7 @@ class UpstreamEnvironment(Environment):
             self.close(draft)
             where = f"{self.name}: /{tool} call {len(state.calls) + 1}"
             raise NotContinuable(f"{where} failed on replay: {exc}") from exc
-        differs = first_difference(journaled, draft.calls[-1].answer)
+        differs = first_difference(journaled, draft.calls[-1].answer, normalise=self.normalise)
         if differs is not None:
             self.close(draft)
             raise NotContinuable(

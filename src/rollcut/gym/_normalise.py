@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl, urlencode
 import msgspec
 import re2
 
-from ..._errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = ["Normalise", "canonical_body", "normalised_route", "request_digest"]
 

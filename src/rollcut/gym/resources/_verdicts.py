@@ -1,0 +1,84 @@
+"""A session's verdict: computed once per rollout, journaled before it goes back.
+
+``/verify`` asks the environment for a reward; a continued attempt that asks again at the revision
+its lineage was verified at, with the same request (by its digest), is given the journaled verdict
+(``resources.verified``) instead of a second one: an LLM judge's verdict can differ when asked
+twice, and costs a model call. The verdict is journaled before it is answered, so a crash between
+the two leaves it on the log for the next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ...bus import ResourcesVerified, digest
+from .._writes import Envelope
+from ._at_cut import settled
+from ._env import Environment
+
+if TYPE_CHECKING:
+    from ._service import Session
+
+__all__ = ["Verdicts"]
+
+
+class Verdicts:
+    """The verifications of one resources server: how many run now (a ``wait`` environment's prepare
+    waits until none does), and each one's verdict, from the journal or computed."""
+
+    def __init__(self, env: Environment, append: Callable[[Any], Awaitable[int]]) -> None:
+        self.env, self._append = env, append
+        self.running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def idle(self) -> None:
+        """Until no verification runs."""
+        await self._idle.wait()
+
+    async def verdict(
+        self, s: Session, args: dict[str, Any], envelope: Envelope, refused: Callable[[str, Any], Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """The session's verdict and whether it came from the journal; journaled either way."""
+        self.running += 1
+        self._idle.clear()
+        try:
+            async with s.lock:
+                return await self._verdict(s, args, envelope, refused)
+        finally:
+            self.running -= 1
+            if self.running == 0:
+                self._idle.set()
+
+    async def _verdict(
+        self, s: Session, args: dict[str, Any], envelope: Envelope, refused: Callable[[str, Any], Any]
+    ) -> tuple[dict[str, Any], bool]:
+        request = digest(msgspec.json.encode(args, order="sorted"))
+        old = s.journaled_verdict
+        if (
+            old is not None
+            and old.revision == s.revision
+            and old.request == request
+            and isinstance(old.verdict, dict)
+        ):
+            out: dict[str, Any] = old.verdict
+            from_log = True
+        else:
+            with refused(f"{self.env.name}: verify arguments", args):
+                out = await settled(self.env.verify(s.state, args))
+            from_log = False
+        await self._append(
+            ResourcesVerified(
+                **envelope,
+                session=self.env.name,
+                revision=s.revision,
+                request=request,
+                verdict=out,
+                from_log=from_log,
+            )
+        )
+        return out, from_log

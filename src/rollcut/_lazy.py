@@ -10,13 +10,16 @@ from typing import Any
 __all__ = ["lazy_names"]
 
 
-def lazy_names(package: str, homes: dict[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package``: ``name`` is imported from its submodule
-    ``homes[name]`` on first use and kept in ``namespace`` (the package's globals), so it is an
-    ordinary attribute afterwards."""
+def lazy_names(
+    package: str, homes: dict[str, tuple[str, ...]], namespace: dict[str, Any]
+) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: each name of ``homes[module]`` is imported from that
+    submodule on first use and kept in ``namespace`` (the package's globals), so it is an ordinary
+    attribute afterwards. Written as the ``TYPE_CHECKING`` imports beside it are: by module."""
+    home_of = {name: module for module, names in homes.items() for name in names}
 
     def __getattr__(name: str) -> Any:
-        home = homes.get(name)
+        home = home_of.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f"{package}.{home}"), name)

@@ -54,12 +54,18 @@ class Turn:
 
     rollout_id: str
     attempt: int
+    """The attempt whose row this is (a continued rollout's turns may come from earlier ones)."""
     turn: int
+    """The model call's place in the rollout, from 0."""
     reward: float
+    """The rollout's reward, on each of its turns."""
     prompt_ids: list[int]
+    """What the model was given, as the token store recorded it (not retokenised)."""
     generation_ids: list[int]
     generation_log_probs: list[float]
+    """The policy's log-prob of each generated token."""
     generation_versions: list[int]
+    """The policy version that generated each token (a weight update mid-call shows here)."""
 
     @property
     def input_ids(self) -> list[int]:

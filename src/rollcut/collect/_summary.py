@@ -16,11 +16,19 @@ __all__ = ["CollectorHooks", "Summary", "summary_dict"]
 
 @dataclass
 class Summary:
+    """What one :meth:`Collector.run` did (``rollcut collect``'s JSON, the demo's tables)."""
+
     rollouts: int = 0
+    """The tasks the collection was given: one rollout, and one row, each."""
     results_written: int = 0
+    """Rows this run wrote (with ``accepted_before``: every rollout, when the run ends well)."""
     duplicate_results: int = 0
+    """Rows a rollout already had, refused at hand-off (a second run of a finished rollout): must be 0
+    in the output, which holds each rollout once."""
     accepted_before: int = 0
+    """Rollouts whose row an earlier run of this collection wrote: kept, never run again."""
     checkpoints_published: int = 0
+    """Checkpoints this run published (a restore can use each)."""
     checkpoints_failed: int = 0  # periodic checkpoints that did not publish (a later one may have)
     last_checkpoint: str | None = None
     recovery: dict[str, int] = field(

@@ -3,9 +3,9 @@
 The wire protocol they speak (identity, error kinds, domain errors) is
 :mod:`rollcut.gym.wire`.
 
-Names load on first use (PEP 562): a process imports only what it serves, so a resources server
-or a collector does not pay for the model server's OpenAI types (about a second of CPU per
-process, and a test deployment starts ten processes).
+Names load on first use (PEP 562), but for the options every server reads: a process imports
+only what it serves, so a resources server or a collector does not pay for the model server's
+OpenAI types (about a second of CPU per process, and a test deployment starts ten processes).
 """
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ from __future__ import annotations
 import typing as _typing
 
 from .._lazy import lazy_names as _lazy_names
+from ._options import (
+    SERVE_ARGUMENT,
+    AgentServe,
+    EnvironmentServe,
+    ModelServe,
+    ResourcesServe,
+    ServeOptions,
+    ServeSpec,
+    cli_argv,
+    decode_spec,
+    encode_spec,
+)
 
 if _typing.TYPE_CHECKING:
     from ._agents import AGENTS
     from ._environment import create_environment_app
-    from ._options import (
-        SERVE_ARGUMENT,
-        AgentServe,
-        EnvironmentServe,
-        ModelServe,
-        ResourcesServe,
-        ServeOptions,
-        ServeSpec,
-        cli_argv,
-        decode_spec,
-        encode_spec,
-    )
     from ._peers import FORWARDED_HEADER, Peers, owner_of
     from ._runners import (
         Make,
@@ -43,34 +43,20 @@ if _typing.TYPE_CHECKING:
     from .opaque._kind import SANDBOXES
 
 _HOME = {
-    "AGENTS": "_agents",
-    "SANDBOXES": "opaque._kind",
-    "Make": "_runners",
-    "create_environment_app": "_environment",
-    "SERVE_ARGUMENT": "_options",
-    "AgentServe": "_options",
-    "EnvironmentServe": "_options",
-    "ModelServe": "_options",
-    "ResourcesServe": "_options",
-    "ServeOptions": "_options",
-    "ServeSpec": "_options",
-    "cli_argv": "_options",
-    "decode_spec": "_options",
-    "encode_spec": "_options",
-    "FORWARDED_HEADER": "_peers",
-    "Peers": "_peers",
-    "owner_of": "_peers",
-    "environment_of": "_runners",
-    "model_app": "_runners",
-    "served_names": "_runners",
-    "serve": "_runners",
-    "serve_participant": "_runners",
-    "serve_worker": "_runners",
-    "bind": "_serving",
-    "run_servers": "_serving",
-    "run_worker": "_serving",
-    "say": "_serving",
-    "serve_on": "_serving",
+    "_agents": ("AGENTS",),
+    "opaque._kind": ("SANDBOXES",),
+    "_runners": (
+        "Make",
+        "environment_of",
+        "model_app",
+        "served_names",
+        "serve",
+        "serve_participant",
+        "serve_worker",
+    ),
+    "_environment": ("create_environment_app",),
+    "_peers": ("FORWARDED_HEADER", "Peers", "owner_of"),
+    "_serving": ("bind", "run_servers", "run_worker", "say", "serve_on"),
 }
 
 

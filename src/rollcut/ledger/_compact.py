@@ -57,10 +57,14 @@ class CompactionReport:
     horizon: int = 0
     """The oldest kept checkpoint's cut: nothing at or above it was touched."""
     checkpoints_kept: int = 0
+    """Checkpoints still restorable after it (the newest ones the retention keeps)."""
     checkpoints_dropped: int = 0
+    """Checkpoints retired from the ledger: no restore can name them any more."""
     rollouts_compacted: int = 0
+    """Handed-off rollouts whose events below the horizon were let go (their rows stay)."""
     messages_purged: int = 0
     stream_bytes_before: int = 0
+    """The stream's size as the compaction began (others keep writing while it runs)."""
     stream_bytes_after: int = 0
     blobs_deleted: int = 0
     """Sandbox blobs freed: no tree the stream still names needs them (:mod:`rollcut.sandbox`)."""

@@ -29,17 +29,10 @@ if _typing.TYPE_CHECKING:
     from ._result import CheckpointResult
 
 _HOME = {
-    "Coordinator": "_coordinator",
-    "InstanceInfo": "_coordinator",
-    "new_checkpoint_id": "_coordinator",
-    "PAUSE_PHASES": "_pauses",
-    "PauseBreakdown": "_pauses",
-    "RecoveryMode": "_restore",
-    "RecoveryPlan": "_restore",
-    "RecoveryResult": "_restore",
-    "Restorer": "_restore",
-    "plan_recovery": "_restore",
-    "CheckpointResult": "_result",
+    "_coordinator": ("Coordinator", "InstanceInfo", "new_checkpoint_id"),
+    "_pauses": ("PAUSE_PHASES", "PauseBreakdown"),
+    "_restore": ("RecoveryMode", "RecoveryPlan", "RecoveryResult", "Restorer", "plan_recovery"),
+    "_result": ("CheckpointResult",),
 }
 
 

@@ -28,10 +28,9 @@ if _typing.TYPE_CHECKING:
 __getattr__ = _lazy_names(
     __name__,
     {
-        "TokenStoreContract": "_contracts",
-        "sample_record": "_contracts",
-        "EnvironmentContract": "_env_contract",
-        "BackendContract": "_backend_contract",
+        "_contracts": ("TokenStoreContract", "sample_record"),
+        "_env_contract": ("EnvironmentContract",),
+        "_backend_contract": ("BackendContract",),
     },
     globals(),
 )

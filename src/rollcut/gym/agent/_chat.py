@@ -69,14 +69,11 @@ async def run_chat(ctx: RunContext, task: dict[str, Any]) -> dict[str, Any]:
         if not msg.get("tool_calls"):
             answer = msg.get("content") or ""
             break
-        for tc in msg["tool_calls"]:
-            fn = tc["function"]
-            answer, revision = await ctx.answer_tool(
-                f"{res_url}/{fn['name']}", fn.get("arguments"), call_id=tc["id"]
-            )
-            if revision is not None:
-                revisions[env] = revision
-            messages.append({"role": "tool", "tool_call_id": tc["id"], "content": answer})
+        calls = [
+            (tc["function"]["name"], tc["function"].get("arguments"), tc["id"]) for tc in msg["tool_calls"]
+        ]
+        for call_id, answer in await ctx.answer_tools(res_url, calls, revisions, env):
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": answer})
         turn += 1
         await ctx.boundary(
             AgentBoundaryRecord(

@@ -119,6 +119,27 @@ class RunContext:
         answer = await self.tool(url, args, cookies, call_id=call_id)
         return (answer, None) if isinstance(answer, str) else tool_output(answer)
 
+    async def answer_tools(
+        self,
+        res_url: str,
+        calls: list[tuple[str, str | None, str]],
+        revisions: dict[str, int],
+        env: str,
+        cookies: dict[str, str] | None = None,
+    ) -> list[tuple[str, str]]:
+        """A turn's tool calls, ``(name, arguments, call_id)``, answered in order: each call's id and
+        what the model reads back; ``revisions[env]`` moves to the newest revision the server
+        reported (what the turn's boundary records)."""
+        out = []
+        for name, arguments, call_id in calls:
+            answer, revision = await self.answer_tool(
+                f"{res_url}/{name}", arguments, cookies, call_id=call_id
+            )
+            if revision is not None:
+                revisions[env] = revision
+            out.append((call_id, answer))
+        return out
+
     async def tool(
         self,
         url: str,

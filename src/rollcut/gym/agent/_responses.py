@@ -120,14 +120,9 @@ async def _episode(
         function_calls = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call"]
         if not function_calls:
             break
-        for call in function_calls:
-            url = f"{res_url}/{call['name']}"
-            output, revision = await ctx.answer_tool(
-                url, call.get("arguments"), cookies, call_id=call["call_id"]
-            )
-            if revision is not None:
-                revisions[env] = revision
-            outputs.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})
+        asked = [(c["name"], c.get("arguments"), c["call_id"]) for c in function_calls]
+        for call_id, output in await ctx.answer_tools(res_url, asked, revisions, env, cookies):
+            outputs.append({"type": "function_call_output", "call_id": call_id, "output": output})
         turn += 1
         await ctx.boundary(
             AgentBoundaryRecord(

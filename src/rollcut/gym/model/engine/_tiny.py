@@ -99,12 +99,19 @@ class LlamaShape:
     """The hyper-parameters a llama-architecture GGUF declares."""
 
     n_embd: int = 256
+    """``llama.embedding_length``"""
     n_layer: int = 4
+    """``llama.block_count``"""
     n_head: int = 4
+    """``llama.attention.head_count`` (and its KV count: no grouped-query attention here)"""
     n_ff: int = 768
+    """``llama.feed_forward_length``"""
     ctx: int = 4096
+    """``llama.context_length``"""
     rms_eps: float = 1e-5
+    """``llama.attention.layer_norm_rms_epsilon``"""
     rope_base: float = 10000.0
+    """``llama.rope.freq_base``"""
 
 
 def write_llama_gguf(

@@ -13,7 +13,10 @@ process is SIGKILLed once the first rows are written, started again, and ``rollc
 --resume`` finishes the collection. NeMo Gym is installed into rollcut's cache on first use
 (``rollcut nemo-gym install``, about 70 s).
 
-Prints, per server, the rows it ran and their mean reward, and the collection's summary.
+Prints, per server, the rows it ran, their mean reward and what the log says the crash did to its
+rollouts (continued, started over, divergences, calls given again to rebuild a session, model and
+tool calls kept or done again, verdicts computed or given again from the journal), and the
+collection's recovery.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 from rollcut.bus import BusConfig, Credentials, EmbeddedServer, EventLog
 from rollcut.gym.resources import install_nemo_gym, nemo_gym_example_rows
+from rollcut.replay import count_work_by
 from rollcut.testing import ServerProcess, start_stack
 
 NAMESPACE = "nemogym"
@@ -73,6 +77,9 @@ def _config(home: Path, stacks: list[list[ServerProcess]], url: str, rows: int) 
         "output": "rows.jsonl",
         "concurrency": min(rows, 16),
         "checkpoint": {"every_s": 1, "deadline_s": 10},
+        # the history is read after the run for its per-server figures: kept whole (a collection that
+        # does not read it back lets compaction free a handed-off rollout's events)
+        "compaction": {"enabled": False},
     }
     path = home / "collect.yaml"
     path.write_text(json.dumps(config, indent=2))  # YAML is a superset of JSON
@@ -98,6 +105,35 @@ def _kill(stacks: list[list[ServerProcess]]) -> None:
 async def _stream(url: str, creds: Credentials) -> None:
     log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))  # made by the operator
     await log.close()
+
+
+_CRASH_FIGURES = (
+    "continued",
+    "started_over",
+    "divergences",
+    "revisions_rebuilt",
+    "model_calls_kept",
+    "regenerated",
+    "tool_calls_kept",
+    "tool_calls_reexecuted",
+    "verdicts_computed",
+    "verdicts_from_log",
+)
+
+
+async def _crash_figures(url: str, creds: Credentials) -> dict[str, dict[str, int]]:
+    """Per server, what the log says the crash did to its rollouts (rollcut.replay.WorkByGroup)."""
+    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))
+    try:
+        _, by = await count_work_by(log, _server_of)
+    finally:
+        await log.close()
+    return {server: {k: n[k] for k in _CRASH_FIGURES} for server, n in by.items()}
+
+
+def _server_of(row: Any) -> str:
+    text = json.dumps(row.get("responses_create_params", {}).get("input")) if isinstance(row, dict) else ""
+    return next((s for s in (GYMNASIUM, *SIMPLE) if _is(row, text, s)), "?")
 
 
 def main() -> int:
@@ -129,6 +165,7 @@ def main() -> int:
                 config = _config(home, stacks, nats.url, len(rows))
                 proc = _collect(config, "--resume")
             out, err = proc.communicate(timeout=600)
+            figures = asyncio.run(_crash_figures(nats.url, creds))
         finally:
             _kill(stacks)
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
@@ -136,13 +173,14 @@ def main() -> int:
     written = [json.loads(line) for line in (home / "rows.jsonl").read_text().splitlines()]
     by: dict[str, list[float]] = {}
     for row in written:
-        text = json.dumps(row["responses_create_params"]["input"])
-        server = next((s for s in (GYMNASIUM, *SIMPLE) if _is(row, text, s)), "?")
-        by.setdefault(server, []).append(float(row.get("reward") or 0.0))
+        by.setdefault(_server_of(row), []).append(float(row.get("reward") or 0.0))
     result = {
         "exit": proc.returncode,
         "rows": len(written),
-        "per_server": {s: {"rows": len(r), "mean_reward": round(sum(r) / len(r), 3)} for s, r in by.items()},
+        "per_server": {
+            s: {"rows": len(r), "mean_reward": round(sum(r) / len(r), 3), **figures.get(s, {})}
+            for s, r in by.items()
+        },
         "recovery": summary.get("recovery"),
         "home": str(home),
     }

@@ -137,3 +137,11 @@ def test_the_example_collects_nemo_gyms_own_data_on_its_own_servers_across_a_cra
     rows = [json.loads(line) for line in (home / "rows.jsonl").read_text().splitlines()]
     assert len({r["rollout_id"] for r in rows}) == len(tasks)
     assert set(out["per_server"]) == {"example_session_state_mgmt", "example_multi_step", "mcqa", "blackjack"}
+    for name, server in out["per_server"].items():  # from the log: nothing done twice, every row verified
+        assert server["regenerated"] == 0 and server["tool_calls_reexecuted"] == 0, name
+        assert server["verdicts_from_log"] + server["verdicts_computed"] >= (
+            server["rows"] if name != "blackjack" else 0
+        )
+    assert (
+        out["per_server"]["blackjack"]["started_over"] > 0 or out["per_server"]["blackjack"]["continued"] == 0
+    )

@@ -251,10 +251,10 @@ class ResourcesSnapshot(RolloutEvent, frozen=True, kw_only=True, tag="resources.
 class ResourcesVerified(RolloutEvent, frozen=True, kw_only=True, tag="resources.verified"):
     """A session's verification: the verdict, at which revision, for which request (its digest).
 
-    Journaled before the verdict goes back, so a continued attempt that asks again at the same
-    revision with the same request is given this verdict, not a second one (a judge's verdict can
-    differ when recomputed, and costs a model call). The request itself is the rollout's own
-    output, already on the log; its digest is what shows a later request is the same."""
+    Journaled before the verdict goes back, so a continued attempt (from a cut above it) that asks
+    again at the same revision with the same request is given this verdict, not a second one (a
+    judge's verdict can differ when recomputed, and costs a model call). The request itself is the
+    rollout's own output, already on the log; its digest is what shows a later request is the same."""
 
     session: Token
     revision: Revision

@@ -1,10 +1,11 @@
 """A session's verdict: computed once per rollout, journaled before it goes back.
 
 ``/verify`` asks the environment for a reward; a continued attempt that asks again at the revision
-its lineage was verified at, with the same request (by its digest), is given the journaled verdict
-(``resources.verified``) instead of a second one: an LLM judge's verdict can differ when asked
-twice, and costs a model call. The verdict is journaled before it is answered, so a crash between
-the two leaves it on the log for the next attempt.
+its lineage was verified at below the cut, with the same request (by its digest), is given the
+journaled verdict (``resources.verified``) instead of a second one: an LLM judge's verdict can
+differ when asked twice, and costs a model call. The verdict is journaled before it is answered,
+so a crash between the two leaves it on the log. A verdict journaled after the cut is not used:
+the continuation holds the session as it was at the cut, and makes the calls after it again.
 """
 
 from __future__ import annotations

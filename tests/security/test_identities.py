@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import nats
 import nats.errors
 import pytest
@@ -23,6 +24,7 @@ from rollcut.bus import (
     login_options,
     role_file,
 )
+from rollcut.gym._http import gym_app
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
 from rollcut.testing import ServerProcess
@@ -198,3 +200,48 @@ async def test_a_sigkilled_server_of_several_workers_leaves_no_key_behind_and_th
         assert not any(d.exists() for d in left)  # the dead parent's directory, reaped at the next start
     finally:
         second.kill()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_server_whose_identity_is_revoked_says_so_exits_77_and_is_not_started_again(
+    workers: int, data_dir: Path, server: EmbeddedServer, creds: Credentials, admin: EventLog, tmp_path: Path
+) -> None:
+    """A second process takes ``model-w0`` (as a second ``rollcut serve model`` under the default name
+    does): the authority revokes the first's identity, and the first stops storing, says why and
+    exits 77 (the exit code table's BUS_LOST), where it used to answer ``/healthz`` 200 while every
+    call failed; its supervisor does not start it again under the name that is the other's now."""
+    role = role_file(data_dir / "credentials.json", "model")
+    argv = ["model", "--tokens", str(tmp_path / "tokens"), "--url", server.url]
+    argv += ["--namespace", creds.namespace, "--credentials", str(role), "--workers", str(workers)]
+    first = ServerProcess(argv, workers=workers, logs=tmp_path / "logs").start()
+    try:
+        taker = await EventLog.connect(
+            BusConfig(url=server.url).as_role(creds.issue("model", "model-w0"), "model", "model-w0")
+        )
+        try:
+            assert first.p is not None
+            rest, _ = await asyncio.to_thread(first.p.communicate, timeout=120)
+        finally:
+            await taker.close()
+        assert first.p.returncode == 77, rest
+        assert "BUS_LOST model-w0: the bus closed this connection for good" in rest
+        assert "RESTARTED" not in rest
+    finally:
+        first.kill()
+
+
+async def test_healthz_says_the_bus_is_lost_in_the_error_shape() -> None:
+    app = gym_app("t")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        assert (await http.get("/healthz")).status_code == 200
+        app.state.bus_lost = lambda: "the bus closed this connection for good (AuthorizationError())"
+        lost = await http.get("/healthz")
+    assert lost.status_code == 503
+    assert (
+        lost.json()["error"]["code"] == "bus_lost" and "AuthorizationError" in lost.json()["error"]["message"]
+    )

@@ -143,12 +143,24 @@ class EventLog(StreamApi, FenceOps):
         # the highest sequence this log appended: a participant's "last appended" at prepare
         self.last_appended = 0
         self._replicated(config.replicas)
+        self._closing = False
+        self.lost = asyncio.Event()
+        """Set when the bus closed this connection for good while its owner still used it (a revoked
+        identity: another process took the instance name); :attr:`lost_why` says what it said."""
+        self.lost_why = ""
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
         denials = Denials()
-        nc = await connect(config, name=name, denials=denials)
+        made: list[EventLog] = []
+
+        async def closed() -> None:
+            if made:
+                made[0]._closed()
+
+        nc = await connect(config, name=name, denials=denials, on_closed=closed)
         log = cls(nc, config, owns_connection=True, denials=denials)
+        made.append(log)
         try:
             log._replicated(await ensure_stream(nc, log.subjects, config))
         except BaseException:
@@ -164,6 +176,11 @@ class EventLog(StreamApi, FenceOps):
         self._commit.one_in_flight_per_subject = replicas > 1
         # a read up to a cut asks the leader where a replica's pages end early (``_read.scan``)
         self._confirm = self.next_stored if replicas > 1 else None
+
+    def _closed(self) -> None:
+        if not self._closing:  # not this log's own close: the server ended it
+            self.lost_why = f"the bus closed this connection for good ({self.nc.last_error!r})"
+            self.lost.set()
 
     def give_up(self) -> None:
         """Declare the bus gone: every request of this log still riding an outage out fails now,
@@ -182,6 +199,7 @@ class EventLog(StreamApi, FenceOps):
         ``ConnectionResetError`` (seen in CI: a collection that should have exited 75 for a requeue
         hung, or exited 74). Nothing acknowledged is lost by not waiting: what it buffered was never
         acknowledged."""
+        self._closing = True
         await self._commit.close()
         if not self._owns:
             return

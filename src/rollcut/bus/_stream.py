@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import msgspec
@@ -239,8 +239,16 @@ def login_options(config: BusConfig) -> dict[str, Any]:
     }
 
 
-async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials | None = None) -> NATS:
-    """Connect and refuse servers too old for fencing and group commit."""
+async def connect(
+    config: BusConfig,
+    *,
+    name: str = "rollcut",
+    denials: Denials | None = None,
+    on_closed: Callable[[], Awaitable[None]] | None = None,
+) -> NATS:
+    """Connect and refuse servers too old for fencing and group commit. ``on_closed``: called when the
+    connection is closed for good (by its owner, or by the server: nats-py closes on any protocol
+    error the server sends, a revoked identity's among them, and does not reconnect)."""
     if not config.url:
         raise ConfigError("no NATS url: start an EmbeddedServer or configure one")
 
@@ -263,6 +271,7 @@ async def connect(config: BusConfig, *, name: str = "rollcut", denials: Denials 
         "pending_size": 64 * 1024 * 1024,
         "ping_interval": config.ping_interval_s,
         "max_outstanding_pings": 3,
+        **({"closed_cb": on_closed} if on_closed is not None else {}),
     }
     nc = _Client()
     servers = [u.strip() for u in config.url.split(",") if u.strip()]

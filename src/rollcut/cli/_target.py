@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._errors import BusError, RollcutError, StorageError
+from ..gym._serving import BUS_LOST_EXIT
 
 if TYPE_CHECKING:  # the heavy parts load when a command runs, not for every `rollcut --help`
     from ..bus import EventLog
@@ -67,6 +68,9 @@ class ExitCode(IntEnum):
     REQUEUE = 75
     """Checkpointed after SIGTERM, or stopped because the bus stopped answering: requeue the job and
     run it again with ``--resume``."""
+    BUS_LOST = BUS_LOST_EXIT
+    """A server's bus identity was revoked (another process took its instance name): it stopped, and
+    is not started again under that name; give one of the two servers another ``--name``."""
 
 
 EXIT_CODES = "\n".join(f"{int(c):>3}  {(c.__doc__ or '').strip()}" for c in ExitCode)

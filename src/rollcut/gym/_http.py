@@ -75,6 +75,24 @@ class IdentityPrefix:
         await self.app(scope, receive, send)
 
 
+class BusHealth:
+    """``/healthz`` answers ``503 bus_lost`` once the server's bus connection is gone for good (its
+    identity revoked): it stores nothing more, and a health check that said ok would keep traffic
+    coming to it while it exits (the app's ``state.bus_lost``: the reason, or None)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") == "/healthz":
+            lost = getattr(scope["app"].state, "bus_lost", None)
+            why = lost() if lost is not None else None
+            if why:
+                await error_response(GymError(ErrorKind.BUS_LOST, why), "/healthz")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 STORAGE_RETRY_AFTER_S = 30.0
 """The Retry-After of a ``storage_unavailable`` answer: room is made by an operator, not in a moment."""
 
@@ -140,6 +158,7 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
     app.add_middleware(IdentityPrefix)
     app.add_middleware(PeerRouter)  # inside the body limit, outside the prefix: forwards as sent
     app.add_middleware(BodyLimit, limit=max_body_bytes)
+    app.add_middleware(BusHealth)  # outermost: a server that lost its bus says so before anything
 
     async def on_gym_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GymError)

@@ -11,6 +11,7 @@ every worker is ready (see :mod:`rollcut.gym._serving`).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 from pathlib import Path
@@ -74,18 +75,25 @@ async def serve_participant(
     )
     app, hooks = make(log, instance, participant)
     app.state.peers = peers
+    app.state.bus_lost = lambda: log.lost_why if log.lost.is_set() else None  # /healthz says so
     if hooks is not None:
         participant.hooks = hooks
     await participant.start()
     try:
         extra: list[socket.socket] = getattr(app.state, "extra_sockets", [])  # an opaque agent's relay
         listeners = [sock, peers.listener] if peers and peers.listener else [sock]
-        await serve_on(app, [*listeners, *extra], instance)
+        lost = asyncio.ensure_future(_lost(log))
+        await serve_on(app, [*listeners, *extra], instance, lost)
     finally:
         await participant.stop()
         if peers is not None:
             await peers.aclose()
         await log.close()
+
+
+async def _lost(log: EventLog) -> str:
+    await log.lost.wait()
+    return log.lost_why
 
 
 def served_names(opts: ModelServe) -> list[str]:

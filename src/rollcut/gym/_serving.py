@@ -54,12 +54,23 @@ def _stopped(sig: int, _frame: object) -> None:
     raise SystemExit(128 + sig)
 
 
-async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> None:
+BUS_LOST_EXIT = 77
+"""A server's exit status when the bus closed its connection for good (``EX_NOPERM``: its identity
+was revoked because another process took its instance name). Its supervisor does not start it
+again under that name: the name is the other process's now (``rollcut``'s exit code table)."""
+
+
+async def serve_on(
+    app: Any, sockets: list[socket.socket], instance: str, lost: asyncio.Future[str] | None = None
+) -> None:
     """Serve on ``sockets`` until stopped; print ``READY <instance> pid=<pid>`` once accepting.
 
     A SIGTERM stops uvicorn gracefully, which then raises the signal again under the handler it
     found: this one, which unwinds the worker (its ``finally`` blocks run: a sandbox's sessions are
-    removed, issue 49) and exits 143, where the default handler ended the process on the spot."""
+    removed, issue 49) and exits 143, where the default handler ended the process on the spot.
+    ``lost``: resolves, with the reason, when the server's bus connection is gone for good; the
+    server then says so (``BUS_LOST <instance>: <reason>``), stops as for a SIGTERM and exits
+    :data:`BUS_LOST_EXIT`, where it would otherwise answer ``/healthz`` while storing nothing."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stopped)
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)
@@ -68,7 +79,19 @@ async def serve_on(app: Any, sockets: list[socket.socket], instance: str) -> Non
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.01)
     say(f"READY {instance} pid={os.getpid()}")
+    if lost is None:
+        await serving
+        return
+    either: list[asyncio.Future[Any]] = [serving, lost]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    if not lost.done():
+        lost.cancel()
+        await serving
+        return
+    say(f"BUS_LOST {instance}: {lost.result()}; exiting {BUS_LOST_EXIT}")
+    server.should_exit = True
     await serving
+    raise SystemExit(BUS_LOST_EXIT)
 
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
@@ -120,7 +143,10 @@ def run_servers(
             asyncio.run(serve_one(sock, 0, None))
         return
     with tempfile.TemporaryDirectory(prefix=f"rollcut-peers-{os.getpid()}-") as peers_dir:  # 0700
-        Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue).run(url)
+        supervisor = Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue)
+        supervisor.run(url)
+    if supervisor.lost:
+        raise SystemExit(BUS_LOST_EXIT)
 
 
 class Supervisor:
@@ -139,6 +165,7 @@ class Supervisor:
         self.env = multiproc_env(peers_dir)  # every worker's metrics in one place, summed on /metrics
         self.children: dict[int, subprocess.Popen[str]] = {}
         self.stopping = False
+        self.lost = False  # a worker lost its identity: the server exits BUS_LOST_EXIT
 
     def _start(self, i: int) -> str:
         self._launch(i)
@@ -197,7 +224,7 @@ class Supervisor:
         signal.signal(signal.SIGINT, self.stop)
         failures = dict.fromkeys(self.children, 0)
         while self.children:
-            pid = _wait_any()
+            pid, code = _wait_any()
             if pid == 0:
                 return
             index = next((i for i, c in self.children.items() if c.pid == pid), None)
@@ -206,6 +233,12 @@ class Supervisor:
             worker_gone(self.env, pid)
             if self.stopping:
                 del self.children[index]
+                continue
+            if code == BUS_LOST_EXIT:  # its name is another process's now
+                say(f"BUS_LOST worker {index}: its identity was revoked; not started again, stopping")
+                self.stop()
+                del self.children[index]
+                self.lost = True
                 continue
             try:  # the same index: the same participant name and the same rollouts
                 say(self._start(index).replace("READY", "RESTARTED", 1))
@@ -231,9 +264,11 @@ def _relay(child: subprocess.Popen[str]) -> None:
         say(line.rstrip("\n"))
 
 
-def _wait_any() -> int:
-    """The pid of the next child to exit; 0 once there are none."""
+def _wait_any() -> tuple[int, int]:
+    """The pid of the next child to exit and its exit code (``-N``: killed by signal N); pid 0 once
+    there are none."""
     try:
-        return os.wait()[0]
+        pid, status = os.wait()
     except ChildProcessError:
-        return 0
+        return 0, 0
+    return pid, os.waitstatus_to_exitcode(status)

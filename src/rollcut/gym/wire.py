@@ -123,6 +123,9 @@ class ErrorKind(StrEnum):
     """The inference engine failed the call or answered in a shape rollcut does not keep."""
     WORKER_UNAVAILABLE = "worker_unavailable"
     """The worker of this server that holds the rollout did not answer (it died and is restarting)."""
+    BUS_LOST = "bus_lost"
+    """The bus closed this server's connection for good (its identity was revoked: another process
+    took its instance name): it stores nothing more and is exiting (``/healthz`` says so)."""
     AGENT_FAILED = "agent_failed"
     """An opaque agent's own process failed: it exited non-zero, or printed no answer."""
     FRESH_DISPATCH = "fresh_dispatch"
@@ -152,6 +155,7 @@ _STATUS: dict[ErrorKind, int] = {
     ErrorKind.ADMISSION_CLOSED: 503,
     ErrorKind.STORAGE_UNAVAILABLE: 503,
     ErrorKind.WORKER_UNAVAILABLE: 503,
+    ErrorKind.BUS_LOST: 503,
     ErrorKind.ENGINE_UNAVAILABLE: 503,
     ErrorKind.ENGINE_ERROR: 502,
     ErrorKind.AGENT_FAILED: 502,

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
+from nats.errors import Error as NatsError
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
@@ -178,16 +179,25 @@ class Participant:
         return self
 
     async def stop(self) -> None:
-        await self._presence.stop()
+        """Stop every part. On a connection the bus closed for good (a revoked identity), a part's
+        goodbye on the bus fails and is let go: the process is exiting, and says why."""
+        await self._bus_part(self._presence.stop())
         if self._watch is not None:
-            await self._watch.stop()
+            await self._bus_part(self._watch.stop())
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
         if self._service is not None:
-            await self._service.stop()
+            await self._bus_part(self._service.stop())
             self._service = None
+
+    async def _bus_part(self, step: Awaitable[None]) -> None:
+        try:
+            await step
+        except NatsError:
+            if not self.log.nc.is_closed:
+                raise
 
     async def __aenter__(self) -> Participant:
         return await self.start()

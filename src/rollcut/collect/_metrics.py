@@ -109,6 +109,13 @@ class CollectorMetrics(_Source):
             {"healed": s.healed, "restarted": s.fallbacks_to_fresh, "retired": s.retired},
         )
         yield counter(
+            "rollcut_collect_faults",
+            "What the runs that broke off met, by kind (an error's kind, or environment_unreachable): "
+            "each cost its rollout an attempt, recovered or not",
+            "kind",
+            dict(s.faults),
+        )
+        yield counter(
             "rollcut_compaction",
             "What compaction let go",
             "what",

@@ -7,9 +7,7 @@ import inspect
 import os
 import time
 import zlib
-from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -21,6 +19,7 @@ from rollcut.bus import (
     ResourcesMutated,
     TokenReceipt,
 )
+from rollcut.testing import each_rollout_once as each_rollout_once  # the oracle, re-exported
 
 
 def model_event(
@@ -111,15 +110,3 @@ async def until(
         if time.monotonic() > give_up:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
         await asyncio.sleep(0.02)
-
-
-def each_rollout_once(rows: Iterable[dict[str, Any]], expected: int | Collection[str]) -> None:
-    """The oracle every collection is held to: one row for each of its rollouts (``expected``: how
-    many, or their ids), none written twice, none missing."""
-    ids = Counter(r["rollout_id"] for r in rows)
-    twice = sorted(r for r, n in ids.items() if n > 1)
-    assert twice == [], f"rows written twice: {twice[:10]}"
-    if isinstance(expected, int):
-        assert len(ids) == expected, f"{len(ids)} of {expected} rollouts have a row"
-    else:
-        assert sorted(ids) == sorted(expected), f"missing {sorted(set(expected) - set(ids))[:10]}"

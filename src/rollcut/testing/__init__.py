@@ -5,7 +5,8 @@ benchmarks run them (as ``temporalio.testing`` gives users the environment the S
 ``kill()`` is a SIGKILL of every process of it. :func:`start_stack` starts a whole stack (model,
 resources, agent, environment) on a bus. :class:`Hosts` makes hosts of one's own on this machine
 (network namespaces on a bridge) to split a cluster's network; :func:`missing_acks` checks, after a
-fault, that every acknowledgement a writer was told is in the stream.
+fault, that every acknowledgement a writer was told is in the stream, and :func:`each_rollout_once`
+that every rollout has exactly one row (the oracle rollcut's own e2e suite holds every collection to).
 
 The extension kit: :class:`TokenStoreContract`, :class:`EnvironmentContract` and
 :class:`BackendContract` are the suites every token store, every continuing environment and every
@@ -16,7 +17,7 @@ asked for).
 import typing as _typing
 
 from .._lazy import lazy_names as _lazy_names
-from ._acks import acked, generated_twice, missing_acks
+from ._acks import acked, each_rollout_once, generated_twice, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack, stop_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
 
@@ -43,6 +44,7 @@ __all__ = [
     "ServerProcess",
     "TokenStoreContract",
     "acked",
+    "each_rollout_once",
     "generated_twice",
     "hosts_possible",
     "missing_acks",

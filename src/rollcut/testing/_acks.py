@@ -1,5 +1,5 @@
 """What a fault trial checks afterwards: every acknowledgement a writer was told is in the stream,
-and no model call completed was generated again.
+no model call completed was generated again, and every rollout has exactly one row.
 
 Every rollcut process started with ``$ROLLCUT_ACK_JOURNAL`` naming a directory keeps a journal of
 the acknowledgements it received (``<seq> <event id>`` lines, ``bus/_commit.py``); after the run,
@@ -9,11 +9,29 @@ each must be in the stream at the sequence it was told, holding that event.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Collection, Iterable
 from pathlib import Path
+from typing import Any
 
 from ..bus import BusConfig, Credentials, EventLog, ModelCallCompleted
 
-__all__ = ["acked", "generated_twice", "missing_acks"]
+__all__ = ["acked", "each_rollout_once", "generated_twice", "missing_acks"]
+
+
+def each_rollout_once(rows: Iterable[dict[str, Any]], expected: int | Collection[str]) -> None:
+    """The oracle every collection is held to: one row for each of its rollouts (``expected``: how
+    many, or their ids), none written twice, none missing; an ``AssertionError`` naming which."""
+    ids = Counter(r["rollout_id"] for r in rows)
+    twice = sorted(r for r, n in ids.items() if n > 1)
+    if twice:
+        raise AssertionError(f"rows written twice: {twice[:10]}")
+    if isinstance(expected, int):
+        if len(ids) != expected:
+            raise AssertionError(f"{len(ids)} of {expected} rollouts have a row")
+    elif sorted(ids) != sorted(expected):
+        missing, extra = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
+        raise AssertionError(f"missing {missing[:10]}, unexpected {extra[:10]}")
 
 
 def acked(journal: Path) -> dict[int, str]:

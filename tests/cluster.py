@@ -10,11 +10,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rollcut.bus import BusConfig, Credentials, EmbeddedCluster, EventLog
+import nats
+import nats.errors
+import nats.js.errors
+
+from rollcut.bus import BusConfig, Credentials, EmbeddedCluster, EventLog, Subjects, login_options
 from rollcut.bus._commit import ACK_JOURNAL_ENV
 from rollcut.testing import acked, missing_acks, stream_leader
 
-__all__ = ["ACK_JOURNAL_ENV", "acked", "acks_told", "journal_env", "leader", "missing_acks", "stream_health"]
+__all__ = [
+    "ACK_JOURNAL_ENV",
+    "acked",
+    "acks_told",
+    "append_refused",
+    "journal_env",
+    "leader",
+    "missing_acks",
+    "stream_health",
+]
 
 
 def acks_told(journal: Path) -> int:
@@ -46,3 +59,23 @@ def stream_health(cluster: EmbeddedCluster, creds: Credentials) -> list[tuple[st
 
 def journal_env(path: Path) -> dict[str, str]:
     return {**os.environ, ACK_JOURNAL_ENV: str(path)}
+
+
+async def _append_refused(url: str, creds: Credentials) -> str:
+    login = login_options(BusConfig(url=url).as_role(creds, "admin"))
+    nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, **login)
+    try:
+        subject = Subjects(creds.namespace).mark("quorum-probe")
+        try:
+            ack = await nc.jetstream().publish(subject, b"", timeout=3)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.Error) as exc:
+            return repr(exc)
+        raise AssertionError(f"an append was acknowledged without a quorum: {ack}")
+    finally:
+        await nc.close()
+
+
+def append_refused(node: Any, creds: Credentials) -> str:
+    """An append to the namespace's stream through ``node`` is not acknowledged (the node is what is
+    left of a cluster without a quorum): what the server answered instead. Raises if it was."""
+    return asyncio.run(_append_refused(node.url, creds))

@@ -8,8 +8,8 @@ cut off from the whole cluster. Each trial checks what the node-kill trials chec
 (``faults.exactly_once``): the exit code from the table, every rollout's row once, every
 acknowledgement at its sequence in the stream after healing, the newest checkpoint verifies.
 
-Not tried here: packet loss and delay (``tc netem``): this kernel has no ``sch_netem`` ("Specified
-qdisc kind is unknown"), see docs/cluster.md.
+Lossy and slow links: this kernel has no ``sch_netem``, so the links are shaped in user space
+(``rollcut.testing.Hosts.shape``: TUN devices and a shaper process, docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rollcut._home import credentials_for
 from rollcut.bus import EmbeddedCluster
 from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.demo import demo_tasks
+from rollcut.testing import LinkShape
 
 from ..cluster import ACK_JOURNAL_ENV, leader
 from ..hosts import Hosts, hosts_available, netns_cluster
@@ -90,6 +91,29 @@ def test_an_asymmetric_split_where_the_leader_hears_a_follower_that_does_not_hea
     _split_while_collecting(
         split, lambda h, lead, deaf: h.block(deaf, lead), lambda h, lead, deaf: h.unblock(deaf, lead)
     )
+
+
+def test_lossy_slow_links_between_every_node_and_to_the_collectors_host(split: Split) -> None:
+    """Every link of the cluster, and each node's link to the collector's host, made lossy, slow and
+    reordering once the collection is under way (1 % loss, 40 ms one way with 20 ms of jitter), then
+    worse (5 % loss, 5 % duplicated) while 3 more rows are written, then clean again: what every
+    fault trial checks holds (``faults.collect_through``)."""
+    dep, cluster, hosts = split
+    links = [(a, b) for i, a in enumerate(NODES) for b in NODES[i + 1 :]] + [(None, n) for n in NODES]
+
+    def fault() -> None:
+        for a, b in links:
+            hosts.shape(a, b, LinkShape(loss=0.01, delay_s=0.04, jitter_s=0.02))
+        rows_grow(dep, 3)
+        for a, b in links:
+            hosts.shape(a, b, LinkShape(loss=0.05, duplicate=0.05, delay_s=0.04, jitter_s=0.02))
+        rows_grow(dep, 3)
+        shaped = hosts.shaper_counts()  # the cluster's traffic did cross the weather
+        assert shaped["read"] > 1000 and shaped["dropped"] > 0 and shaped["duplicated"] > 0, shaped
+        for a, b in links:
+            hosts.shape(a, b, LinkShape())
+
+    collect_through(dep, cluster, fault)
 
 
 def test_the_collectors_host_cut_off_exits_75_and_the_slurm_requeue_finishes_once(

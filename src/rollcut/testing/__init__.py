@@ -20,6 +20,7 @@ from .._lazy import lazy_names as _lazy_names
 from ._acks import acked, each_rollout_once, generated_twice, missing_acks
 from ._harness import DEMO_ENVIRONMENTS, ServerProcess, start_stack, stop_stack
 from ._hosts import Hosts, hosts_possible, netns_cluster, stream_leader
+from ._linkshape import LinkShape
 
 if _typing.TYPE_CHECKING:
     from ._backend_contract import BackendContract
@@ -41,6 +42,7 @@ __all__ = [
     "BackendContract",
     "EnvironmentContract",
     "Hosts",
+    "LinkShape",
     "ServerProcess",
     "TokenStoreContract",
     "acked",

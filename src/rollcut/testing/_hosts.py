@@ -9,7 +9,10 @@ start on a host under ``ip netns exec``. Faults are the network's, not the proce
 - :meth:`Hosts.block` drops what one host sends to another (a blackhole route in the sender's
   namespace), the other direction untouched: an asymmetric split;
 - :meth:`Hosts.cut_off_here` blackholes every host from the root namespace: this host (the
-  collector's) loses the cluster while the cluster keeps itself.
+  collector's) loses the cluster while the cluster keeps itself;
+- :meth:`Hosts.shape` makes the link between two hosts (or a host and this one) lossy, slow,
+  reordering, duplicating or narrow, each way, changed at any time (:mod:`._shaper`: TUN devices
+  and a user-space shaper, this kernel having no netem).
 
 Only the namespaces, links and routes made here are ever touched; their names carry a random tag,
 so two runs on one machine never meet. Needs root and iproute2 (``ip``), as in CI
@@ -20,18 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..bus import BusConfig, Credentials, EmbeddedCluster, EventLog
 from ..bus._cluster import ClusterLayout, ClusterNode
+from ._linkshape import LinkShape
 
 __all__ = ["Hosts", "hosts_possible", "netns_cluster", "stream_leader"]
 
@@ -64,6 +72,9 @@ class Hosts:
         self.addr = {name: f"{net}.{i + 1}" for i, name in enumerate(names)}
         self._port = {name: f"rc{tag}p{i}" for i, name in enumerate(names)}
         self._blocked: set[tuple[str | None, str]] = set()
+        self._tag = tag
+        self._shaper: subprocess.Popen[str] | None = None
+        self._links: dict[frozenset[str | None], tuple[str, str]] = {}  # the two ends' TUN devices
 
     def __enter__(self) -> Hosts:
         try:
@@ -87,6 +98,12 @@ class Hosts:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._shaper is not None:  # its devices go with it
+            self._shaper.kill()
+            self._shaper.wait()
+        with contextlib.suppress(RuntimeError):
+            for pair in list(self._links):
+                self._unroute(pair)
         for src, dst in list(self._blocked):
             with contextlib.suppress(RuntimeError):
                 self.unblock(src, dst)
@@ -114,6 +131,80 @@ class Hosts:
     def unblock(self, src: str | None, dst: str) -> None:
         _ip("route", "del", "blackhole", f"{self.addr[dst]}/32", ns=None if src is None else self.ns[src])
         self._blocked.discard((src, dst))
+
+    def shape(self, a: str | None, b: str | None, there: LinkShape, back: LinkShape | None = None) -> None:
+        """Shape what host ``a`` sends to host ``b`` by ``there`` and what ``b`` sends back by
+        ``back`` (default: the same); None is this (the root) namespace. The first call on a pair
+        routes it through the shaper; later ones change its shape at once."""
+        pair = frozenset((a, b))
+        if pair not in self._links:
+            self._link(a, b)
+        tun_a, tun_b = self._ends(a, b)
+        self._ask({"op": "shape", "from": tun_a, "shape": msgspec.to_builtins(there)})
+        self._ask({"op": "shape", "from": tun_b, "shape": msgspec.to_builtins(back or there)})
+
+    def shaper_counts(self) -> dict[str, int]:
+        """What the shaper did so far: packets read, dropped, duplicated and written."""
+        answer = self._ask({"op": "counts"})
+        return {k: int(v) for k, v in answer.items() if k != "ok"}
+
+    def _ends(self, a: str | None, b: str | None) -> tuple[str, str]:
+        first, second = self._links[frozenset((a, b))]
+        return (first, second) if self._order(a, b) else (second, first)
+
+    @staticmethod
+    def _order(a: str | None, b: str | None) -> bool:
+        return (a or "") <= (b or "")
+
+    def _link(self, a: str | None, b: str | None) -> None:
+        if not self._order(a, b):
+            a, b = b, a
+        i = len(self._links)
+        tun_a, tun_b = f"rs{self._tag}{i}a", f"rs{self._tag}{i}b"
+        for end, tun in ((a, tun_a), (b, tun_b)):
+            self._ask({"op": "tun", "ns": None if end is None else self.ns[end], "name": tun})
+            _ip("link", "set", tun, "up", ns=None if end is None else self.ns[end])
+        self._ask({"op": "pair", "x": tun_a, "y": tun_b})
+        self._links[frozenset((a, b))] = (tun_a, tun_b)
+        for (src, tun), dst in (((a, tun_a), b), ((b, tun_b), a)):  # more specific than the bridge's /24
+            where = self.here if src is None else self.addr[src]
+            to = self.here if dst is None else self.addr[dst]
+            _ip(
+                "route", "add", f"{to}/32", "dev", tun, "src", where, ns=None if src is None else self.ns[src]
+            )
+
+    def _unroute(self, pair: frozenset[str | None]) -> None:
+        a, b = sorted(pair, key=lambda n: n or "")
+        for src, dst in ((a, b), (b, a)):
+            to = self.here if dst is None else self.addr[dst]
+            with contextlib.suppress(RuntimeError):
+                _ip("route", "del", f"{to}/32", ns=None if src is None else self.ns[src])
+        del self._links[pair]
+
+    def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self._shaper is None:
+            self._shaper = subprocess.Popen(
+                [sys.executable, "-m", "rollcut.testing._shaper", str(random.randrange(2**32))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self._read()
+        assert self._shaper.stdin is not None
+        self._shaper.stdin.write(json.dumps(msg) + "\n")
+        self._shaper.stdin.flush()
+        answer = self._read()
+        if not answer.get("ok"):
+            raise RuntimeError(f"the link shaper refused {msg}: {answer.get('error')}")
+        return answer
+
+    def _read(self) -> dict[str, Any]:
+        assert self._shaper is not None and self._shaper.stdout is not None
+        line = self._shaper.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the link shaper exited ({self._shaper.poll()})")
+        out: dict[str, Any] = json.loads(line)
+        return out
 
     @contextlib.contextmanager
     def cut_off_here(self) -> Iterator[None]:

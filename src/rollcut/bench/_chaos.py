@@ -5,8 +5,9 @@ A trial is a real deployment (three nats-server processes, every Gym server a pr
 collect`` a process), torn down after. Its fault is one of :data:`FAULTS`: node and leader kills,
 an agent worker killed (its parent starts it again), and, where hosts can be made (root and
 iproute2: every node on a network namespace of its own), the stream leader or a follower cut off,
-an asymmetric split, and the collector's host cut off from the cluster for a random time (past
-``bus_outage_s`` the collection stops with 75 and is requeued). After it:
+an asymmetric split, the collector's host cut off from the cluster for a random time (past
+``bus_outage_s`` the collection stops with 75 and is requeued), and every link lossy, slow and
+duplicating (``Hosts.shape``: 1-20 % loss, 50-500 ms one way). After it:
 
 - ``exit``: the collection ended 0, or 75 and then its requeue (``--resume``) 0; nothing else;
 - ``rows``: every rollout has exactly one row;
@@ -44,6 +45,7 @@ from ..demo import demo_tasks
 from ..ledger import Ledger
 from ..testing import (
     Hosts,
+    LinkShape,
     ServerProcess,
     generated_twice,
     hosts_possible,
@@ -56,7 +58,7 @@ from ..testing import (
 __all__ = ["FAULTS", "bench_chaos"]
 
 NODE_FAULTS = ("node_kill", "leader_kill", "agent_worker_kill")
-NET_FAULTS = ("leader_cut", "follower_cut", "asymmetric", "collector_cut")
+NET_FAULTS = ("leader_cut", "follower_cut", "asymmetric", "collector_cut", "lossy_links")
 FAULTS = NODE_FAULTS + NET_FAULTS
 """Every fault kind; the network ones only where hosts can be made."""
 INVARIANTS = ("exit", "rows", "acks", "generated", "verify")
@@ -276,6 +278,28 @@ def _collector_cut(hosts: Hosts) -> Heal:
     return heal
 
 
+def _lossy_links(hosts: Hosts, rng: random.Random) -> Heal:
+    """Every link between nodes and from each node to the collector's host made lossy, slow, jittery
+    and duplicating, by one draw for the trial (loss 1-20 %, 50-500 ms one way)."""
+    delay = rng.uniform(0.05, 0.5)
+    weather = LinkShape(
+        loss=rng.choice((0.01, 0.05, 0.2)),
+        delay_s=delay,
+        jitter_s=rng.uniform(0.0, delay / 2),
+        duplicate=rng.uniform(0.0, 0.05),
+    )
+    names = list(hosts.ns)
+    links = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]] + [(None, n) for n in names]
+    for a, b in links:
+        hosts.shape(a, b, weather)
+
+    def heal() -> None:
+        for a, b in links:
+            hosts.shape(a, b, LinkShape())
+
+    return heal
+
+
 def _inject(
     kind: str,
     cluster: EmbeddedCluster,
@@ -295,6 +319,8 @@ def _inject(
             heal = _cut(hosts, cluster, creds, rng, leader=kind == "leader_cut")
         elif kind == "asymmetric":
             heal = _asymmetric(hosts, cluster, creds, rng)
+        elif kind == "lossy_links":
+            heal = _lossy_links(hosts, rng)
         else:
             heal = _collector_cut(hosts)
     try:

@@ -432,8 +432,9 @@ def bench_chaos_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Random faults (node and leader kills, an agent worker killed, and as root: the leader or a follower
-    cut off, an asymmetric split, the collector's host cut off) over many short collections on a
-    three-node cluster; invariant violations per fault kind. Exits 1 if any invariant was violated."""
+    cut off, an asymmetric split, the collector's host cut off, every link lossy and slow) over many
+    short collections on a three-node cluster; invariant violations per fault kind. Exits 1 if any
+    invariant was violated."""
     from ..bench import FAULTS, bench_chaos
 
     unknown = sorted(set(fault or ()) - set(FAULTS))

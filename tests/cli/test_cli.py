@@ -21,7 +21,11 @@ ROLLCUT = [sys.executable, "-m", "rollcut"]
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ROLLCUT, *args], capture_output=True, text=True, timeout=300, check=check)
+    done = subprocess.run([*ROLLCUT, *args], capture_output=True, text=True, timeout=300)
+    if check:  # a failure says why: the command's own words, not only its exit status
+        why = f"rollcut {' '.join(args)} exited {done.returncode}: {done.stderr[-4000:]}"
+        assert done.returncode == 0, why
+    return done
 
 
 async def test_ledger_rebuild_and_replay_from_the_command_line(

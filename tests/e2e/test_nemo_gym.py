@@ -100,8 +100,11 @@ def test_blackjack_under_nemo_gyms_gymnasium_agent_restarts_what_it_cannot_repla
     replayable for the run, each continuation's replayed ``/reset`` deals other cards, the divergence
     is found at that first answer, and the rollout starts over too. Either way every row once, exit 0."""
     install_nemo_gym()
-    rows = [json.loads(line) for line in nemo_gym_example_rows("blackjack")] * 2
+    # more rows than the collection runs at once, each model call taking a while: when the crash
+    # comes (at the 4th row), the collection is running 8 others, whatever the machine's load
+    rows = [json.loads(line) for line in nemo_gym_example_rows("blackjack")] * 4
     stack: dict[str, Any] = {
+        "token_delay": 0.01,
         "envs": ("nemo-gym:blackjack",),
         "agent_options": {"agent": "nemo-gym", "server": "gymnasium_agent"},
         "resources_options": {"replayable": declared == "replayable"},

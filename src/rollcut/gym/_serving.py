@@ -82,16 +82,20 @@ async def serve_on(
     if lost is None:
         await serving
         return
-    either: list[asyncio.Future[Any]] = [serving, lost]
-    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-    if not lost.done():
-        lost.cancel()
-        await serving
-        return
-    say(f"BUS_LOST {instance}: {lost.result()}; exiting {BUS_LOST_EXIT}")
-    server.should_exit = True
-    await serving
-    raise SystemExit(BUS_LOST_EXIT)
+
+    def stop_serving(done: asyncio.Future[str]) -> None:  # uvicorn's own graceful stop, as on SIGTERM
+        if not done.cancelled():
+            say(f"BUS_LOST {instance}: {done.result()}; exiting {BUS_LOST_EXIT}")
+            server.should_exit = True
+
+    lost.add_done_callback(stop_serving)
+    try:
+        await serving  # the one awaiter of uvicorn's task: a SIGTERM's SystemExit comes out here
+    finally:
+        lost.remove_done_callback(stop_serving)
+    if lost.done() and not lost.cancelled():
+        raise SystemExit(BUS_LOST_EXIT)
+    lost.cancel()
 
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]

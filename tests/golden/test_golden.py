@@ -56,6 +56,13 @@ def test_golden_history_covers_compressed_and_every_lane() -> None:
     assert lanes == {"ev", "fence", "mark"}
 
 
+def _decoded(name: str) -> list[tuple[int, Any]]:
+    """A checked-in history's records as today's codec reads them: (seq, event)."""
+    codec = Codec()
+    frames = read_frames(HERE / "v1" / f"{name}.frames.jsonl")
+    return [(seq, codec.decode(f, seq=seq, subject=subj)) for seq, subj, f in frames]
+
+
 def test_an_opaque_agents_journal_reads_back_byte_for_byte() -> None:
     codec, subjects = Codec(), Subjects(NAMESPACE)
     frames = read_frames(HERE / "v1" / "opaque_agent_replay.frames.jsonl")
@@ -107,10 +114,8 @@ def test_sandbox_records_read_back_and_name_their_trees() -> None:
 
 
 def test_a_journaled_verdict_reads_back_with_the_request_it_answered() -> None:
-    codec, subjects = Codec(), Subjects(NAMESPACE)
-    frames = read_frames(HERE / "v1" / "upstream_journal.frames.jsonl")
-    events = [codec.decode(f, seq=seq, subject=subj) for seq, subj, f in frames]
-    verdicts = [e for e in events if isinstance(e, ResourcesVerified)]
+    subjects = Subjects(NAMESPACE)
+    verdicts = [e for _, e in _decoded("upstream_journal") if isinstance(e, ResourcesVerified)]
     assert [(v.attempt, v.revision, v.from_log, v.verdict) for v in verdicts] == [
         (1, 1, False, {"reward": 1.0, "expected_count": 7}),
         (2, 1, True, {"reward": 1.0, "expected_count": 7}),
@@ -122,9 +127,9 @@ def test_a_journaled_verdict_reads_back_with_the_request_it_answered() -> None:
 def test_a_checked_in_history_is_counted_per_group_of_rollouts() -> None:
     """What the demo prints per NeMo Gym server, from the log alone: the continued attempt, the calls
     given again to rebuild its session, the verdict computed once and given again from the journal."""
-    codec, by = Codec(), WorkByGroup(lambda row: row["env"])
-    for seq, subj, f in read_frames(HERE / "v1" / "upstream_journal.frames.jsonl"):
-        by.add(seq, codec.decode(f, seq=seq, subject=subj))
+    by = WorkByGroup(lambda row: row["env"])
+    for seq, event in _decoded("upstream_journal"):
+        by.add(seq, event)
     counts = by.result()["example_session_state_mgmt"]
     assert {k: counts[k] for k in WorkByGroup.EXTRA} == {
         "rollouts": 1,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
+    "BUS_LOST_EXIT",
     "DEAD_DIR_PREFIXES",
     "free_port",
     "kill_group",
@@ -26,6 +27,12 @@ __all__ = [
 ]
 
 _PR_SET_PDEATHSIG = 1
+
+BUS_LOST_EXIT = 77
+"""A server's exit status when the bus closed its connection for good (``EX_NOPERM``: its identity
+was revoked because another process took its instance name). Its supervisor does not start it
+again under that name: the name is the other process's now (``rollcut``'s exit code table). Here,
+below every package, so the exit code table reads it without loading a server."""
 
 
 def lifeline() -> Callable[[], None] | None:

@@ -99,7 +99,7 @@ def test_lossy_slow_links_between_every_node_and_to_the_collectors_host(split: S
     worse (5 % loss, 5 % duplicated) while 3 more rows are written, then clean again: what every
     fault trial checks holds (``faults.collect_through``)."""
     dep, cluster, hosts = split
-    links = [(a, b) for i, a in enumerate(NODES) for b in NODES[i + 1 :]] + [(None, n) for n in NODES]
+    links = hosts.links()
 
     def fault() -> None:
         for a, b in links:

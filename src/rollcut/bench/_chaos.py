@@ -288,8 +288,7 @@ def _lossy_links(hosts: Hosts, rng: random.Random) -> Heal:
         jitter_s=rng.uniform(0.0, delay / 2),
         duplicate=rng.uniform(0.0, 0.05),
     )
-    names = list(hosts.ns)
-    links = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]] + [(None, n) for n in names]
+    links = hosts.links()
     for a, b in links:
         hosts.shape(a, b, weather)
 

@@ -123,7 +123,13 @@ class EventLog(StreamApi, FenceOps):
     """One connection's view of one namespace's event stream."""
 
     def __init__(
-        self, nc: NATS, config: BusConfig, *, owns_connection: bool = False, denials: Denials | None = None
+        self,
+        nc: NATS,
+        config: BusConfig,
+        *,
+        owns_connection: bool = False,
+        denials: Denials | None = None,
+        closed: asyncio.Event | None = None,
     ) -> None:
         self.nc = nc
         self.config = config
@@ -144,23 +150,17 @@ class EventLog(StreamApi, FenceOps):
         self.last_appended = 0
         self._replicated(config.replicas)
         self._closing = False
-        self.lost = asyncio.Event()
-        """Set when the bus closed this connection for good while its owner still used it (a revoked
-        identity: another process took the instance name); :attr:`lost_why` says what it said."""
-        self.lost_why = ""
+        self._closed = closed or asyncio.Event()  # set when the connection closed, whoever closed it
 
     @classmethod
     async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
-        denials = Denials()
-        made: list[EventLog] = []
+        denials, closed = Denials(), asyncio.Event()
 
-        async def closed() -> None:
-            if made:
-                made[0]._closed()
+        async def on_closed() -> None:
+            closed.set()
 
-        nc = await connect(config, name=name, denials=denials, on_closed=closed)
-        log = cls(nc, config, owns_connection=True, denials=denials)
-        made.append(log)
+        nc = await connect(config, name=name, denials=denials, on_closed=on_closed)
+        log = cls(nc, config, owns_connection=True, denials=denials, closed=closed)
         try:
             log._replicated(await ensure_stream(nc, log.subjects, config))
         except BaseException:
@@ -177,10 +177,18 @@ class EventLog(StreamApi, FenceOps):
         # a read up to a cut asks the leader where a replica's pages end early (``_read.scan``)
         self._confirm = self.next_stored if replicas > 1 else None
 
-    def _closed(self) -> None:
-        if not self._closing:  # not this log's own close: the server ended it
-            self.lost_why = f"the bus closed this connection for good ({self.nc.last_error!r})"
-            self.lost.set()
+    @property
+    def lost_why(self) -> str | None:
+        """Why the bus closed this connection for good while its owner still used it (a revoked
+        identity: another process took the instance name), or None while it has not."""
+        if self._closing or not self._closed.is_set():
+            return None
+        return f"the bus closed this connection for good ({self.nc.last_error!r})"
+
+    async def wait_lost(self) -> str:
+        """Until the bus closes this connection for good: why (see :attr:`lost_why`)."""
+        await self._closed.wait()
+        return self.lost_why or "this log closed its connection"
 
     def give_up(self) -> None:
         """Declare the bus gone: every request of this log still riding an outage out fails now,

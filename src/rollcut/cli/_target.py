@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._errors import BusError, RollcutError, StorageError
-from ..gym._serving import BUS_LOST_EXIT
+from .._process import BUS_LOST_EXIT
 
 if TYPE_CHECKING:  # the heavy parts load when a command runs, not for every `rollcut --help`
     from ..bus import EventLog

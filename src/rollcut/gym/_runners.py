@@ -75,25 +75,20 @@ async def serve_participant(
     )
     app, hooks = make(log, instance, participant)
     app.state.peers = peers
-    app.state.bus_lost = lambda: log.lost_why if log.lost.is_set() else None  # /healthz says so
+    app.state.bus_lost = lambda: log.lost_why  # /healthz says so
     if hooks is not None:
         participant.hooks = hooks
     await participant.start()
     try:
         extra: list[socket.socket] = getattr(app.state, "extra_sockets", [])  # an opaque agent's relay
         listeners = [sock, peers.listener] if peers and peers.listener else [sock]
-        lost = asyncio.ensure_future(_lost(log))
+        lost = asyncio.ensure_future(log.wait_lost())
         await serve_on(app, [*listeners, *extra], instance, lost)
     finally:
         await participant.stop()
         if peers is not None:
             await peers.aclose()
         await log.close()
-
-
-async def _lost(log: EventLog) -> str:
-    await log.lost.wait()
-    return log.lost_why
 
 
 def served_names(opts: ModelServe) -> list[str]:

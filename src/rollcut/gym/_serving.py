@@ -18,7 +18,7 @@ import uvicorn
 
 from .._errors import ServerStartError
 from .._metrics import multiproc_env, worker_gone
-from .._process import lifeline, sweep_dead_dirs
+from .._process import BUS_LOST_EXIT, lifeline, sweep_dead_dirs
 from ._peers import Peers, bind_peer_sockets
 
 __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
@@ -52,12 +52,6 @@ lets go first, as behind a load balancer."""
 
 def _stopped(sig: int, _frame: object) -> None:
     raise SystemExit(128 + sig)
-
-
-BUS_LOST_EXIT = 77
-"""A server's exit status when the bus closed its connection for good (``EX_NOPERM``: its identity
-was revoked because another process took its instance name). Its supervisor does not start it
-again under that name: the name is the other process's now (``rollcut``'s exit code table)."""
 
 
 async def serve_on(

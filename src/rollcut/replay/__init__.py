@@ -17,9 +17,10 @@ from ._fold import (
 from ._lineage import Segment, inherited, lineage
 from ._replay import AttemptState, Replayer, ReplayResult, RolloutState, replay
 from ._view import AttemptView, AttemptViews, JournalGap, attempt_view, relay_journal
-from ._work import WorkByGroup, WorkTally, count_work, count_work_by
+from ._work import DIVERGED_ON_REPLAY, WorkByGroup, WorkTally, count_work, count_work_by
 
 __all__ = [
+    "DIVERGED_ON_REPLAY",
     "AgentFold",
     "AgentSession",
     "AttemptState",

@@ -10,7 +10,7 @@ from a cut took over from its predecessors below that cut was kept.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..bus import (
     handlers_by_kind,
 )
 
-__all__ = ["WorkByGroup", "WorkTally", "count_work", "count_work_by"]
+__all__ = ["DIVERGED_ON_REPLAY", "WorkByGroup", "WorkTally", "count_work", "count_work_by"]
 
 _KEYS = (
     "generated",
@@ -126,12 +126,18 @@ async def count_work(log: EventLog) -> dict[str, int]:
     return tally.result()
 
 
+DIVERGED_ON_REPLAY = "answered differently on replay"
+"""What a replayed server's divergence says (``gym.resources``' upstream environment, in the reason
+of the fresh attempt it causes): how the log tells a divergence from any other restart."""
+
+
 class WorkByGroup:
     """:class:`WorkTally` per group of rollouts (the group its input names: its environment, its
     server), with what a crash did to each group's rollouts: ``rollouts`` dispatched, ``rows``
-    accepted, attempts ``continued`` from a cut or ``started_over`` from the input (of those,
-    ``divergences``: a replayed answer differed), the ``revisions_rebuilt`` by restores (a replayed
-    server's calls given again), and verdicts ``verdicts_computed`` or ``verdicts_from_log``."""
+    accepted, attempts ``continued`` from a cut or ``started_over`` from the input (of those, the
+    ``divergences`` a replayed server's answer caused, added to an opaque agent's), the
+    ``revisions_rebuilt`` by restores (a replayed server's calls given again), and verdicts
+    ``verdicts_computed`` or ``verdicts_from_log``."""
 
     EXTRA = (
         "rollouts",
@@ -148,7 +154,7 @@ class WorkByGroup:
         self.group = group
         self.of: dict[str, str] = {}  # rollout -> its group, from its dispatch
         self.tallies: dict[str, WorkTally] = {}
-        self.extra: dict[str, dict[str, int]] = {}
+        self.extra: dict[str, Counter[str]] = {}
 
     def add(self, seq: int, ev: object) -> None:
         rid = getattr(ev, "rollout_id", None)
@@ -158,32 +164,39 @@ class WorkByGroup:
         if name is None:
             return
         self.tallies.setdefault(name, WorkTally()).add(seq, ev)
-        extra = self.extra.setdefault(name, dict.fromkeys(self.EXTRA, 0))
-        for key in _EXTRA.get(type(ev), lambda _: [])(ev):  # type: ignore[arg-type]
-            extra[key] += ev.revision if key == "revisions_rebuilt" else 1  # type: ignore[attr-defined]
+        step = _EXTRA.get(type(ev))  # type: ignore[arg-type]
+        if step is not None:
+            self.extra.setdefault(name, Counter()).update(step(ev))
 
     def result(self) -> dict[str, dict[str, int]]:
-        return {name: {**t.result(), **self.extra[name]} for name, t in sorted(self.tallies.items())}
+        """Each group's :func:`count_work` figures and its crash figures (a key in both: their sum)."""
+        out = {}
+        for name, tally in sorted(self.tallies.items()):
+            figures = {**dict.fromkeys(self.EXTRA, 0), **tally.result()}
+            for key, n in self.extra.get(name, Counter()).items():
+                figures[key] += n
+            out[name] = figures
+        return out
 
 
-def _opened_keys(ev: AttemptOpened) -> list[str]:
+def _opened(ev: AttemptOpened) -> dict[str, int]:
     if ev.attempt < 2:
-        return []
+        return {}
     if ev.from_cut > 0:
-        return ["continued"]
-    return ["started_over", "divergences"] if "differently on replay" in ev.reason else ["started_over"]
+        return {"continued": 1}
+    return {"started_over": 1, "divergences": int(DIVERGED_ON_REPLAY in ev.reason)}
 
 
-_EXTRA: dict[type[Event], Callable[[Any], list[str]]] = handlers_by_kind(
+_EXTRA: dict[type[Event], Callable[[Any], dict[str, int]]] = handlers_by_kind(
     {
-        RolloutDispatched: lambda ev: ["rollouts"],
-        ResultAccepted: lambda ev: ["rows"],
-        AttemptOpened: _opened_keys,
-        ResourcesSeeded: lambda ev: ["revisions_rebuilt"] if ev.attempt > 1 else [],
-        ResourcesVerified: lambda ev: ["verdicts_from_log" if ev.from_log else "verdicts_computed"],
+        RolloutDispatched: lambda ev: {"rollouts": 1},
+        ResultAccepted: lambda ev: {"rows": 1},
+        AttemptOpened: _opened,
+        ResourcesSeeded: lambda ev: {"revisions_rebuilt": ev.revision if ev.attempt > 1 else 0},
+        ResourcesVerified: lambda ev: {"verdicts_from_log" if ev.from_log else "verdicts_computed": 1},
     }
 )
-"""What each kind adds to a group's crash figures (:class:`WorkByGroup`)."""
+"""What each kind adds to its group's crash figures (:class:`WorkByGroup`)."""
 
 
 async def count_work_by(

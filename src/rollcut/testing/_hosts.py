@@ -74,7 +74,8 @@ class Hosts:
         self._blocked: set[tuple[str | None, str]] = set()
         self._tag = tag
         self._shaper: subprocess.Popen[str] | None = None
-        self._links: dict[frozenset[str | None], tuple[str, str]] = {}  # the two ends' TUN devices
+        # a shaped link, each way round: (the sender's TUN device, the receiver's)
+        self._links: dict[tuple[str | None, str | None], tuple[str, str]] = {}
 
     def __enter__(self) -> Hosts:
         try:
@@ -98,12 +99,9 @@ class Hosts:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._shaper is not None:  # its devices go with it
+        if self._shaper is not None:  # its devices go with it, and the routes through them
             self._shaper.kill()
             self._shaper.wait()
-        with contextlib.suppress(RuntimeError):
-            for pair in list(self._links):
-                self._unroute(pair)
         for src, dst in list(self._blocked):
             with contextlib.suppress(RuntimeError):
                 self.unblock(src, dst)
@@ -125,61 +123,53 @@ class Hosts:
 
     def block(self, src: str | None, dst: str) -> None:
         """Drop everything host ``src`` (None: the root namespace) sends to host ``dst``."""
-        _ip("route", "add", "blackhole", f"{self.addr[dst]}/32", ns=None if src is None else self.ns[src])
+        _ip("route", "add", "blackhole", f"{self.addr[dst]}/32", ns=self._inside(src))
         self._blocked.add((src, dst))
 
     def unblock(self, src: str | None, dst: str) -> None:
-        _ip("route", "del", "blackhole", f"{self.addr[dst]}/32", ns=None if src is None else self.ns[src])
+        _ip("route", "del", "blackhole", f"{self.addr[dst]}/32", ns=self._inside(src))
         self._blocked.discard((src, dst))
+
+    def links(self) -> list[tuple[str | None, str]]:
+        """Every link a fault can shape: each pair of hosts, and each host with this one (None)."""
+        names = list(self.ns)
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]] + [(None, n) for n in names]
 
     def shape(self, a: str | None, b: str | None, there: LinkShape, back: LinkShape | None = None) -> None:
         """Shape what host ``a`` sends to host ``b`` by ``there`` and what ``b`` sends back by
         ``back`` (default: the same); None is this (the root) namespace. The first call on a pair
         routes it through the shaper; later ones change its shape at once."""
-        pair = frozenset((a, b))
-        if pair not in self._links:
-            self._link(a, b)
-        tun_a, tun_b = self._ends(a, b)
-        self._ask({"op": "shape", "from": tun_a, "shape": msgspec.to_builtins(there)})
-        self._ask({"op": "shape", "from": tun_b, "shape": msgspec.to_builtins(back or there)})
+        tuns = self._links.get((a, b)) or self._link(a, b)
+        self._ask({"op": "shape", "from": tuns[0], "shape": msgspec.to_builtins(there)})
+        self._ask({"op": "shape", "from": tuns[1], "shape": msgspec.to_builtins(back or there)})
 
     def shaper_counts(self) -> dict[str, int]:
         """What the shaper did so far: packets read, dropped, duplicated and written."""
         answer = self._ask({"op": "counts"})
         return {k: int(v) for k, v in answer.items() if k != "ok"}
 
-    def _ends(self, a: str | None, b: str | None) -> tuple[str, str]:
-        first, second = self._links[frozenset((a, b))]
-        return (first, second) if self._order(a, b) else (second, first)
+    def _inside(self, name: str | None) -> str | None:
+        """Host ``name``'s namespace; None (this one) for None."""
+        return None if name is None else self.ns[name]
 
-    @staticmethod
-    def _order(a: str | None, b: str | None) -> bool:
-        return (a or "") <= (b or "")
+    def _address(self, name: str | None) -> str:
+        return self.here if name is None else self.addr[name]
 
-    def _link(self, a: str | None, b: str | None) -> None:
-        if not self._order(a, b):
-            a, b = b, a
-        i = len(self._links)
-        tun_a, tun_b = f"rs{self._tag}{i}a", f"rs{self._tag}{i}b"
-        for end, tun in ((a, tun_a), (b, tun_b)):
-            self._ask({"op": "tun", "ns": None if end is None else self.ns[end], "name": tun})
-            _ip("link", "set", tun, "up", ns=None if end is None else self.ns[end])
-        self._ask({"op": "pair", "x": tun_a, "y": tun_b})
-        self._links[frozenset((a, b))] = (tun_a, tun_b)
-        for (src, tun), dst in (((a, tun_a), b), ((b, tun_b), a)):  # more specific than the bridge's /24
-            where = self.here if src is None else self.addr[src]
-            to = self.here if dst is None else self.addr[dst]
-            _ip(
-                "route", "add", f"{to}/32", "dev", tun, "src", where, ns=None if src is None else self.ns[src]
-            )
-
-    def _unroute(self, pair: frozenset[str | None]) -> None:
-        a, b = sorted(pair, key=lambda n: n or "")
-        for src, dst in ((a, b), (b, a)):
-            to = self.here if dst is None else self.addr[dst]
-            with contextlib.suppress(RuntimeError):
-                _ip("route", "del", f"{to}/32", ns=None if src is None else self.ns[src])
-        del self._links[pair]
+    def _link(self, a: str | None, b: str | None) -> tuple[str, str]:
+        """A TUN device at each end, paired in the shaper, and at each end a /32 route to the other
+        through it (more specific than the bridge's /24). Killing the shaper removes the devices,
+        and their routes with them."""
+        i = len(self._links) // 2
+        tuns = (f"rs{self._tag}{i}a", f"rs{self._tag}{i}b")
+        for end, tun in zip((a, b), tuns, strict=True):
+            self._ask({"op": "tun", "ns": self._inside(end), "name": tun})
+            _ip("link", "set", tun, "up", ns=self._inside(end))
+        self._ask({"op": "pair", "x": tuns[0], "y": tuns[1]})
+        for src, dst, tun in ((a, b, tuns[0]), (b, a, tuns[1])):
+            to, where = self._address(dst), self._address(src)
+            _ip("route", "add", f"{to}/32", "dev", tun, "src", where, ns=self._inside(src))
+        self._links[(a, b)], self._links[(b, a)] = tuns, (tuns[1], tuns[0])
+        return tuns
 
     def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self._shaper is None:

@@ -29,6 +29,7 @@ import yaml
 
 from ._nemo_gym import DECLARED, DEFAULT
 from ._nemo_install import site_packages
+from .nemo_gym_child import server_block
 
 __all__ = ["AGENTS_CHECKED", "Level", "catalogue"]
 
@@ -51,7 +52,10 @@ _AGENT_DEFAULT = (
 CANNOT_RUN_HERE = "cannot_run_here"
 _CONTAINERS = re.compile(r"\b(docker|apptainer|singularity)\b", re.IGNORECASE)
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-_KINDS = {"resources_server": "resources_servers", "agent": "responses_api_agents"}
+_KINDS = {  # kind -> its package in the wheel, the ones rollcut checked, and the level of the rest
+    "resources_server": ("resources_servers", DECLARED, DEFAULT),
+    "agent": ("responses_api_agents", AGENTS_CHECKED, _AGENT_DEFAULT),
+}
 
 
 class Level(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,9 +72,7 @@ def catalogue() -> list[Level]:
     root = site_packages()
     installed = {_canonical(p.name.split("-", 1)[0]) for p in root.glob("*.dist-info")}
     out = []
-    for kind, package in _KINDS.items():
-        checked = DECLARED if kind == "resources_server" else AGENTS_CHECKED
-        default = DEFAULT if kind == "resources_server" else _AGENT_DEFAULT
+    for kind, (package, checked, default) in _KINDS.items():
         for app in sorted((root / package).glob("*/app.py")):
             name = app.parent.name
             needs = [] if name in checked else _needs(app.parent, package, installed)
@@ -107,18 +109,17 @@ def _needs(folder: Path, package: str, installed: set[str]) -> list[str]:
 
 
 def _block(folder: Path, package: str) -> dict[str, Any]:
-    """The server's own block in its ``configs/*.yaml`` (``{instance: {package: {name: block}}}``)."""
-    for path in sorted((folder / "configs").glob("*.yaml")):
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except yaml.YAMLError:
-            continue
-        for value in (doc or {}).values() if isinstance(doc, dict) else ():
-            servers = value.get(package) if isinstance(value, dict) else None
-            if isinstance(servers, dict) and isinstance(servers.get(folder.name), dict):
-                block: dict[str, Any] = servers[folder.name]
-                return block
-    return {}
+    """The server's own block in its ``configs/*.yaml`` (empty where none parses or declares it)."""
+    docs = (_yaml(p) for p in sorted((folder / "configs").glob("*.yaml")))
+    found = server_block(docs, package, folder.name)
+    return found[0] if found else {}
+
+
+def _yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return None
 
 
 def _items(node: Any) -> Iterator[tuple[str, Any]]:

@@ -252,7 +252,13 @@ class ResourcesService:
 
     async def _verify(self, ident: Identity, args: dict[str, Any]) -> dict[str, Any]:
         s = await self._session(ident)
-        out, from_log = await self.verdicts.verdict(s, args, self._ev(ident), _refused)
+
+        async def compute() -> dict[str, Any]:
+            with _refused(f"{self.env.name}: verify arguments", args):
+                verdict: dict[str, Any] = await _settled(self.env.verify(s.state, args))
+            return verdict
+
+        out, from_log = await self.verdicts.verdict(s, args, self._ev(ident), compute)
         s.verified = out
         self.stats.inc("verifications_served_from_log" if from_log else "verifications")
         return out

@@ -28,6 +28,7 @@ import httpx
 import msgspec
 
 from ...participants import CheckpointMode
+from ...replay import DIVERGED_ON_REPLAY
 from .._normalise import Normalise
 from ..wire import ErrorKind, GymError
 from ._at_cut import NotContinuable
@@ -312,7 +313,7 @@ class UpstreamEnvironment(Environment):
         differs = first_difference(journaled, s.seed_answer, normalise=self.normalise)
         if differs is not None:
             self.close(s)
-            raise NotContinuable(f"{self.name}: /seed_session answered differently on replay ({differs})")
+            raise NotContinuable(f"{self.name}: /seed_session {DIVERGED_ON_REPLAY} ({differs})")
         return s
 
     async def apply_delta(
@@ -330,6 +331,6 @@ class UpstreamEnvironment(Environment):
         if differs is not None:
             self.close(draft)
             raise NotContinuable(
-                f"{self.name}: /{tool} call {len(state.calls) + 1} answered differently on replay ({differs})"
+                f"{self.name}: /{tool} call {len(state.calls) + 1} {DIVERGED_ON_REPLAY} ({differs})"
             )
         return draft

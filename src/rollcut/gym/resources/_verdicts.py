@@ -18,7 +18,6 @@ import msgspec
 
 from ...bus import ResourcesVerified, digest
 from .._writes import Envelope
-from ._at_cut import settled
 from ._env import Environment
 
 if TYPE_CHECKING:
@@ -42,21 +41,30 @@ class Verdicts:
         await self._idle.wait()
 
     async def verdict(
-        self, s: Session, args: dict[str, Any], envelope: Envelope, refused: Callable[[str, Any], Any]
+        self,
+        s: Session,
+        args: dict[str, Any],
+        envelope: Envelope,
+        compute: Callable[[], Awaitable[dict[str, Any]]],
     ) -> tuple[dict[str, Any], bool]:
-        """The session's verdict and whether it came from the journal; journaled either way."""
+        """The session's verdict and whether it came from the journal (else ``compute`` made it);
+        journaled either way."""
         self.running += 1
         self._idle.clear()
         try:
             async with s.lock:
-                return await self._verdict(s, args, envelope, refused)
+                return await self._verdict(s, args, envelope, compute)
         finally:
             self.running -= 1
             if self.running == 0:
                 self._idle.set()
 
     async def _verdict(
-        self, s: Session, args: dict[str, Any], envelope: Envelope, refused: Callable[[str, Any], Any]
+        self,
+        s: Session,
+        args: dict[str, Any],
+        envelope: Envelope,
+        compute: Callable[[], Awaitable[dict[str, Any]]],
     ) -> tuple[dict[str, Any], bool]:
         request = digest(msgspec.json.encode(args, order="sorted"))
         old = s.journaled_verdict
@@ -66,12 +74,9 @@ class Verdicts:
             and old.request == request
             and isinstance(old.verdict, dict)
         ):
-            out: dict[str, Any] = old.verdict
-            from_log = True
+            out, from_log = old.verdict, True
         else:
-            with refused(f"{self.env.name}: verify arguments", args):
-                out = await settled(self.env.verify(s.state, args))
-            from_log = False
+            out, from_log = await compute(), False
         await self._append(
             ResourcesVerified(
                 **envelope,

@@ -1,6 +1,7 @@
 """Run one NeMo Gym server, unmodified, from its own config: ``python nemo_gym_child.py KIND NAME PORT``.
 
-Run by NeMo Gym's Python (the cached environment), never imported by rollcut. A NeMo Gym server
+Run by NeMo Gym's Python (the cached environment); rollcut imports only :func:`server_block`
+(stdlib), the one search for a server's own config block. A NeMo Gym server
 process reads its whole config from ``NEMO_GYM_CONFIG_DICT`` and its own block's name from
 ``NEMO_GYM_CONFIG_PATH`` (as NeMo Gym's launcher starts it; no head server is needed). KIND is
 ``resources_servers`` or ``responses_api_agents``; the block is the server's own
@@ -16,6 +17,7 @@ import json
 import os
 import runpy
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,18 +25,31 @@ from urllib.parse import urlsplit
 RESOURCES, MODEL = "rollcut_resources", "policy_model"  # the names the agent's block is given
 
 
+def server_block(docs: Iterable[Any], kind: str, name: str) -> tuple[dict[str, Any], str] | None:
+    """A server's own block among its parsed ``configs/*.yaml`` documents (``{instance: {kind:
+    {name: block}}}``), and the instance it is declared under; None if none declares it. Stdlib
+    only: rollcut's catalogue reads the same files with its own YAML parser and this search."""
+    for doc in docs:
+        for key, value in doc.items() if isinstance(doc, dict) else ():
+            servers = value.get(kind) if isinstance(value, dict) else None
+            if isinstance(servers, dict) and isinstance(servers.get(name), dict):
+                return dict(servers[name]), str(key)
+    return None
+
+
 def _block(kind: str, name: str) -> tuple[dict[str, Any], str]:
     from omegaconf import OmegaConf
 
     package = importlib.import_module(kind)
     folder = Path(next(iter(package.__path__))) / name
-    for path in sorted((folder / "configs").glob("*.yaml")):
-        doc = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        for key, value in (doc or {}).items():
-            servers = value.get(kind) if isinstance(value, dict) else None
-            if isinstance(servers, dict) and name in servers:
-                return dict(servers[name]), key
-    sys.exit(f"{name}: no configs/*.yaml declares {kind}.{name}")
+    docs = (
+        OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        for path in sorted((folder / "configs").glob("*.yaml"))
+    )
+    found = server_block(docs, kind, name)
+    if found is None:
+        sys.exit(f"{name}: no configs/*.yaml declares {kind}.{name}")
+    return found
 
 
 def _at(url: str) -> dict[str, Any]:

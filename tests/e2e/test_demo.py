@@ -91,6 +91,15 @@ def _check_saving(table: str, out: dict[str, Any]) -> None:
     assert restart["tokens_regenerated"] == ours["tokens_kept"]
     assert restart["tool_calls_reexecuted"] == ours["tool_calls_kept"]
     assert last["model_calls_kept"] <= ours["model_calls_kept"]
+    # the model's own count of what it generated: what a crash loses in flight, and what each way's
+    # seconds were spent on (the local model decodes at a real model's pace)
+    assert all(w["engine"]["dialect"] == "local" for w in cmp.values())
+    kept_by_cuts = ours["engine"]["tokens_kept_by_cuts"]
+    assert kept_by_cuts > 0  # the crash found generations in flight, and their cuts kept them
+    assert ours["tokens_lost_in_flight"] == restart["tokens_lost_in_flight"] - kept_by_cuts
+    assert restart["tokens_generated_after_crash"] == (
+        ours["tokens_generated_after_crash"] + ours["tokens_kept"] + kept_by_cuts
+    )
     for way in cmp.values():  # every copy finished too, each rollout once
         assert way["results_written"] == ROLLOUTS
         copy = Path(way["home"])
@@ -101,6 +110,8 @@ def _check_saving(table: str, out: dict[str, Any]) -> None:
     for key, name in [
         ("model_calls_regenerated", "model calls generated again"),
         ("tokens_kept", "tokens kept"),
+        ("tokens_lost_in_flight", "tokens lost in flight"),
+        ("tokens_generated_after_crash", "tokens generated after"),
     ]:
         assert _row(table, name) == [f"{cmp[w][key]:,}" for w in ("rollcut", "last_checkpoint", "restart")]
         assert f"  {name}: " in table  # its legend line
@@ -113,7 +124,13 @@ def test_the_demo_tells_the_crash_shows_what_it_saved_and_leaves_a_home_to_repor
     out = json.loads((home / "demo.json").read_text())
     assert out["crashes"] == 1 and out["results_written"] == ROLLOUTS and out["duplicate_results"] == 0
     assert out["model_calls"]["regenerated_after_crash"] == 0 and out["failed"] == {}
-    assert out["model"] == {"backend": "local", "engine": None, "name": "rollcut-local"}
+    assert out["model"] == {
+        "backend": "local",
+        "engine": None,
+        "name": "rollcut-local",
+        "pace": out["model"]["pace"],
+    } and out["model"]["pace"].startswith("Gemma 3 270M")
+    assert "The local model decodes at the pace of Gemma 3 270M" in done.stdout
     _check_rows(home)
     _check_story(done.stderr, out)
     _check_saving(done.stdout, out)
@@ -205,7 +222,15 @@ def test_the_demo_on_nemo_gyms_own_servers_keeps_every_row_once_and_names_levels
     cost it and what it kept."""
     home = tmp_path / "nemo"
     done = _rollcut(
-        "demo", "--nemo-gym", "--rollouts", str(ROLLOUTS), "--no-compare", "--home", str(home), timeout=400
+        "demo",
+        "--nemo-gym",
+        "--unpaced",
+        "--rollouts",
+        str(ROLLOUTS),
+        "--no-compare",
+        "--home",
+        str(home),
+        timeout=400,
     )
     out = json.loads((home / "demo.json").read_text())
     assert out["crashes"] == 1 and out["results_written"] == ROLLOUTS and out["duplicate_results"] == 0

@@ -184,7 +184,7 @@ def test_a_report_of_no_collection_is_refused_and_creates_nothing(tmp_path: Path
 def test_the_demo_refuses_a_home_that_already_holds_a_collection(tmp_path: Path) -> None:
     (tmp_path / "ledger").mkdir()
     (tmp_path / "ledger" / "data.mdb").write_bytes(b"keep me")
-    done = _cli("demo", "--rollouts", "2", "--home", str(tmp_path), "--json")
+    done = _cli("demo", "--unpaced", "--rollouts", "2", "--home", str(tmp_path), "--json")
     assert done.returncode == 2 and "already holds a collection" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger"]
     assert (tmp_path / "ledger" / "data.mdb").read_bytes() == b"keep me"

@@ -34,6 +34,7 @@ from ..demo import ALTERNATIVES, run_demo
 from ..gym.resources import ENVIRONMENTS
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
+from ._spread import spread
 from ._throughput import PLAIN, bench_throughput
 
 __all__ = ["WAYS", "bench_e2e"]
@@ -65,16 +66,27 @@ async def bench_e2e(
     home: Path | None = None,
     crash: bool = True,
     repeat: int = 1,
+    paced: bool = False,
+    engine_model: str = "tiny",
 ) -> dict[str, Any]:
     """One crash recovered each of ``ways``: rollcut, last checkpoint only, restart from input (the
     same crash, on copies), and, on an engine, rollcut without generation cuts (a run of its own).
     ``intervals``: the same crash recovered the last-checkpoint way at each checkpoint interval too
     (``curve``: the work done again per way and interval). ``home``: where the main run is kept.
+    With ``repeat``, that many crashes (seeds ``seed``, ``seed + 1``, ...; the first kept in ``home``):
+    each way's seconds to finish after each, and rollcut's over restart's per crash
+    (``after_crash_vs_restart``, median and range). ``paced``: the local model decodes at a real
+    model's pace (``rollcut demo``'s default), so those seconds follow the tokens; ``engine_model``:
+    the model llama.cpp's server runs (``gemma-3-270m``: the Gemma demo's).
     Without ``crash``: the throughput of ``ways`` among :data:`THROUGHPUT_WAYS`, ``repeat`` times."""
     if engine is None and "excluded" in ways:
         raise ValueError("the excluded way compares generation cuts on an engine: give engine")
-    if crash and (PLAIN in ways or repeat != 1):
-        raise ValueError("plain and repeat measure throughput without a crash: crash=False")
+    if crash and PLAIN in ways:
+        raise ValueError("plain measures throughput without a crash: crash=False")
+    if paced and (not crash or engine is not None):
+        raise ValueError(
+            "paced times the local model's recoveries after a crash (the plain stack is not paced)"
+        )
     if PLAIN in ways and agent != "simple":
         raise ValueError("the plain stack runs the Simple Agent: agent='simple'")
     if not crash and (set(ways) - set(THROUGHPUT_WAYS) or intervals or home is not None):
@@ -87,7 +99,9 @@ async def bench_e2e(
         "checkpoint_every_s": checkpoint_every_s,
         "concurrency": concurrency,
         "engine": engine,
+        "engine_model": engine_model,
         "agent": agent,
+        "paced": paced,
     }
     common: dict[str, Any] = {
         "rollouts": rollouts,
@@ -98,26 +112,46 @@ async def bench_e2e(
         "checkpoint_every_s": checkpoint_every_s,
         "concurrency": concurrency,
         "engine": engine,
+        "engine_model": engine_model,
         "agent": agent,
+        "paced": paced,
     }
     if not crash:
-        return {**out, **await bench_throughput(common, ways, repeat)}
-    if any(w in ways for w in ("rollcut", *ALTERNATIVES)):
-        run = await run_demo(
-            **common,
-            compare=tuple(w for w in ALTERNATIVES if w in ways),
-            baseline_intervals=intervals,
-            home=home,
-        )
-        out["crash"] = run["crash"]
-        out["curve"] = _curve(run) if intervals else None
-        for way in ("rollcut", *ALTERNATIVES):
-            if way in ways:
-                out[way] = (run["compared"] or {}).get(way)  # None: the rollouts finished before the crash
+        return {
+            **out,
+            **await bench_throughput({k: v for k, v in common.items() if k != "paced"}, ways, repeat),
+        }
+    recovered = [w for w in ("rollcut", *ALTERNATIVES) if w in ways]
+    if recovered:
+        seconds: dict[str, list[float | None]] = {w: [] for w in recovered}
+        for i in range(repeat):
+            run = await run_demo(
+                **{**common, "seed": seed + i},
+                compare=tuple(w for w in ALTERNATIVES if w in ways),
+                baseline_intervals=intervals,
+                home=home if i == 0 else None,
+            )
+            for way in recovered:
+                cost = (run["compared"] or {}).get(way)  # None: the rollouts finished before the crash
+                seconds[way].append(cost["after_crash_s"] if cost else None)
+                if i == 0:
+                    out[way] = cost
+            if i == 0:
+                out["crash"] = run["crash"]
+                out["curve"] = _curve(run) if intervals else None
+        out["after_crash_s"] = seconds
+        out["after_crash_vs_restart"] = _vs_restart(seconds)
     if "excluded" in ways:
         run = await run_demo(**common, engine_cuts=False)
         out["excluded"] = (run["compared"] or {}).get("rollcut")
     return out
+
+
+def _vs_restart(seconds: dict[str, list[float | None]]) -> dict[str, float] | None:
+    """rollcut's seconds to finish over restart's, per crash (the same crash: copies), spread."""
+    pairs = zip(seconds.get("rollcut") or [], seconds.get("restart") or [], strict=False)
+    ratios = [r / s for r, s in pairs if r is not None and s]
+    return spread(ratios) if ratios else None
 
 
 def _curve(run: dict[str, Any]) -> dict[str, Any] | None:

@@ -242,7 +242,28 @@ def bench_e2e_cmd(
             help="--no-crash: throughput instead, rollcut's collection against the plain stack (vs_plain).",
         ),
     ] = True,
-    repeat: Annotated[int, typer.Option(min=1, help="With --no-crash: runs of each way (medians).")] = 1,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Crashes (seeds S, S+1, ...: rollcut's seconds to finish over restart's, median and "
+            "range), or with --no-crash runs of each way (medians).",
+        ),
+    ] = 1,
+    paced: Annotated[
+        bool,
+        typer.Option(
+            "--paced",
+            help="The local model decodes at Gemma 3 270M's measured pace on two cores (rollcut demo's "
+            "default), so the seconds to finish follow the tokens.",
+        ),
+    ] = False,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="With --engine: the model llama.cpp's server runs (tiny, gemma-3-270m)."
+        ),
+    ] = "tiny",
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input; or, with
@@ -263,8 +284,14 @@ def bench_e2e_cmd(
         raise fail("--way excluded compares generation cuts on an engine: add --engine llama.cpp")
     if "plain" in ways and agent != "simple":
         raise fail("--way plain runs the Simple Agent: drop --agent opaque")
-    if crash and repeat != 1:
-        raise fail("--repeat measures throughput: add --no-crash")
+    if paced and engine is not None:
+        raise fail("--paced paces the local model: drop --engine")
+    if paced and not crash:
+        raise fail(
+            "--paced times the crash's recoveries: the plain stack's model is not paced (drop --no-crash)"
+        )
+    if model != "tiny" and engine is None:
+        raise fail("--model names the engine's model: add --engine llama.cpp")
     if not crash and (intervals or home):
         raise fail("--no-crash measures throughput: --intervals and --home belong to a crash")
     try:
@@ -273,7 +300,7 @@ def bench_e2e_cmd(
         raise fail(f"--intervals {intervals!r}: comma-separated seconds, such as 0.5,2,8,32") from None
     if any(not 0 < s < 1e6 for s in every_of):
         raise fail("--intervals: each interval is a number of seconds above 0")
-    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent crash repeat")
+    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent crash repeat paced")
     status = (
         f"{len(ways) + len(every_of)} recoveries of {rollouts} rollouts"
         if crash
@@ -287,6 +314,7 @@ def bench_e2e_cmd(
         checkpoint_every_s=every,
         intervals=every_of,
         home=home.absolute() if home else None,
+        engine_model=model,
         **passed,
     )
 

@@ -32,7 +32,7 @@ _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 def demo_cmd(
     rollouts: Annotated[
         int | None,
-        typer.Option(help="Rollouts to collect (bundled tasks; default 64, 8 on a real model)."),
+        typer.Option(help="Rollouts to collect (bundled tasks; default 32, 8 on a real model)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
     no_crash: Annotated[
@@ -96,6 +96,14 @@ def demo_cmd(
             "install`), on their own example rows, behind rollcut's journal (docs/nemo-gym.md).",
         ),
     ] = False,
+    unpaced: Annotated[
+        bool,
+        typer.Option(
+            "--unpaced",
+            help="Let the local model generate as fast as it can (by default it decodes at the pace of "
+            "Gemma 3 270M on two cores, so the seconds follow the tokens; docs/demo-and-report.md).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
@@ -125,7 +133,7 @@ def demo_cmd(
                 install_nemo_gym()
         except NemoGymUnavailableError as exc:
             raise fail(str(exc)) from exc
-    rollouts = rollouts or (64 if model == "tiny" else 8)
+    rollouts = rollouts or (32 if model == "tiny" else 8)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)
@@ -145,6 +153,7 @@ def demo_cmd(
                 baseline_every_s=baseline_every,
                 agent=agent,
                 nemo_gym=nemo_gym,
+                paced=not unpaced,
             )
         )
     if as_json:
@@ -235,9 +244,15 @@ _COST_ROWS = [
         "completed calls whose request was generated again",
     ),
     ("tokens_regenerated", "tokens generated again", "the tokens of those calls"),
+    (
+        "tokens_lost_in_flight",
+        "tokens lost in flight",
+        "generated for calls the crash stopped, past what their cut kept (the model's own count)",
+    ),
     ("tool_calls_reexecuted", "tool calls executed again", "environment mutations repeated (same revision)"),
     ("model_calls_kept", "model calls kept", "calls completed before the crash that recovery took over"),
     ("tokens_kept", "tokens kept", "their tokens: generation the crash did not cost"),
+    ("tokens_generated_after_crash", "tokens generated after", "what the model generated to finish"),
     ("after_crash_s", "seconds to finish", "from restarting the servers to the last row written"),
 ]
 
@@ -320,6 +335,9 @@ def _summarize(out: dict[str, Any], example: str) -> None:
             "at the crash (HOME/compare/), one after the other on this machine.",
             soft_wrap=False,
         )
+        pace = out["model"].get("pace")
+        if pace:
+            con.print(f"The local model decodes at the pace of {pace}.", soft_wrap=False)
         base = (out["compared"].get("last_checkpoint") or {}).get("baseline")
         if base:
             had = (
@@ -355,4 +373,6 @@ def _ms(p50: float | None, p99: float | None) -> str:
 
 
 def _num(v: Any) -> str:
+    if v is None:
+        return "-"  # not counted: an engine rollcut did not start
     return f"{v:.1f}" if isinstance(v, float) else f"{v:,}"

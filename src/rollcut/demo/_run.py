@@ -36,6 +36,7 @@ from .._errors import ConfigError
 from .._files import private_dir, write_private
 from .._home import credentials_for
 from .._telemetry import percentile
+from ..gym._pace import GEMMA_ON_TWO_CORES, TokenTally
 from ..gym.resources import NEMO_GYM_DECLARED
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
@@ -76,6 +77,7 @@ async def run_demo(
     baseline_intervals: tuple[float, ...] = (),
     agent: str = "simple",
     nemo_gym: bool = False,
+    paced: bool = False,
 ) -> dict[str, Any]:
     """The main job end to end, with a crash and recovery; returns what was saved.
 
@@ -105,12 +107,17 @@ async def run_demo(
     ``nemo_gym``: the resources servers are NeMo Gym's own (:data:`NEMO_GYM_DEMO`, unmodified, from
     the installed wheel, behind rollcut's journal) and the rows are their own example data; ``nemo_gym``
     in the result says the level each ran at.
+    ``paced``: the local model decodes at the pace of a small real model on this machine
+    (:data:`~rollcut.gym.model.GEMMA_ON_TWO_CORES`: one decode loop shared by every call, as a batched
+    engine's), so the seconds a recovery takes follow the tokens it generates (``rollcut demo``'s
+    default); else as fast as it can (the benchmarks, which measure rollcut, not a model).
     """
     t0 = time.perf_counter()
     tell = story or (lambda _: None)
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp, contextlib.ExitStack() as engines:
         root = _fresh(home or Path(tmp))
-        model: dict[str, Any] = {}
+        count = root / "generated.tokens"  # the local model's own count, kept across its crash
+        model: dict[str, Any] = {"backend_options": _local_options(count, paced)}
         local_engine = None
         if engine is not None:
             from ..gym.model.engine import served_engine
@@ -150,7 +157,7 @@ async def run_demo(
         )
         first = await run_phase(root, spec, workers=workers[0], crash=crash)
         main, compared = first, {}
-        counter = _Counter(local_engine, engine, engine_cuts)
+        counter = _Counter(local_engine, engine, engine_cuts) if engine else _Counter.local(count)
         pre = counter.read()  # what the engine generated before the crash, shared by every way
         total = pre
         by_interval: dict[str, Any] = {}
@@ -163,7 +170,7 @@ async def run_demo(
                 root, spec, workers=workers[1], resume=True, recovery=recovery, after=first
             )
             total = counter.read()
-            compared["rollcut"] = _cost(main, first, counter.work(main, total))
+            compared["rollcut"] = _cost(main, first, counter.work(main, total, pre))
 
             async def recovered(where: Path, mode: RecoveryMode, cut: BaselineCut | None) -> dict[str, Any]:
                 """One copy of the crash recovered one way (the last-checkpoint way from ``cut``)."""
@@ -179,7 +186,7 @@ async def run_demo(
                     recovery_checkpoint=cut.checkpoint_id if cut else None,
                     after=first,
                 )
-                cost = _cost(alt, first, counter.work(alt, counter.plus(pre, start)))
+                cost = _cost(alt, first, counter.work(alt, counter.plus(pre, start), pre))
                 return {**cost, "baseline": cut.as_dict()} if cut is not None else cost
 
             for way, where in copies.items():
@@ -193,10 +200,16 @@ async def run_demo(
                 cut = _baseline(first, where, float(interval))
                 by_interval[interval] = await recovered(where, RecoveryMode.CHECKPOINT, cut)
         out = _report(
-            rollouts, first, main, compared, time.perf_counter() - t0, home, counter.work(main, total)
+            rollouts,
+            first,
+            main,
+            compared,
+            time.perf_counter() - t0,
+            home,
+            counter.work(main, total, pre if first.crash else None),
         )
         out["by_interval"] = by_interval or None
-        out["model"] = _served(engine, engine_model if local_engine is not None else None, model)
+        out["model"] = _served(engine, engine_model if local_engine is not None else None, model, paced)
         out["nemo_gym"] = _levels(NEMO_GYM_DEMO, main.by_env) if nemo_gym else None
         if home is not None:  # what was saved, beside what it was saved from
             write_private(root / "demo.json", msgspec.json.encode(out))
@@ -298,11 +311,26 @@ def _levels(servers: tuple[str, ...], by_env: dict[str, dict[str, int]]) -> dict
     return out
 
 
-def _served(engine: str | None, name: str | None, model: dict[str, Any]) -> dict[str, Any]:
+def _local_options(count: Path, paced: bool) -> dict[str, str]:
+    """The local model's options in the demo: its token count, and its pace (see :func:`run_demo`)."""
+    out = {"count_tokens": str(count)}
+    if paced:
+        p = GEMMA_ON_TWO_CORES
+        out |= {
+            "token_delay": "0",
+            "step_ms": f"{p.step_s * 1000:g}",
+            "per_sequence_ms": f"{p.per_sequence_s * 1000:g}",
+        }
+    return out
+
+
+def _served(engine: str | None, name: str | None, model: dict[str, Any], paced: bool) -> dict[str, Any]:
     """Which policy the rows come from: the backend, and on an engine, which engine serving which
-    model (``name`` None: an engine started elsewhere, whose model the caller named to it)."""
+    model (``name`` None: an engine started elsewhere, whose model the caller named to it); the
+    local model's pace, said (None: as fast as it can)."""
     if engine is None:
-        return {"backend": "local", "engine": None, "name": "rollcut-local"}
+        pace = GEMMA_ON_TWO_CORES.what if paced else None
+        return {"backend": "local", "engine": None, "name": "rollcut-local", "pace": pace}
     return {"backend": "engine", "engine": engine, "name": name, "upstream": model["upstream"]}
 
 
@@ -391,18 +419,28 @@ def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str
         },
         "peak_rss_mb": {k: max(before.peak.get(k, 0.0), v) for k, v in done.peak.items()},
         "engine": engine,
+        # the generator's own count (None: an engine rollcut did not start); seconds follow these
+        "tokens_generated_after_crash": (engine or {}).get("tokens_generated_after_crash"),
+        "tokens_lost_in_flight": (engine or {}).get("tokens_wasted"),
         "home": str(done.home),
     }
 
 
 class _Counter:
-    """The local engine's own token counter: what one way of recovering made it generate is what
-    it generated before the crash plus what it generated during that way's own recovery."""
+    """The generator's own token counter (the engine's, or the local model's file): what one way of
+    recovering made it generate is what it generated before the crash plus what it generated during
+    that way's own recovery."""
 
-    def __init__(self, engine: Any, dialect: str | None, cuts: bool) -> None:
-        self.engine, self.dialect, self.cuts = engine, dialect, cuts
+    def __init__(self, engine: Any, dialect: str | None, cuts: bool, count: Path | None = None) -> None:
+        self.engine, self.dialect, self.cuts, self.count = engine, dialect, cuts, count
+
+    @classmethod
+    def local(cls, count: Path) -> _Counter:
+        return cls(None, "local", True, count)
 
     def read(self) -> int | None:
+        if self.count is not None:
+            return TokenTally.read(self.count)
         return self.engine.tokens_predicted() if self.engine is not None else None
 
     def plus(self, pre: int | None, start: int | None) -> int | None:
@@ -410,16 +448,23 @@ class _Counter:
         now = self.read()
         return None if now is None or pre is None or start is None else pre + now - start
 
-    def work(self, done: Phase, total: int | None) -> dict[str, Any] | None:
-        """The engine's figures for a run that ended in ``done`` (None: no engine)."""
-        return None if self.dialect is None else _engine_work(self.dialect, self.cuts, total, done.counts)
+    def work(self, done: Phase, total: int | None, pre: int | None) -> dict[str, Any] | None:
+        """The generator's figures for a run that ended in ``done`` (None: an engine's, not rollcut's);
+        ``pre``: what it had generated at the crash."""
+        if self.dialect is None:
+            return None
+        return _engine_work(self.dialect, self.cuts, total, pre, done.counts)
 
 
-def _engine_work(dialect: str, cuts: bool, total: int | None, counts: dict[str, int]) -> dict[str, Any]:
-    """What the engine generated (its own counter, when rollcut started it) against what completed
-    calls needed: the rest was generated for nothing (tails of calls in flight at the crash past
-    their last cut, or whole calls without cuts; tokens past a cut's boundary before the abort)."""
-    needed = counts["completed_tokens"] - counts["continued_tokens"]
+def _engine_work(
+    dialect: str, cuts: bool, total: int | None, pre: int | None, counts: dict[str, int]
+) -> dict[str, Any]:
+    """What the model generated (its own counter: the engine's when rollcut started it, or the
+    local model's) against the outputs of completed calls, each of whose tokens was generated once
+    (a continued call's prefix before the crash, its rest after): the rest was generated for
+    nothing (tails of calls in flight at the crash past their last cut, or whole calls without
+    cuts; tokens past a cut's boundary before the abort)."""
+    needed = counts["completed_tokens"]
     return {
         "dialect": dialect,
         "cuts": cuts,
@@ -427,4 +472,6 @@ def _engine_work(dialect: str, cuts: bool, total: int | None, counts: dict[str, 
         "tokens_for_completed_calls": needed,
         "tokens_kept_by_cuts": counts["continued_tokens"],
         "tokens_wasted": None if total is None else total - needed,
+        # what this way's recovery made it generate: what its seconds to finish were spent on
+        "tokens_generated_after_crash": None if total is None or pre is None else total - pre,
     }

@@ -5,6 +5,7 @@ from collections.abc import Callable as _Callable
 from ... import _registries
 from ..._registry import Registry as _Registry
 from .._options import ModelServe as _ModelServe
+from .._pace import GEMMA_ON_TWO_CORES, Pace, PaceProfile, TokenTally
 from ._backend import Backend, OnToken, Plan
 from ._backends import BackendFactory, EngineOptions, LocalOptions
 from ._bytes import decode, encode
@@ -21,6 +22,7 @@ BACKENDS: _Registry[_Callable[[_ModelServe], Backend]] = _registries.BACKENDS
 __all__ = [
     "BACKENDS",
     "DEFAULT_MODEL",
+    "GEMMA_ON_TWO_CORES",
     "Backend",
     "BackendFactory",
     "CallResult",
@@ -30,8 +32,11 @@ __all__ = [
     "ModelService",
     "OnToken",
     "OpenAIBackend",
+    "Pace",
+    "PaceProfile",
     "Plan",
     "PolicyClock",
+    "TokenTally",
     "UpstreamError",
     "create_app",
     "decode",

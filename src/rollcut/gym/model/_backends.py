@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import httpx
@@ -19,6 +20,7 @@ import msgspec
 
 from ..._errors import ConfigError
 from .._options import ModelServe
+from .._pace import Pace, TokenTally
 from ._backend import Backend
 from ._local import LocalBackend
 from ._openai import OpenAIBackend
@@ -64,6 +66,14 @@ class LocalOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds per generated token: the time a real model would take."""
     tool_turns: int = 3
     """Tool calls before a final answer."""
+    step_ms: float = 0.0
+    """A decode step's fixed milliseconds: every call of the process shares one decode loop, as a
+    batched engine does (0: no shared loop)."""
+    per_sequence_ms: float = 0.0
+    """A decode step's milliseconds per call in its batch."""
+    count_tokens: str = ""
+    """A file whose length counts every token generated (one byte each, appended as generated: what
+    a killed server generated for calls it never finished is counted too)."""
 
 
 class NoOptions(msgspec.Struct, forbid_unknown_fields=True):
@@ -87,7 +97,13 @@ class EngineOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def _local(opts: ModelServe, o: LocalOptions) -> Backend:
-    return LocalBackend(seed=o.seed, token_delay_s=o.token_delay, tool_turns=o.tool_turns)
+    return LocalBackend(
+        seed=o.seed,
+        token_delay_s=o.token_delay,
+        tool_turns=o.tool_turns,
+        pace=Pace(o.step_ms / 1000, o.per_sequence_ms / 1000) if o.step_ms or o.per_sequence_ms else None,
+        tally=TokenTally(Path(o.count_tokens)) if o.count_tokens else None,
+    )
 
 
 def _upstream(opts: ModelServe, _: msgspec.Struct) -> None:

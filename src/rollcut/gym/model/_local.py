@@ -5,9 +5,9 @@ generation cut at any token and continued from its durable prefix produces
 exactly the tokens an uninterrupted run would have. So each call first makes a
 *plan*, a fixed token sequence derived from (seed, policy version, prompt,
 tools); generation then emits the plan one token at a time, sleeping
-``token_delay_s`` per token so that a generation has a real duration a
-checkpoint can cut. Continuing from a prefix checks the prefix against the
-plan and emits the rest.
+``token_delay_s`` per token, or paced as a batched engine decodes (``gym._pace``),
+so that a generation has a real duration a checkpoint can cut. Continuing from a
+prefix checks the prefix against the plan and emits the rest.
 
 The tokenizer is the byte-level stand-in (``_bytes``: token = byte + 3; 0-2 reserved).
 Generated text is ASCII so any prefix decodes cleanly.
@@ -22,6 +22,7 @@ import random
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._pace import Pace, TokenTally
 from ._backend import Plan
 from ._bytes import OFFSET as _OFFSET
 from ._bytes import decode, encode, render_prompt
@@ -92,9 +93,12 @@ class LocalBackend:
         token_delay_s: float = 0.0,
         tool_turns: int = 3,
         policy_version: str = "local-v1",
+        pace: Pace | None = None,
+        tally: TokenTally | None = None,
     ) -> None:
         self.seed = seed
         self.token_delay_s = token_delay_s
+        self.pace, self.tally = pace, tally
         self.tool_turns = tool_turns
         self.policy_version = policy_version
         self.last_policy_version: str | None = None  # the local policy never changes mid-run
@@ -169,6 +173,10 @@ class LocalBackend:
         for i in range(start, len(plan.output_ids)):
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)  # the time a real model would take
+            if self.pace is not None:
+                await self.pace.token()  # a step of the decode loop every call shares
+            if self.tally is not None:
+                self.tally.add()
             yield plan.output_ids[i]
 
     async def adopt_prefix(self, plan: Plan, record: TokenRecord) -> bool:

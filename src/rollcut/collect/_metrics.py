@@ -201,7 +201,9 @@ async def serve_metrics(metrics: CollectorMetrics, host: str, port: int, home: P
     from fastapi import FastAPI
     from fastapi.responses import Response
 
-    app = FastAPI(title="rollcut collector", version="1", telemetry={"tracing": False})
+    from .._tracing import FASTAPI_TELEMETRY
+
+    app = FastAPI(title="rollcut collector", version="1", telemetry=FASTAPI_TELEMETRY)
 
     @app.get("/metrics")
     async def exposition() -> Response:

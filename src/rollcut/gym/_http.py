@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import AdmissionClosedError, StorageError
 from .._metrics import CONTENT_TYPE, Tally, exposition
-from .._tracing import TraceContext
+from .._tracing import FASTAPI_TELEMETRY, TraceContext
 from ..participants import Participant
 from ._peers import PeerRouter
 from .wire import (
@@ -150,10 +150,7 @@ def gym_app(title: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fast
     """A FastAPI app whose routes raise domain errors and never build error answers themselves;
     identity path prefixes are understood on every route, bodies are bounded, and a request for a
     rollout another worker owns goes to that worker (:mod:`rollcut.gym._peers`)."""
-    # FastAPI's own spans (a request span, and spans for dependencies, the endpoint and serialization)
-    # are off: rollcut's server spans are the GenAI ones (docs/observability.md), one per call, and
-    # FastAPI's four per request cost a model call ~0.3 ms of CPU for nothing a trace reader needs
-    app = FastAPI(title=title, version="1", telemetry={"tracing": False})
+    app = FastAPI(title=title, version="1", telemetry=FASTAPI_TELEMETRY)
     app.add_middleware(TraceContext)  # innermost: in the worker that owns the rollout
     app.add_middleware(IdentityPrefix)
     app.add_middleware(PeerRouter)  # inside the body limit, outside the prefix: forwards as sent

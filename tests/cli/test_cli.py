@@ -194,6 +194,19 @@ def test_bench_e2e_recovers_one_crash_three_ways() -> None:
 
 
 @pytest.mark.slow
+def test_bench_e2e_repeats_the_crash_and_spreads_rollcuts_seconds_over_restarts() -> None:
+    args = ["--rollouts", "4", "--repeat", "2", "--way", "rollcut", "--way", "restart"]
+    out = json.loads(_run("bench", "e2e", *args, "--json").stdout)
+    seconds = out["after_crash_s"]
+    assert out["paced"] is False and set(seconds) == {"rollcut", "restart"}
+    assert all(len(s) == 2 and all(x is not None and x > 0 for x in s) for s in seconds.values())
+    ratios = sorted(r / s for r, s in zip(seconds["rollcut"], seconds["restart"], strict=True))
+    spread = out["after_crash_vs_restart"]
+    assert (spread["min"], spread["max"]) == (round(ratios[0], 3), round(ratios[1], 3))
+    assert out["rollcut"]["after_crash_s"] == seconds["rollcut"][0]  # the first crash's figures
+
+
+@pytest.mark.slow
 def test_bench_e2e_without_a_crash_measures_the_collection_against_the_same_stack_without_custody() -> None:
     out = json.loads(_run("bench", "e2e", "--no-crash", "--rollouts", "4", "--repeat", "2", "--json").stdout)
     rollcut, plain = out["rollcut"], out["plain"]

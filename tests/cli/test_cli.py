@@ -179,31 +179,26 @@ def test_bench_model_compares_custody_with_the_same_server_without_it() -> None:
 
 
 @pytest.mark.slow
-def test_bench_e2e_recovers_one_crash_three_ways() -> None:
-    out = json.loads(_run("bench", "e2e", "--rollouts", "8", "--json").stdout)
-    assert out["rollouts"] == 8
-    for way in ("rollcut", "last_checkpoint", "restart"):
+def test_bench_e2e_recovers_each_crash_three_ways_and_spreads_rollcuts_seconds_over_restarts() -> None:
+    out = json.loads(_run("bench", "e2e", "--rollouts", "4", "--repeat", "2", "--json").stdout)
+    assert out["rollouts"] == 4 and out["paced"] is False
+    for way in ("rollcut", "last_checkpoint", "restart"):  # the first crash's figures
         r = out[way]
         for key in ("model_calls_regenerated", "tokens_regenerated", "model_calls_generated", "wall_s"):
             assert key in r, (way, key)
-        assert r["results_written"] == 8 and r["duplicate_results"] == 0, (way, r)
+        assert r["results_written"] == 4 and r["duplicate_results"] == 0, (way, r)
     assert out["rollcut"]["model_calls_regenerated"] == 0 and out["rollcut"]["tokens_regenerated"] == 0
     # the same crash each way: every call rollcut kept, restarting from input generated again
     assert out["restart"]["model_calls_regenerated"] == out["rollcut"]["model_calls_kept"] > 0
     assert out["last_checkpoint"]["model_calls_kept"] <= out["rollcut"]["model_calls_kept"]
-
-
-@pytest.mark.slow
-def test_bench_e2e_repeats_the_crash_and_spreads_rollcuts_seconds_over_restarts() -> None:
-    args = ["--rollouts", "4", "--repeat", "2", "--way", "rollcut", "--way", "restart"]
-    out = json.loads(_run("bench", "e2e", *args, "--json").stdout)
+    # two crashes: each way's seconds to finish after each, rollcut's over restart's spread
     seconds = out["after_crash_s"]
-    assert out["paced"] is False and set(seconds) == {"rollcut", "restart"}
+    assert set(seconds) == {"rollcut", "last_checkpoint", "restart"}
     assert all(len(s) == 2 and all(x is not None and x > 0 for x in s) for s in seconds.values())
+    assert out["rollcut"]["after_crash_s"] == seconds["rollcut"][0]
     ratios = sorted(r / s for r, s in zip(seconds["rollcut"], seconds["restart"], strict=True))
     spread = out["after_crash_vs_restart"]
     assert (spread["min"], spread["max"]) == (round(ratios[0], 3), round(ratios[1], 3))
-    assert out["rollcut"]["after_crash_s"] == seconds["rollcut"][0]  # the first crash's figures
 
 
 @pytest.mark.slow

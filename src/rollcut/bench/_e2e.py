@@ -92,17 +92,6 @@ async def bench_e2e(
     if not crash and (set(ways) - set(THROUGHPUT_WAYS) or intervals or home is not None):
         raise ValueError(f"without a crash only {', '.join(THROUGHPUT_WAYS)} run (no intervals, no home)")
     envs = tuple(ENVIRONMENTS) if mixed else DEMO_ENVIRONMENTS
-    out: dict[str, Any] = {
-        "rollouts": rollouts,
-        "workers": workers,
-        "environments": list(envs),
-        "checkpoint_every_s": checkpoint_every_s,
-        "concurrency": concurrency,
-        "engine": engine,
-        "engine_model": engine_model,
-        "agent": agent,
-        "paced": paced,
-    }
     common: dict[str, Any] = {
         "rollouts": rollouts,
         "seed": seed,
@@ -116,6 +105,8 @@ async def bench_e2e(
         "agent": agent,
         "paced": paced,
     }
+    said = ("rollouts", "checkpoint_every_s", "concurrency", "engine", "engine_model", "agent", "paced")
+    out: dict[str, Any] = {k: common[k] for k in said} | {"workers": workers, "environments": list(envs)}
     if not crash:
         return {
             **out,

@@ -11,7 +11,8 @@ the continuation holds the session as it was at the cut, and makes the calls aft
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -49,24 +50,25 @@ class Verdicts:
     ) -> tuple[dict[str, Any], bool]:
         """The session's verdict and whether it came from the journal (else ``compute`` made it);
         journaled either way."""
+        with self._running():
+            async with s.lock:
+                return await self._verdict(s, msgspec.json.encode(args, order="sorted"), envelope, compute)
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
         self.running += 1
         self._idle.clear()
         try:
-            async with s.lock:
-                return await self._verdict(s, args, envelope, compute)
+            yield
         finally:
             self.running -= 1
             if self.running == 0:
                 self._idle.set()
 
     async def _verdict(
-        self,
-        s: Session,
-        args: dict[str, Any],
-        envelope: Envelope,
-        compute: Callable[[], Awaitable[dict[str, Any]]],
+        self, s: Session, args: bytes, envelope: Envelope, compute: Callable[[], Awaitable[dict[str, Any]]]
     ) -> tuple[dict[str, Any], bool]:
-        request = digest(msgspec.json.encode(args, order="sorted"))
+        request = digest(args)
         old = s.journaled_verdict
         if (
             old is not None

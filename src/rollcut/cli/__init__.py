@@ -4,7 +4,7 @@ Shared options and how a command opens the bus, the ledger and the token
 store live in ``_app``; each command group registers itself on import.
 """
 
-from . import _bench, _checkpoints, _collect, _demo, _engine, _nemo, _report, _serve, _store, _top  # noqa: F401
+from . import _bench, _bench_e2e, _checkpoints, _collect, _demo, _engine, _nemo, _report, _serve, _store, _top  # noqa: F401
 from ._target import Target, app
 
 __all__ = ["Target", "app", "main"]

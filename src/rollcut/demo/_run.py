@@ -36,11 +36,12 @@ from .._errors import ConfigError
 from .._files import private_dir, write_private
 from .._home import credentials_for
 from .._telemetry import percentile
-from ..gym._pace import GEMMA_ON_TWO_CORES, TokenTally
+from ..gym._pace import GEMMA_ON_TWO_CORES
 from ..gym.resources import NEMO_GYM_DECLARED
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
 from ._baseline import BaselineCut, baseline_cut, default_interval
+from ._generated import Counter, local_options
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
 from ._tasks import NEMO_GYM_DEMO, demo_rows, demo_tasks, nemo_gym_rows
@@ -117,7 +118,7 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp, contextlib.ExitStack() as engines:
         root = _fresh(home or Path(tmp))
         count = root / "generated.tokens"  # the local model's own count, kept across its crash
-        model: dict[str, Any] = {"backend_options": _local_options(count, paced)}
+        model: dict[str, Any] = {"backend_options": local_options(count, paced)}
         local_engine = None
         if engine is not None:
             from ..gym.model.engine import served_engine
@@ -157,7 +158,7 @@ async def run_demo(
         )
         first = await run_phase(root, spec, workers=workers[0], crash=crash)
         main, compared = first, {}
-        counter = _Counter(local_engine, engine, engine_cuts) if engine else _Counter.local(count)
+        counter = Counter(local_engine, engine, engine_cuts) if engine else Counter.local(count)
         pre = counter.read()  # what the engine generated before the crash, shared by every way
         total = pre
         by_interval: dict[str, Any] = {}
@@ -311,19 +312,6 @@ def _levels(servers: tuple[str, ...], by_env: dict[str, dict[str, int]]) -> dict
     return out
 
 
-def _local_options(count: Path, paced: bool) -> dict[str, str]:
-    """The local model's options in the demo: its token count, and its pace (see :func:`run_demo`)."""
-    out = {"count_tokens": str(count)}
-    if paced:
-        p = GEMMA_ON_TWO_CORES
-        out |= {
-            "token_delay": "0",
-            "step_ms": f"{p.step_s * 1000:g}",
-            "per_sequence_ms": f"{p.per_sequence_s * 1000:g}",
-        }
-    return out
-
-
 def _served(engine: str | None, name: str | None, model: dict[str, Any], paced: bool) -> dict[str, Any]:
     """Which policy the rows come from: the backend, and on an engine, which engine serving which
     model (``name`` None: an engine started elsewhere, whose model the caller named to it); the
@@ -423,55 +411,4 @@ def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str
         "tokens_generated_after_crash": (engine or {}).get("tokens_generated_after_crash"),
         "tokens_lost_in_flight": (engine or {}).get("tokens_wasted"),
         "home": str(done.home),
-    }
-
-
-class _Counter:
-    """The generator's own token counter (the engine's, or the local model's file): what one way of
-    recovering made it generate is what it generated before the crash plus what it generated during
-    that way's own recovery."""
-
-    def __init__(self, engine: Any, dialect: str | None, cuts: bool, count: Path | None = None) -> None:
-        self.engine, self.dialect, self.cuts, self.count = engine, dialect, cuts, count
-
-    @classmethod
-    def local(cls, count: Path) -> _Counter:
-        return cls(None, "local", True, count)
-
-    def read(self) -> int | None:
-        if self.count is not None:
-            return TokenTally.read(self.count)
-        return self.engine.tokens_predicted() if self.engine is not None else None
-
-    def plus(self, pre: int | None, start: int | None) -> int | None:
-        """``pre`` and what was generated since the counter read ``start``."""
-        now = self.read()
-        return None if now is None or pre is None or start is None else pre + now - start
-
-    def work(self, done: Phase, total: int | None, pre: int | None) -> dict[str, Any] | None:
-        """The generator's figures for a run that ended in ``done`` (None: an engine's, not rollcut's);
-        ``pre``: what it had generated at the crash."""
-        if self.dialect is None:
-            return None
-        return _engine_work(self.dialect, self.cuts, total, pre, done.counts)
-
-
-def _engine_work(
-    dialect: str, cuts: bool, total: int | None, pre: int | None, counts: dict[str, int]
-) -> dict[str, Any]:
-    """What the model generated (its own counter: the engine's when rollcut started it, or the
-    local model's) against the outputs of completed calls, each of whose tokens was generated once
-    (a continued call's prefix before the crash, its rest after): the rest was generated for
-    nothing (tails of calls in flight at the crash past their last cut, or whole calls without
-    cuts; tokens past a cut's boundary before the abort)."""
-    needed = counts["completed_tokens"]
-    return {
-        "dialect": dialect,
-        "cuts": cuts,
-        "tokens_generated": total,
-        "tokens_for_completed_calls": needed,
-        "tokens_kept_by_cuts": counts["continued_tokens"],
-        "tokens_wasted": None if total is None else total - needed,
-        # what this way's recovery made it generate: what its seconds to finish were spent on
-        "tokens_generated_after_crash": None if total is None or pre is None else total - pre,
     }

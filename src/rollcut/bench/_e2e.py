@@ -110,7 +110,7 @@ async def bench_e2e(
     if not crash:
         return {
             **out,
-            **await bench_throughput({k: v for k, v in common.items() if k != "paced"}, ways, repeat),
+            **await bench_throughput(common, ways, repeat),
         }
     recovered = [w for w in ("rollcut", *ALTERNATIVES) if w in ways]
     if recovered:

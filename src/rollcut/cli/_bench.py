@@ -11,7 +11,7 @@ import typer
 
 from ._target import ExitCode, JsonOpt, UrlOpt, app, console, fail, report, run
 
-__all__ = ["bench_app"]
+__all__ = ["bench_app", "measure", "pick"]
 
 bench_app = typer.Typer(
     no_args_is_help=True, help="Benchmarks against raw baselines, measured in the same run."
@@ -19,7 +19,7 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
-def _measure(name: str, status: str, as_json: bool, **options: Any) -> dict[str, Any]:
+def measure(name: str, status: str, as_json: bool, **options: Any) -> dict[str, Any]:
     """Run the benchmark ``rollcut.bench.<name>`` under a spinner (``bench_log``: ``rollcut bench log``);
     its figures, as printed."""
     from .. import bench
@@ -44,7 +44,7 @@ def soak_exit(out: dict[str, Any]) -> int:
     return ExitCode.OK
 
 
-def _pick(given: dict[str, Any], names: str) -> dict[str, Any]:
+def pick(given: dict[str, Any], names: str) -> dict[str, Any]:
     """The flags ``names`` (space-separated) of a command's ``locals()``, passed on as they are."""
     return {n: given[n] for n in names.split()}
 
@@ -82,7 +82,7 @@ def bench_log_cmd(
         if url:
             raise fail("--replicas/--sync start their own servers; leave out --url")
         status = f"benchmarking durability modes: {events} events at concurrency {concurrency}"
-        _measure(
+        measure(
             "bench_durability",
             status,
             as_json,
@@ -94,7 +94,7 @@ def bench_log_cmd(
         )
         return
     status = f"benchmarking {events} events at concurrency {concurrency}"
-    _measure("bench_log", status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
+    measure("bench_log", status, as_json, events=events, concurrency=concurrency, url=url, repeat=repeat)
 
 
 @bench_app.command("checkpoint")
@@ -123,8 +123,8 @@ def bench_checkpoint_cmd(
     if any(not 0 < p <= 100 for p in pcts) or repeat < 1 or not set(kinds) <= set(BASELINES):
         raise fail(f"--moved takes percents in 1..100, --repeat at least 1, --baseline one of {BASELINES}")
     status = f"benchmarking checkpoints of {rollouts} rollouts"
-    passed = _pick(locals(), "rollouts url repeat cluster")
-    _measure("bench_checkpoint", status, as_json, moved=pcts, baselines=kinds, **passed)
+    passed = pick(locals(), "rollouts url repeat cluster")
+    measure("bench_checkpoint", status, as_json, moved=pcts, baselines=kinds, **passed)
 
 
 @bench_app.command("model")
@@ -175,7 +175,7 @@ def bench_model_cmd(
     if logprobs and not engine:
         raise fail("--logprobs measures them on an engine: add --backend engine")
     status = f"benchmarking {n} model calls per run at {', '.join(map(str, counts))} clients"
-    _measure(
+    measure(
         "bench_model_engine" if engine else "bench_model",
         status,
         as_json,
@@ -199,7 +199,7 @@ def bench_relay_cmd(
 ) -> None:
     """What the opaque agent's journaling relay costs a model call, live and replaying, against the
     model server called directly in the same run."""
-    _measure("bench_relay", f"timing {calls * repeat * 4} model calls", as_json, calls=calls, repeat=repeat)
+    measure("bench_relay", f"timing {calls * repeat * 4} model calls", as_json, calls=calls, repeat=repeat)
 
 
 @bench_app.command("nemo-gym")
@@ -211,7 +211,7 @@ def bench_nemo_gym_cmd(
     """A NeMo Gym session continued by replaying its journal on a fresh upstream session (its own
     stateful counter, unmodified), against rollcut's port of it restored by its codec, per call."""
     status = f"restoring {2 * repeat} sessions of {calls} calls"
-    _measure("bench_nemo_gym", status, as_json, calls=calls, repeat=repeat)
+    measure("bench_nemo_gym", status, as_json, calls=calls, repeat=repeat)
 
 
 @bench_app.command("workers")
@@ -223,7 +223,7 @@ def bench_workers_cmd(
 ) -> None:
     """What routing a call to the worker that holds its rollout costs, against one worker."""
     status = f"benchmarking {rollouts * calls * repeat} tool calls on one and two workers"
-    _measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)
+    measure("bench_workers", status, as_json, rollouts=rollouts, calls=calls, repeat=repeat)
 
 
 @bench_app.command("sandbox")
@@ -243,8 +243,8 @@ def bench_sandbox_cmd(
     """A sandbox's checkpoints as manifests over shared blobs in JetStream's object store, against
     one tar + zstd archive of the whole tree per session and checkpoint."""
     status = f"snapshotting {sessions} sandboxes of {files} files, {repeat} times"
-    passed = _pick(locals(), "files size sessions repeat")
-    _measure("bench_sandbox", status, as_json, changed=tuple(changed or (1.0, 100.0)), **passed)
+    passed = pick(locals(), "files size sessions repeat")
+    measure("bench_sandbox", status, as_json, changed=tuple(changed or (1.0, 100.0)), **passed)
 
 
 @bench_app.command("train")
@@ -275,8 +275,8 @@ def bench_train_cmd(
     """TRL's GRPOTrainer on rollcut's rollouts against TRL's own generation path, same tiny policy
     (needs the 'trl' extra and the engine)."""
     status = f"training {steps} steps each way, {repeat} times"
-    passed = _pick(locals(), "steps repeat generations crash max_staleness completion_tokens")
-    _measure("bench_train", status, as_json, **passed)
+    passed = pick(locals(), "steps repeat generations crash max_staleness completion_tokens")
+    measure("bench_train", status, as_json, **passed)
 
 
 @bench_app.command("soak")
@@ -299,7 +299,7 @@ def bench_soak_cmd(
     """A long collection with compaction: stream bytes, disk and memory over time, against what the
     stream would hold without compaction (measured in the same run)."""
     status = f"soaking {rollouts} rollouts on {cluster} node(s)"
-    out = _measure(
+    out = measure(
         "bench_soak",
         status,
         as_json,

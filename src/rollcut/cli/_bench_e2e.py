@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._bench import _measure, _pick, bench_app
+from ._bench import bench_app, measure, pick
 from ._target import JsonOpt, fail
 
 __all__ = ["bench_e2e_cmd"]
@@ -127,13 +127,13 @@ def bench_e2e_cmd(
         raise fail(f"--intervals {intervals!r}: comma-separated seconds, such as 0.5,2,8,32") from None
     if any(not 0 < s < 1e6 for s in every_of):
         raise fail("--intervals: each interval is a number of seconds above 0")
-    passed = _pick(locals(), "rollouts seed workers mixed concurrency engine agent crash repeat paced")
+    passed = pick(locals(), "rollouts seed workers mixed concurrency engine agent crash repeat paced")
     status = (
         f"{len(ways) + len(every_of)} recoveries of {rollouts} rollouts"
         if crash
         else f"{', '.join(ways)}: {repeat} collection(s) of {rollouts} rollouts each"
     )
-    _measure(
+    measure(
         "bench_e2e",
         status,
         as_json,

@@ -4,18 +4,21 @@ what completed calls used; and the local model's options that make it count and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..gym._pace import GEMMA_ON_TWO_CORES, TokenTally
 from ._phase import Phase
 
-__all__ = ["Counter", "local_options"]
+__all__ = ["Counter", "Generated", "local_options"]
 
 
-def local_options(count: Path, paced: bool) -> dict[str, str]:
-    """The local model's options in the demo: its token count, and its pace (see :func:`run_demo`)."""
-    out = {"count_tokens": str(count)}
+def local_options(count: Path | None, paced: bool) -> dict[str, str]:
+    """The local model's options in the demo: its token count (``count``; None: nothing to cost,
+    no crash), and its pace (see :func:`run_demo`)."""
+    out = {"count_tokens": str(count)} if count is not None else {}
     if paced:
         p = GEMMA_ON_TWO_CORES
         out |= {
@@ -26,52 +29,54 @@ def local_options(count: Path, paced: bool) -> dict[str, str]:
     return out
 
 
-class Counter:
-    """The generator's own token counter (the engine's, or the local model's file): what one way of
-    recovering made it generate is what it generated before the crash plus what it generated during
-    that way's own recovery."""
+@dataclass(frozen=True)
+class Generated:
+    """One way's figures from the model's own counter: the engine's JSON (``figures``; None: nothing
+    counted) and what the way's recovery generated (``after_crash``; None: not counted)."""
 
-    def __init__(self, engine: Any, dialect: str | None, cuts: bool, count: Path | None = None) -> None:
-        self.engine, self.dialect, self.cuts, self.count = engine, dialect, cuts, count
+    figures: dict[str, Any] | None = None
+    after_crash: int | None = None
+
+
+class Counter:
+    """The model's own token counter. What one way of recovering made it generate is what it generated
+    before the crash (:attr:`pre`, read once, shared by every way) plus what it generated since that
+    way's recovery began."""
+
+    def __init__(self, read: Callable[[], int | None] | None, dialect: str, cuts: bool) -> None:
+        self._read, self.dialect, self.cuts = read, dialect, cuts
+        self.pre: int | None = None
 
     @classmethod
-    def local(cls, count: Path) -> Counter:
-        return cls(None, "local", True, count)
+    def of(cls, engine: Any, dialect: str | None, cuts: bool, count: Path | None) -> Counter:
+        """An engine's (``dialect``: its counter when rollcut started it, ``engine``), else the local
+        model's file (``count``; None: nothing counted)."""
+        if dialect is not None:
+            return cls(engine.tokens_predicted if engine is not None else lambda: None, dialect, cuts)
+        return cls((lambda: TokenTally.read(count)) if count is not None else None, "local", True)
 
     def read(self) -> int | None:
-        if self.count is not None:
-            return TokenTally.read(self.count)
-        return self.engine.tokens_predicted() if self.engine is not None else None
+        return self._read() if self._read is not None else None
 
-    def plus(self, pre: int | None, start: int | None) -> int | None:
-        """``pre`` and what was generated since the counter read ``start``."""
-        now = self.read()
-        return None if now is None or pre is None or start is None else pre + now - start
-
-    def work(self, done: Phase, total: int | None, pre: int | None) -> dict[str, Any] | None:
-        """The generator's figures for a run that ended in ``done`` (None: an engine's, not rollcut's);
-        ``pre``: what it had generated at the crash."""
-        if self.dialect is None:
-            return None
-        return _engine_work(self.dialect, self.cuts, total, pre, done.counts)
-
-
-def _engine_work(
-    dialect: str, cuts: bool, total: int | None, pre: int | None, counts: dict[str, int]
-) -> dict[str, Any]:
-    """What the model generated (its own counter: the engine's when rollcut started it, or the
-    local model's) against the outputs of completed calls, each of whose tokens was generated once
-    (a continued call's prefix before the crash, its rest after): the rest was generated for
-    nothing (tails of calls in flight at the crash past their last cut, or whole calls without
-    cuts; tokens past a cut's boundary before the abort)."""
-    needed = counts["completed_tokens"]
-    return {
-        "dialect": dialect,
-        "cuts": cuts,
-        "tokens_generated": total,
-        "tokens_for_completed_calls": needed,
-        "tokens_kept_by_cuts": counts["continued_tokens"],
-        "tokens_wasted": None if total is None else total - needed,
-        # what this way's recovery made it generate: what its seconds to finish were spent on
-        "tokens_generated_after_crash": None if total is None or pre is None else total - pre,
-    }
+    def work(self, done: Phase, start: int | None) -> Generated:
+        """The figures of a run that ended in ``done``, whose recovery began when the counter read
+        ``start`` (None: there was no crash, the run is the one before it)."""
+        if self._read is None:
+            return Generated()
+        now, pre = self._read(), self.pre
+        since = None if now is None or start is None else now - start
+        total = pre if start is None else None if since is None or pre is None else pre + since
+        needed = done.counts["completed_tokens"]
+        # each token of a completed call's output was generated once (a continued call's prefix before
+        # the crash, its rest after): the rest was generated for nothing (tails of calls in flight at
+        # the crash past their last cut, or whole calls without cuts; tokens past a cut's boundary
+        # before the abort)
+        figures = {
+            "dialect": self.dialect,
+            "cuts": self.cuts,
+            "tokens_generated": total,
+            "tokens_for_completed_calls": needed,
+            "tokens_kept_by_cuts": done.counts["continued_tokens"],
+            "tokens_wasted": None if total is None else total - needed,
+        }
+        return Generated(figures, since)

@@ -41,7 +41,7 @@ from ..gym.resources import NEMO_GYM_DECLARED
 from ..participants import RecoveryMode
 from ..testing import DEMO_ENVIRONMENTS
 from ._baseline import BaselineCut, baseline_cut, default_interval
-from ._generated import Counter, local_options
+from ._generated import Counter, Generated, local_options
 from ._phase import DEMO_NAMESPACE, Phase, PhaseSpec, run_phase
 from ._story import Compared, Comparing, StoryEvent
 from ._tasks import NEMO_GYM_DEMO, demo_rows, demo_tasks, nemo_gym_rows
@@ -117,7 +117,9 @@ async def run_demo(
     tell = story or (lambda _: None)
     with tempfile.TemporaryDirectory(prefix="rollcut-demo-") as tmp, contextlib.ExitStack() as engines:
         root = _fresh(home or Path(tmp))
-        count = root / "generated.tokens"  # the local model's own count, kept across its crash
+        # the local model's own count of what a crash cost each way, kept across its SIGKILL (a run
+        # without a crash has nothing to cost, and a syscall per token would tilt bench e2e's vs_plain)
+        count = root / "generated.tokens" if crash else None
         model: dict[str, Any] = {"backend_options": local_options(count, paced)}
         local_engine = None
         if engine is not None:
@@ -158,9 +160,9 @@ async def run_demo(
         )
         first = await run_phase(root, spec, workers=workers[0], crash=crash)
         main, compared = first, {}
-        counter = Counter(local_engine, engine, engine_cuts) if engine else Counter.local(count)
-        pre = counter.read()  # what the engine generated before the crash, shared by every way
-        total = pre
+        counter = Counter.of(local_engine, engine, engine_cuts, count)
+        counter.pre = counter.read()  # what the model generated before the crash, shared by every way
+        generated = counter.work(main, None)
         by_interval: dict[str, Any] = {}
         if first.crash is not None:
             copies = {way: _copy_at_crash(root, root / "compare" / way) for way in compare}
@@ -170,8 +172,8 @@ async def run_demo(
             main = await run_phase(
                 root, spec, workers=workers[1], resume=True, recovery=recovery, after=first
             )
-            total = counter.read()
-            compared["rollcut"] = _cost(main, first, counter.work(main, total, pre))
+            generated = counter.work(main, counter.pre)
+            compared["rollcut"] = _cost(main, first, generated)
 
             async def recovered(where: Path, mode: RecoveryMode, cut: BaselineCut | None) -> dict[str, Any]:
                 """One copy of the crash recovered one way (the last-checkpoint way from ``cut``)."""
@@ -187,7 +189,7 @@ async def run_demo(
                     recovery_checkpoint=cut.checkpoint_id if cut else None,
                     after=first,
                 )
-                cost = _cost(alt, first, counter.work(alt, counter.plus(pre, start), pre))
+                cost = _cost(alt, first, counter.work(alt, start))
                 return {**cost, "baseline": cut.as_dict()} if cut is not None else cost
 
             for way, where in copies.items():
@@ -200,15 +202,7 @@ async def run_demo(
                 tell(Comparing("last_checkpoint", str(where)))
                 cut = _baseline(first, where, float(interval))
                 by_interval[interval] = await recovered(where, RecoveryMode.CHECKPOINT, cut)
-        out = _report(
-            rollouts,
-            first,
-            main,
-            compared,
-            time.perf_counter() - t0,
-            home,
-            counter.work(main, total, pre if first.crash else None),
-        )
+        out = _report(rollouts, first, main, compared, time.perf_counter() - t0, home, generated)
         out["by_interval"] = by_interval or None
         out["model"] = _served(engine, engine_model if local_engine is not None else None, model, paced)
         out["nemo_gym"] = _levels(NEMO_GYM_DEMO, main.by_env) if nemo_gym else None
@@ -224,11 +218,11 @@ def _report(
     compared: dict[str, Any],
     wall_s: float,
     home: Path | None,
-    engine: dict[str, Any] | None,
+    generated: Generated,
 ) -> dict[str, Any]:
     """The demo's one JSON object (``--json``, and ``HOME/demo.json``): how the run went, by the same
     measures as each compared way (:func:`_cost`), and what the main recovery kept and redid."""
-    run = compared.get("rollcut") or _cost(main, first, engine)  # the main recovery's, costed once
+    run = compared.get("rollcut") or _cost(main, first, generated)  # the main recovery's, costed once
     collect_s = round(first.collect_s + (main.collect_s if main is not first else 0.0), 3)
     counts, summary = main.counts, main.summary
     return {
@@ -267,7 +261,7 @@ def _report(
         "rows_per_s": round(run["results_written"] / collect_s, 2) if collect_s > 0 else None,
         "home": str(main.home) if home is not None else None,
         "rows": str(main.rows) if home is not None else None,  # NeMo Gym's row format, one per rollout
-        "engine": engine,
+        "engine": generated.figures,
         # the interval of the last-checkpoint way, and the checkpoint it recovered from
         "baseline": (compared.get("last_checkpoint") or {}).get("baseline"),
     }
@@ -374,7 +368,7 @@ def agent_options(agent: str) -> dict[str, Any]:
     }
 
 
-def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str, Any]:
+def _cost(done: Phase, before: Phase, generated: Generated) -> dict[str, Any]:
     """What finishing after the crash cost one way (work done again, work kept, the time it took),
     and how that run went (``bench e2e`` reports it per way)."""
     c = done.counts
@@ -406,9 +400,9 @@ def _cost(done: Phase, before: Phase, engine: dict[str, Any] | None) -> dict[str
             "after_crash": done.summary.checkpoint_pause_breakdown,
         },
         "peak_rss_mb": {k: max(before.peak.get(k, 0.0), v) for k, v in done.peak.items()},
-        "engine": engine,
-        # the generator's own count (None: an engine rollcut did not start); seconds follow these
-        "tokens_generated_after_crash": (engine or {}).get("tokens_generated_after_crash"),
-        "tokens_lost_in_flight": (engine or {}).get("tokens_wasted"),
+        "engine": generated.figures,
+        # the model's own count (None: an engine rollcut did not start); seconds follow these
+        "tokens_generated_after_crash": generated.after_crash,
+        "tokens_lost_in_flight": (generated.figures or {}).get("tokens_wasted"),
         "home": str(done.home),
     }

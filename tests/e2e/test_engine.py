@@ -187,7 +187,8 @@ async def test_a_call_cut_on_the_engine_continues_after_sigkill_of_the_model_ser
             out = (await client.post("/v1/chat/completions", json=long, headers=_headers("r1", 2))).json()
             generated = engine.tokens_predicted() - before
         ids = out["choices"][0]["message"]["generation_token_ids"]
-        assert out["rollcut"]["continued_from"] == k
+        assert out["rollcut"]["started_over"] is None  # else it names why the prefix was not taken
+        assert out["rollcut"]["continued_from"] == k, f"cut in try {scene.tried + 1}: {out['rollcut']}"
         assert ids[:k] == prefix.output_ids and len(ids) == n
         assert out["choices"][0]["message"]["generation_log_probs"][:k] == prefix.logprobs
         assert len(out["choices"][0]["message"]["generation_log_probs"]) == n

@@ -17,7 +17,7 @@ from rollcut.bus import EventLog, ModelCallContinued, ModelCallPrefixCut
 from rollcut.gym import owner_of
 from rollcut.gym.model import LocalBackend
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator
+from rollcut.participants import CheckpointResult, Coordinator
 from rollcut.testing import ServerProcess
 from rollcut.tokens import LocalTokenStore
 
@@ -93,6 +93,34 @@ async def test_admission_closes_in_every_worker_a_dead_worker_comes_back_or_is_n
         assert [c.checkpoint_id for c in led.checkpoints()] == [res.record.checkpoint_id]
 
 
+async def _cut_mid_generation(
+    log: EventLog, coord: Coordinator, srv: ServerProcess, body: dict[str, Any], rollout_id: str
+) -> tuple[CheckpointResult, ModelCallPrefixCut]:
+    """Checkpoint while ``body`` generates on ``srv`` in attempt 1, SIGKILL it: the checkpoint and
+    the call's one cut."""
+    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        call = asyncio.ensure_future(
+            client.post("/v1/chat/completions", json=body, headers=_headers(rollout_id, 1))
+        )
+
+        async def under_way() -> bool:
+            stats = (await client.get("/rollcut/stats")).json()
+            return bool(stats["in_flight"]) and stats["tokens_generated"] >= 10
+
+        await until(under_way, timeout=60, what="the generation well under way")
+        res = await coord.checkpoint(deadline_s=5)
+        srv.kill()  # SIGKILL while the generation is still running
+        with pytest.raises(httpx.HTTPError):
+            await call
+    cuts = [
+        s.event
+        async for s in log.read(rollout_id=rollout_id, up_to=res.record.cut)
+        if isinstance(s.event, ModelCallPrefixCut)
+    ]
+    assert len(cuts) == 1
+    return res, cuts[0]
+
+
 @pytest.mark.slow
 async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
@@ -106,25 +134,8 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
     await log.dispatch("r1", {"task": 1}, instance="collector")
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
         coord = Coordinator(log, led, tokens)
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
-            call = asyncio.ensure_future(
-                client.post("/v1/chat/completions", json=body, headers=_headers("r1", 1))
-            )
-
-            async def under_way() -> bool:
-                stats = (await client.get("/rollcut/stats")).json()
-                return bool(stats["in_flight"]) and stats["tokens_generated"] >= 10
-
-            await until(under_way, timeout=60, what="the generation well under way")
-            res = await coord.checkpoint(deadline_s=5)
-            srv.kill()  # SIGKILL while the generation is still running
-            with pytest.raises(httpx.HTTPError):
-                await call
-        cuts = [
-            s.event
-            async for s in log.read(rollout_id="r1", up_to=res.record.cut)
-            if isinstance(s.event, ModelCallPrefixCut)
-        ]
+        res, cut = await _cut_mid_generation(log, coord, srv, body, "r1")
+        cuts = [cut]
         assert len(cuts) == 1 and 10 <= cuts[0].token_boundary < len(uninterrupted)
         k = cuts[0].token_boundary
 
@@ -137,6 +148,7 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
             out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
             stats = (await client.get("/rollcut/stats")).json()
         assert out["rollcut"]["continued_from"] == k
+        assert out["rollcut"]["started_over"] is None
         # as if never interrupted: prefix and remainder as one array, with a log-prob for every token
         assert out["choices"][0]["message"]["generation_token_ids"] == uninterrupted
         assert len(out["choices"][0]["message"]["generation_log_probs"]) == len(uninterrupted)
@@ -153,3 +165,38 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
         from rollcut.ledger import verify_checkpoint
 
         assert await verify_checkpoint(log, led, tokens, res.record.checkpoint_id) == []
+
+
+@pytest.mark.slow
+async def test_a_cut_prefix_the_backend_does_not_recognise_is_not_continued_and_the_answer_says_why(
+    log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
+) -> None:
+    """Fail closed: restarted with another model (here the local model's seed), the call's cut prefix
+    is not this model's answer to the prompt; the call starts over from its input and says why."""
+    tokens_dir = tmp_path / "tokens"
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "a long answer please"}]}
+    other = LocalBackend(seed=4).plan(body).output_ids
+    srv = model_server(nats_url, namespace, tokens_dir, token_delay=0.05, seed=3)
+    servers.append(srv)
+    await log.dispatch("r1", {"task": 1}, instance="collector")
+    with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
+        coord = Coordinator(log, led, tokens)
+        res, cut = await _cut_mid_generation(log, coord, srv, body, "r1")
+        assert cut.token_boundary >= 10
+        assert other[: cut.token_boundary] != LocalBackend(seed=3).plan(body).output_ids[: cut.token_boundary]
+        restarted = model_server(nats_url, namespace, tokens_dir, seed=4)
+        servers.append(restarted)
+        await log.supersede(
+            "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        )
+        async with httpx.AsyncClient(base_url=restarted.url, timeout=30) as client:
+            out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
+            stats = (await client.get("/rollcut/stats")).json()
+    assert out["rollcut"]["continued_from"] == 0
+    assert out["rollcut"]["started_over"] == (
+        f"the local backend refused {cut.call_id}'s cut prefix as not this call's"
+    )
+    assert out["choices"][0]["message"]["generation_token_ids"] == other  # the new model's whole answer
+    assert stats["prefixes_refused"] == 1 and stats["tokens_generated"] == len(other)
+    kinds = [type(s.event) async for s in log.read(rollout_id="r1", attempt=2)]
+    assert ModelCallContinued not in kinds

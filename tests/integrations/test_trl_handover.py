@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from rollcut.bus import EventLog
+from rollcut.gym.model.engine import LlamaServer
 from rollcut.integrations.trl import (
     EngineSync,
     LogprobCheck,
@@ -29,6 +31,8 @@ from rollcut.integrations.trl import (
     write_policy,
 )
 from rollcut.testing import ServerProcess
+
+from ..helpers import until
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +57,26 @@ async def _stream(client: httpx.AsyncClient, body: dict[str, Any], seen: list[st
                     if "generation_token_ids" in delta:
                         last = delta
     return last
+
+
+async def _hold_mid_call(engine: LlamaServer, call: asyncio.Future[Any], seen: list[str]) -> None:
+    """Hold the engine still (SIGSTOP) while it generates the call, once a token it made has reached
+    the client through the model server: the old weights made part of the call and the rest is still
+    to come, however fast the engine runs or slowly the machine relays. A stop before the engine's
+    first tokens were sent lets it go on and stops it again."""
+    assert engine.proc is not None
+    for _ in range(5):
+        await until(
+            lambda: call.done() or engine.decoding(at_least=1) > 0, timeout=60, what="the engine generating"
+        )
+        assert not call.done(), "the call ended before the weight update"
+        os.kill(engine.proc.pid, signal.SIGSTOP)
+        try:
+            await until(lambda: bool(seen), timeout=5, what="a token of the held engine at the client")
+            return
+        except AssertionError:
+            os.kill(engine.proc.pid, signal.SIGCONT)
+    pytest.fail("no token reached the client in five holds of the engine")
 
 
 @pytest.mark.timeout(300)
@@ -97,14 +121,7 @@ async def test_a_call_running_across_a_weight_update_goes_on_and_each_token_is_i
         seen: list[str] = []
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
             call = asyncio.ensure_future(_stream(client, body, seen))
-            # a token through the model server (so the old weights made some of the call), the engine
-            # still generating (its own count: what the client has read lags what was made), and
-            # then the restart at once, with no await between seeing both and stopping the engine
-            give_up = time.monotonic() + 60
-            while not (seen and engine.decoding(at_least=1)):
-                assert not call.done(), "the call ended before the weight update"
-                assert time.monotonic() < give_up, "no generation under way after 60 s"
-                await asyncio.sleep(0.005)
+            await _hold_mid_call(engine, call, seen)
             sync.serve(v1)
             msg = await call
     finally:

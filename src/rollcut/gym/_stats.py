@@ -44,6 +44,10 @@ MODEL_STATS: dict[str, Stat] = {
         },
     ),
     "prefix_cuts": Stat("rollcut_model_calls_cut", "Model calls cut mid-generation at a checkpoint"),
+    "prefixes_refused": Stat(
+        "rollcut_model_prefixes_refused",
+        "Cut prefixes the backend would not continue (not shown to be the call's): it started over",
+    ),
     "calls_regenerated": Stat(
         "rollcut_model_calls_regenerated",
         "Generated calls an earlier attempt of the rollout had made and lost (no cut kept any of it)",

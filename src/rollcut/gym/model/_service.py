@@ -71,6 +71,8 @@ class CallResult:
     receipt: TokenReceipt
     served_from_log: bool = False
     continued_from: int = 0
+    started_over: str | None = None
+    """Why an earlier attempt's part of this call was not used (None: there was none, or it was)."""
 
 
 _FIRST = "\x00first"  # no model call in this attempt yet: the parent comes from the lineage
@@ -303,9 +305,9 @@ class ModelService:
         fl = self._inflight.open(call.ident, call.call_id)
         try:
             plan = fl.plan = await self.backend.start(call.body) if self.backend.plans_ahead else None
-            start = 0
-            if plan is not None and source is not None and source[1].receipt is not None:
-                start = await self._continue(call, fl, plan, source)
+            start, why = 0, None
+            if source is not None and source[1].receipt is not None:
+                start, why = await self._continue(call, fl, plan, source)
             if start == 0:
                 await self._append(
                     ModelCallAdmitted(**call.envelope, call_id=call.call_id, request_digest=call.digest)
@@ -320,7 +322,7 @@ class ModelService:
             if plan is None:
                 plan = fl.plan = await self.backend.start(call.body)
             await self._tokens(call, fl, plan, start)
-            result = await self._complete(call, fl, plan, start, await parent_task)
+            result = await self._complete(call, fl, plan, start, await parent_task, why)
             fl.state = CallState.DONE
             return result
         except GymError:
@@ -339,17 +341,21 @@ class ModelService:
             self._inflight.close(call.call_id)
 
     async def _continue(
-        self, call: _Call, fl: InFlightCall, plan: Plan, source: tuple[int, ModelCall]
-    ) -> int:
+        self, call: _Call, fl: InFlightCall, plan: Plan | None, source: tuple[int, ModelCall]
+    ) -> tuple[int, str | None]:
         """Take an earlier attempt's durable prefix as the start of this call, if the backend says it
-        belongs to it (``model.continued``); the tokens it starts from (0: it does not)."""
+        belongs to it (``model.continued``): the tokens it starts from, or 0 and why it starts over
+        (fail closed: a prefix not shown to be this call's is never continued, and the answer says so)."""
         src = source[1]
         assert src.receipt is not None
+        if plan is None:
+            return 0, f"the {self.backend.name} backend cannot continue a cut call"
         record = await call_store(self.tokens, self.tokens.get, src.receipt)
         self.policy.check_lag(record, rollout_id=call.ident.rollout_id, what=f"the prefix of {src.call_id}")
         prefix = list(record.output_ids)
         if not await self.backend.adopt_prefix(plan, record):
-            return 0
+            self.stats.inc("prefixes_refused")
+            return 0, f"the {self.backend.name} backend refused {src.call_id}'s cut prefix as not this call's"
         fl.segments = Segments(self.policy, record, len(prefix))
         await self._append(
             ModelCallContinued(
@@ -363,7 +369,7 @@ class ModelService:
         fl.durable = (len(prefix), src.receipt)  # durable already: a cut need not redo it
         self.stats.inc("calls_continued")
         self.stats.inc("tokens_reused", len(prefix))
-        return len(prefix)
+        return len(prefix), None
 
     async def _tokens(self, call: _Call, fl: InFlightCall, plan: Plan, start: int) -> None:
         """Run the backend from ``start``, each token into the call's buffer (what a cut takes) and
@@ -385,7 +391,7 @@ class ModelService:
                     await call.on_token(tok, self.backend.piece(plan, i), plan.logprob(i))
 
     async def _complete(
-        self, call: _Call, fl: InFlightCall, plan: Plan, start: int, parent: str | None
+        self, call: _Call, fl: InFlightCall, plan: Plan, start: int, parent: str | None, why: str | None
     ) -> CallResult:
         """The call's tokens and lineage link in one grouped transaction, durable before the
         ``model.completed`` that names the receipt."""
@@ -425,7 +431,8 @@ class ModelService:
         if start == 0 and call.digest in call.view.lost_calls:  # an earlier attempt's, lost with it
             self.stats.inc("calls_regenerated")
             self.stats.inc("tokens_regenerated", len(out))
-        return CallResult(call.call_id, plan, out, receipt, continued_from=start)
+            why = why or "an earlier attempt made this call and no checkpoint kept any of it"
+        return CallResult(call.call_id, plan, out, receipt, continued_from=start, started_over=why)
 
     # --- generation cuts -----------------------------------------------------------------
 

@@ -106,6 +106,7 @@ def extension(result: CallResult) -> dict[str, Any]:
         "receipt_count": result.receipt.count,
         "served_from_log": result.served_from_log,
         "continued_from": result.continued_from,
+        "started_over": result.started_over,
     }
 
 

@@ -22,6 +22,7 @@ from ._events import *  # noqa: F403  (the schema, whole)
 from ._fence import Opening
 from ._kinds import *  # noqa: F403  (the kind table, whole)
 from ._log import EventLog, FenceState, ReadScope, StoredEvent, input_digest
+from ._renewal import DEFAULT_IDENTITY_TTL_S, PipeRenewal, Renewals, Renewed, SelfRenewal, WorkerIdentities
 from ._server import EmbeddedServer
 from ._stream import BusConfig, login_options
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
@@ -31,6 +32,7 @@ __all__ = [
     *_kinds.__all__,
     "COLLECTOR_LANE",
     "COORDINATOR_LANE",
+    "DEFAULT_IDENTITY_TTL_S",
     "PARTICIPANT_ROLES",
     "ROLES",
     "BusConfig",
@@ -46,6 +48,11 @@ __all__ = [
     "Identity",
     "FenceState",
     "Opening",
+    "PipeRenewal",
+    "Renewals",
+    "Renewed",
+    "SelfRenewal",
+    "WorkerIdentities",
     "ReadScope",
     "StoredEvent",
     "Subjects",

@@ -34,6 +34,7 @@ import nkeys
 from .._errors import ConfigError
 from .._files import private_dir, read_record, write_private
 from ._jwt import encode_jwt, public_of
+from ._renewal import DEFAULT_IDENTITY_TTL_S, PipeRenewal, lifetime
 from ._scopes import PARTICIPANT_ROLES, ROLES, jwt_permissions, permissions
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
 
@@ -80,6 +81,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     system: str = ""
     created: int = 0  # the account JWT's issue time: the servers' preload never outdates a revocation
     identity: Identity | None = None
+    identity_ttl_s: int = DEFAULT_IDENTITY_TTL_S  # schema 3: an identity expires this long after issue
 
     @classmethod
     def generate(cls, namespace: str) -> Credentials:
@@ -129,6 +131,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
             passwords=pick(self.passwords),
             signing=pick(self.signing),
             account_key=self.account_key,
+            identity_ttl_s=self.identity_ttl_s,
         )
 
     def issue(self, role: str, name: str) -> Credentials:
@@ -144,13 +147,15 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         key = self.signing.get(role)
         if key is None:
             raise ConfigError(f"no signing key for role {role!r}; roles here: {', '.join(self.signing)}")
-        user = _seed(nkeys.PREFIX_BYTE_USER)
-        claims = {
+        user, now = _seed(nkeys.PREFIX_BYTE_USER), int(time.time())
+        claims: dict[str, Any] = {
             "sub": public_of(user),
             "name": name,
             "nats": {"type": "user", "version": 2, "issuer_account": self.account_key},
         }
-        return Identity(role=role, name=name, jwt=encode_jwt(key, claims), seed=user)
+        if self.identity_ttl_s > 0:  # a copy that outlives its process stops working (``_renewal``)
+            claims["exp"] = now + self.identity_ttl_s
+        return Identity(role=role, name=name, jwt=encode_jwt(key, claims, issued_at=now), seed=user)
 
     def login(self, role: str, name: str | None = None) -> dict[str, str]:
         """How an instance ``name`` of ``role`` authenticates: schema 3 ``{"user_jwt", "nkey_seed"}``
@@ -165,7 +170,9 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
             return {"user_jwt": i.jwt, "nkey_seed": i.seed}
         if role in self.signing:
             ident = self._mint(role, name or f"{role}-{secrets.token_hex(4)}")
-            return {"user_jwt": ident.jwt, "nkey_seed": ident.seed}
+            # the key renews the identity while its process lives, if it expires (``_renewal``)
+            renews = {"signing_seed": self.signing[role]} if lifetime(ident.jwt) is not None else {}
+            return {"user_jwt": ident.jwt, "nkey_seed": ident.seed, **renews}
         if role in self.seeds:
             return {"nkey_seed": self.seeds[role]}
         if role in self.passwords:
@@ -277,20 +284,25 @@ MAX_IDENTITY_BYTES = 64 * 1024
 """The most a worker reads of the identity its parent hands it through a pipe (one is ~2 KB)."""
 
 
-def identity_from_pipe(fd: int) -> Credentials:
-    """A worker's own identity, read once from the pipe its parent wrote it into and closed: no file
-    ever holds it, so nothing of it is left behind when the worker or its parent is SIGKILLed."""
-    with open(fd, "rb", closefd=True) as pipe:
-        data = pipe.read(MAX_IDENTITY_BYTES + 1)
-    if len(data) > MAX_IDENTITY_BYTES:
-        raise ConfigError(f"the identity on fd {fd} is over {MAX_IDENTITY_BYTES} bytes")
+def identity_from_pipe(fd: int) -> tuple[Credentials, PipeRenewal]:
+    """A worker's own identity, read from the pipe its parent wrote it into (its first line), and the
+    renewals the parent writes after it (``_renewal``): no file ever holds it, so nothing of it is
+    left behind when the worker or its parent is SIGKILLed."""
+    pipe = open(fd, "rb", closefd=True)  # noqa: SIM115 (handed on: the renewals are read from it)
+    data = pipe.readline(MAX_IDENTITY_BYTES + 1)
     try:
-        creds = msgspec.json.decode(data, type=Credentials)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ConfigError(f"the identity on fd {fd} is not valid: {exc}") from exc
-    if creds.identity is None:
-        raise ConfigError(f"fd {fd} holds credentials, not one identity")
-    return creds
+        if len(data) > MAX_IDENTITY_BYTES:
+            raise ConfigError(f"the identity on fd {fd} is over {MAX_IDENTITY_BYTES} bytes")
+        try:
+            creds = msgspec.json.decode(data, type=Credentials)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ConfigError(f"the identity on fd {fd} is not valid: {exc}") from exc
+        if creds.identity is None:
+            raise ConfigError(f"fd {fd} holds credentials, not one identity")
+    except ConfigError:
+        pipe.close()
+        raise
+    return creds, PipeRenewal(pipe)
 
 
 def server_authorization(creds: Credentials, resolver_dir: str = "jwt") -> str:

@@ -48,6 +48,7 @@ from ._fence import MSG_ID as _MSG_ID
 from ._fence import FenceOps, FenceState, OpenFences, input_digest
 from ._patience import gone_flag
 from ._read import RawMessage, scan, scan_merged
+from ._renewal import Renewals, SelfRenewal, Ticket, keep_renewed, lifetime
 from ._stream import (
     ERR_WRONG_LAST_SEQUENCE,
     ERRS_OUT_OF_ROOM,
@@ -151,22 +152,37 @@ class EventLog(StreamApi, FenceOps):
         self._replicated(config.replicas)
         self._closing = False
         self._closed = closed or asyncio.Event()  # set when the connection closed, whoever closed it
+        self._renewing: asyncio.Future[None] | None = None
+        self.identity_renewals = 0  # times this log's identity was issued again and reconnected with
 
     @classmethod
-    async def connect(cls, config: BusConfig, *, name: str = "rollcut") -> EventLog:
+    async def connect(
+        cls, config: BusConfig, *, name: str = "rollcut", renewals: Renewals | None = None
+    ) -> EventLog:
+        """Connect; an identity that expires is renewed while the log is open (``renewals``, or the
+        config's own signing key; with neither it ends at its expiry, and the log is lost)."""
         denials, closed = Denials(), asyncio.Event()
+        jwt = config.user_jwt
+        ticket = Ticket(renewals.newest(jwt) if renewals else jwt) if jwt else None  # a slow start's newest
 
         async def on_closed() -> None:
             closed.set()
 
-        nc = await connect(config, name=name, denials=denials, on_closed=on_closed)
+        nc = await connect(config, name=name, denials=denials, on_closed=on_closed, ticket=ticket)
         log = cls(nc, config, owns_connection=True, denials=denials, closed=closed)
         try:
             log._replicated(await ensure_stream(nc, log.subjects, config))
         except BaseException:
             await nc.close()
             raise
+        if ticket is not None and lifetime(ticket.jwt) is not None:
+            renewals = renewals or (SelfRenewal(config.signing_seed) if config.signing_seed else None)
+            if renewals is not None:
+                log._renewing = asyncio.ensure_future(keep_renewed(nc, ticket, renewals, log._renewed))
         return log
+
+    def _renewed(self) -> None:
+        self.identity_renewals += 1
 
     def _replicated(self, replicas: int) -> None:
         """What the stream's replica count changes here: above 1, reads that a compare-and-set starts
@@ -208,6 +224,8 @@ class EventLog(StreamApi, FenceOps):
         hung, or exited 74). Nothing acknowledged is lost by not waiting: what it buffered was never
         acknowledged."""
         self._closing = True
+        if self._renewing is not None:
+            self._renewing.cancel()
         await self._commit.close()
         if not self._owns:
             return

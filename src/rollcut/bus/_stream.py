@@ -26,6 +26,7 @@ from ._auth import Credentials
 from ._jwt import decode_claims
 from ._parser import FastParser
 from ._patience import Patience
+from ._renewal import Ticket
 from ._server import check_version, parse_version
 from ._subjects import Subjects
 
@@ -68,6 +69,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True):
     password: str | None = None
     nkey_seed: str | None = None
     user_jwt: str | None = None  # schema 3: this process's own identity (with its key's nkey_seed)
+    signing_seed: str | None = None  # schema 3: the role's key, when this process renews its identity
     role: str | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
@@ -227,14 +229,15 @@ def parse_headers(headers: bytes) -> dict[str, str] | None:
     return out or None
 
 
-def login_options(config: BusConfig) -> dict[str, Any]:
-    """nats-py's options for the config's login: a user JWT and its key's signature of the
-    server's nonce, or a plain nkey."""
+def login_options(config: BusConfig, ticket: Ticket | None = None) -> dict[str, Any]:
+    """nats-py's options for the config's login: a user JWT (``ticket``'s, as it is at each connect:
+    renewed in place) and its key's signature of the server's nonce, or a plain nkey."""
     if config.user_jwt is None:
         return {"nkeys_seed_str": config.nkey_seed}
-    token, key = config.user_jwt.encode(), nkeys.from_seed((config.nkey_seed or "").encode())
+    shown = ticket or Ticket(config.user_jwt)
+    key = nkeys.from_seed((config.nkey_seed or "").encode())
     return {
-        "user_jwt_cb": lambda: token,
+        "user_jwt_cb": lambda: shown.jwt.encode(),
         "signature_cb": lambda nonce: base64.b64encode(key.sign(nonce.encode())),
     }
 
@@ -245,6 +248,7 @@ async def connect(
     name: str = "rollcut",
     denials: Denials | None = None,
     on_closed: Callable[[], Awaitable[None]] | None = None,
+    ticket: Ticket | None = None,
 ) -> NATS:
     """Connect and refuse servers too old for fencing and group commit. ``on_closed``: called when the
     connection is closed for good (by its owner, or by the server: nats-py closes on any protocol
@@ -262,7 +266,7 @@ async def connect(
         "name": name,
         "user": config.user,
         "password": config.password,
-        **login_options(config),
+        **login_options(config, ticket),
         "connect_timeout": config.connect_timeout_s,
         # bounded for the first connect: a wrong password or a dead URL must fail, not loop
         "max_reconnect_attempts": 2,

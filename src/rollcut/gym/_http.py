@@ -245,6 +245,9 @@ def stats_routes(app: FastAPI, tallies: list[Tally], stats: Callable[[], dict[st
         out: dict[str, Any] = {}
         for t in tallies:
             out.update(t.snapshot())
+        renewals = getattr(app.state, "identity_renewals", None)  # set where a bus identity is held
+        if renewals is not None:
+            out["identity_renewals"] = renewals()
         return {**stats(), **out}
 
     @app.get("/metrics")

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 
 from .._errors import ConfigError
 from .._tracing import configure
-from ..bus import BusConfig, EventLog, identity_from_pipe, load_credentials
+from ..bus import BusConfig, EventLog, PipeRenewal, WorkerIdentities, identity_from_pipe, load_credentials
 from ..participants import CheckpointMode, Participant
 from ..tokens import LocalTokenStore
 from ._agents import AGENTS, Make
@@ -39,13 +39,15 @@ __all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
     config = BusConfig(url=opts.url, namespace=opts.namespace, replicas=opts.replicas)
+    renewals: PipeRenewal | None = None
     if opts.credentials:  # a role's file, or fd:N: the worker's own identity, from its parent's pipe
         given = opts.credentials
-        creds = (
-            identity_from_pipe(int(given[3:])) if given.startswith("fd:") else load_credentials(Path(given))
-        )
+        if given.startswith("fd:"):
+            creds, renewals = identity_from_pipe(int(given[3:]))
+        else:
+            creds = load_credentials(Path(given))
         config = config.as_role(creds, role, instance)
-    return await EventLog.connect(config, name=instance)
+    return await EventLog.connect(config, name=instance, renewals=renewals)
 
 
 async def serve_participant(
@@ -76,6 +78,7 @@ async def serve_participant(
     app, hooks = make(log, instance, participant)
     app.state.peers = peers
     app.state.bus_lost = lambda: log.lost_why  # /healthz says so
+    app.state.identity_renewals = lambda: log.identity_renewals  # /rollcut/stats says so
     if hooks is not None:
         participant.hooks = hooks
     await participant.start()
@@ -240,18 +243,27 @@ def serve(opts: ServeSpec) -> None:
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
-        issue=lambda i: issue_identity(opts, i),
+        identities=issue_identity(opts),
     )
 
 
-def issue_identity(opts: ServeSpec, worker: int) -> bytes | None:
-    """Worker ``worker``'s own bus identity, made now from the role's key: what its parent hands it
-    through a pipe (``run_servers``), never a file. The worker holds no key that makes another
-    identity (it cannot act as a sibling), and a restarted worker gets a new one (the identity
-    authority revokes the old). None: credentials of schema 1/2, one identity per role."""
+def issue_identity(opts: ServeSpec) -> WorkerIdentities | None:
+    """The workers' own bus identities, made from the role's key by their parent and handed to each
+    through a pipe (``run_servers``), never a file, with their renewals after them. A worker holds
+    no key that makes another identity (it cannot act as a sibling), and a restarted worker gets a
+    new one (the identity authority revokes the old). None: credentials of schema 1/2, one identity
+    per role."""
     if not opts.credentials:
         return None
     creds = load_credentials(Path(opts.credentials))
     if not creds.signing:
         return None
-    return msgspec.json.encode(creds.issue(opts.kind, f"{opts.group}-w{worker}"))
+
+    def issue(worker: int) -> tuple[bytes, str]:
+        made = creds.issue(opts.kind, f"{opts.group}-w{worker}")
+        assert made.identity is not None
+        return msgspec.json.encode(made), made.identity.jwt
+
+    if opts.kind not in creds.signing:
+        raise ConfigError(f"no signing key for role {opts.kind!r}; roles here: {', '.join(creds.signing)}")
+    return WorkerIdentities(issue, creds.signing[opts.kind])

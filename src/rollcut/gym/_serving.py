@@ -19,6 +19,7 @@ import uvicorn
 from .._errors import ServerStartError
 from .._metrics import multiproc_env, worker_gone
 from .._process import BUS_LOST_EXIT, lifeline, sweep_dead_dirs
+from ..bus import WorkerIdentities
 from ._peers import Peers, bind_peer_sockets
 
 __all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
@@ -94,8 +95,6 @@ async def serve_on(
 
 ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None]]
 """The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
-Issue = Callable[[int], bytes | None]
-"""Worker ``index``'s own bus identity, made afresh for each start (None: it has none of its own)."""
 
 
 def run_worker(
@@ -117,7 +116,7 @@ def run_servers(
     workers: int,
     child_argv: list[str],
     serve_one: ServeOne,
-    issue: Issue | None = None,
+    identities: WorkerIdentities | None = None,
 ) -> None:
     """Blocking: bind once, then serve in this process (1 worker) or in ``workers`` children.
 
@@ -128,9 +127,10 @@ def run_servers(
     rollouts, and its line ``RESTARTED <instance> pid=<pid>`` is printed.
     ``child_argv`` starts a worker (``--worker-index``, ``--listen-fd``,
     ``--peer-fd`` and ``--peers-dir`` are appended, and ``--identity fd:N``: the worker's own bus
-    identity, ``issue(index)`` made afresh for each start, written into a pipe it reads once, so no
-    file holds it). The private directory is named for this process: the next server to start
-    removes one whose process is gone (a SIGKILLed parent runs no cleanup).
+    identity, made afresh by ``identities`` for each start and written into a pipe, so no file
+    holds it; the same pipe carries its renewals while it lives). The private directory is named
+    for this process: the next server to start removes one whose process is gone (a SIGKILLed
+    parent runs no cleanup).
     """
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
@@ -141,8 +141,13 @@ def run_servers(
             asyncio.run(serve_one(sock, 0, None))
         return
     with tempfile.TemporaryDirectory(prefix=f"rollcut-peers-{os.getpid()}-") as peers_dir:  # 0700
-        supervisor = Supervisor(sock, bind_peer_sockets(peers_dir, workers), peers_dir, child_argv, issue)
-        supervisor.run(url)
+        peer_socks = bind_peer_sockets(peers_dir, workers)
+        supervisor = Supervisor(sock, peer_socks, peers_dir, child_argv, identities)
+        try:
+            supervisor.run(url)
+        finally:
+            if identities is not None:
+                identities.close()
     if supervisor.lost:
         raise SystemExit(BUS_LOST_EXIT)
 
@@ -156,10 +161,10 @@ class Supervisor:
         peer_socks: list[socket.socket],
         peers_dir: str,
         child_argv: list[str],
-        issue: Issue | None = None,
+        identities: WorkerIdentities | None = None,
     ) -> None:
         self.sock, self.peer_socks, self.peers_dir, self.child_argv = sock, peer_socks, peers_dir, child_argv
-        self.issue = issue
+        self.identities = identities
         self.env = multiproc_env(peers_dir)  # every worker's metrics in one place, summed on /metrics
         self.children: dict[int, subprocess.Popen[str]] = {}
         self.stopping = False
@@ -171,14 +176,14 @@ class Supervisor:
 
     def _launch(self, i: int) -> None:
         fds = [self.sock.fileno(), self.peer_socks[i].fileno()]
-        identity = self.issue(i) if self.issue else None
         given: list[str] = []
-        if identity is not None:  # a few KB: within the pipe's buffer, whole before the worker reads
+        if self.identities is not None:  # a few KB: within the pipe's buffer, whole before the worker reads
             read, write = os.pipe()
-            with open(write, "wb", closefd=True) as pipe:
-                pipe.write(identity)
-            fds.append(read)
-            given = ["--identity", f"fd:{read}"]
+            if self.identities.give(i, open(write, "wb")):  # noqa: SIM115 (kept open for its renewals)
+                fds.append(read)
+                given = ["--identity", f"fd:{read}"]
+            else:
+                os.close(read)
         try:
             self.children[i] = subprocess.Popen(
                 [

@@ -121,6 +121,20 @@ async def _cut_mid_generation(
     return res, cuts[0]
 
 
+async def _attempt_two(
+    log: EventLog, srv: ServerProcess, res: CheckpointResult, body: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore r1 from ``res`` as attempt 2 and make the call again on ``srv``: its answer, and the
+    server's stats after it."""
+    await log.supersede(
+        "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+    )
+    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
+        stats = (await client.get("/rollcut/stats")).json()
+    return out, stats
+
+
 @pytest.mark.slow
 async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
     log: EventLog, nats_url: str, namespace: str, tmp_path: Path, servers: list[ServerProcess]
@@ -135,18 +149,13 @@ async def test_in_flight_generation_is_cut_and_continued_after_sigkill(
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tokens_dir) as tokens:
         coord = Coordinator(log, led, tokens)
         res, cut = await _cut_mid_generation(log, coord, srv, body, "r1")
-        cuts = [cut]
-        assert len(cuts) == 1 and 10 <= cuts[0].token_boundary < len(uninterrupted)
+        cuts = [cut]  # the one cut (``_cut_mid_generation`` checks there is exactly one)
+        assert 10 <= cuts[0].token_boundary < len(uninterrupted)
         k = cuts[0].token_boundary
 
         restarted = model_server(nats_url, namespace, tokens_dir, seed=seed)
         servers.append(restarted)
-        await log.supersede(
-            "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
-        )
-        async with httpx.AsyncClient(base_url=restarted.url, timeout=30) as client:
-            out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
-            stats = (await client.get("/rollcut/stats")).json()
+        out, stats = await _attempt_two(log, restarted, res, body)
         assert out["rollcut"]["continued_from"] == k
         assert out["rollcut"]["started_over"] is None
         # as if never interrupted: prefix and remainder as one array, with a log-prob for every token
@@ -186,12 +195,7 @@ async def test_a_cut_prefix_the_backend_does_not_recognise_is_not_continued_and_
         assert other[: cut.token_boundary] != LocalBackend(seed=3).plan(body).output_ids[: cut.token_boundary]
         restarted = model_server(nats_url, namespace, tokens_dir, seed=4)
         servers.append(restarted)
-        await log.supersede(
-            "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
-        )
-        async with httpx.AsyncClient(base_url=restarted.url, timeout=30) as client:
-            out = (await client.post("/v1/chat/completions", json=body, headers=_headers("r1", 2))).json()
-            stats = (await client.get("/rollcut/stats")).json()
+        out, stats = await _attempt_two(log, restarted, res, body)
     assert out["rollcut"]["continued_from"] == 0
     assert out["rollcut"]["started_over"] == (
         f"the local backend refused {cut.call_id}'s cut prefix as not this call's"

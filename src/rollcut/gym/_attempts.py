@@ -20,7 +20,14 @@ from ..bus import AttemptClaimed, EventLog
 from ..replay import AttemptView, AttemptViews
 from .wire import ErrorKind, GymError, Identity, error_from_response, identity_headers
 
-__all__ = ["FreshDispatchNeeded", "claim_attempt", "post_waiting", "sent_when_admitted", "view_of"]
+__all__ = [
+    "FreshDispatchNeeded",
+    "admission_backoff",
+    "claim_attempt",
+    "post_waiting",
+    "sent_when_admitted",
+    "view_of",
+]
 
 
 class FreshDispatchNeeded(GymError):
@@ -73,12 +80,14 @@ async def sent_when_admitted(
     where: str,
     wait_s: float,
     on_wait: Callable[[], None] | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> httpx.Response:
     """``send()`` again while the server answers ``503 admission_closed``, for up to ``wait_s``: a
     checkpoint is closing or reopening it, so the call was not admitted and the same call, a moment
     later, is safe. Failing instead would make the framework start the attempt over and redo
     everything it completed. Any other answer is returned as it is (a streamed one unread)."""
     give_up = time.monotonic() + wait_s
+    tries = 0
     while True:
         resp = await send()
         if resp.status_code != 503 or time.monotonic() > give_up:
@@ -90,7 +99,17 @@ async def sent_when_admitted(
         await resp.aclose()
         if on_wait is not None:
             on_wait()
-        await asyncio.sleep(min(err.retry_after_s or 0.2, 1.0))
+        await sleep(admission_backoff(tries, err.retry_after_s))
+        tries += 1
+
+
+def admission_backoff(tries: int, retry_after_s: float | None) -> float:
+    """How long to wait before asking a closed server again, after ``tries`` refusals: 5 ms, then
+    twice as long each time, never longer than the server said (``Retry-After``) nor a second. A
+    checkpoint releases every participant at once (``docs/control-plane.md``), so an agent released
+    a moment before the server it calls meets it closed for the few milliseconds its resume is in
+    flight; it is in again at the next try, not a whole Retry-After later."""
+    return min(0.005 * 2.0**tries, retry_after_s or 1.0, 1.0)
 
 
 async def post_waiting(

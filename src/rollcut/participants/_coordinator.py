@@ -46,8 +46,8 @@ from ._result import CheckpointResult
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
 _reply_decoder = msgspec.json.Decoder(ControlReply)
-# components that call the others: released last (a server reopened after them would turn their
-# next call away)
+# components that call the others: a restore releases them after the servers (not a pause anyone
+# measures; a checkpoint releases everyone in one wave)
 CALLERS = frozenset({"agent", "environment"})
 
 
@@ -321,18 +321,14 @@ class Coordinator:
         return replies
 
     async def _release(self, found: list[InstanceInfo], cid: str, deadline: float) -> list[str]:
-        """Reopen everyone, the reverse of prepare: servers before the agents that call them (released
-        first, an agent would meet a still-closed model with its next call). Best effort: a
-        participant that does not answer reopens when its lease runs out. Who answered."""
+        """Reopen everyone at once, in one wave: the cut is fixed, so no order is needed for what is
+        kept, and a wave of servers before the agents that call them cost the pause a whole control
+        round trip. An agent that meets a server whose resume is still in flight is refused and in
+        again within milliseconds (``admission_backoff``). Best effort: a participant that does not
+        answer reopens when its lease runs out. Who answered."""
         release_by = time.time() + max(2.0, min(10.0, deadline - time.time()))
-        ok: dict[str, bool] = {}
-        for wave in (
-            [i for i in found if i.component not in CALLERS],
-            [i for i in found if i.component in CALLERS],
-        ):
-            done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in wave))
-            ok.update({i.instance: r for i, r in zip(wave, done, strict=True)})
-        return [i.instance for i in found if ok.get(i.instance)]
+        done = await asyncio.gather(*(self._best_effort(i, "resume", cid, release_by) for i in found))
+        return [i.instance for i, ok in zip(found, done, strict=True) if ok]
 
     async def _validate(
         self, replies: list[ControlReply], cid: str, cut: int

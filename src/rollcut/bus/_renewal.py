@@ -167,21 +167,17 @@ class WorkerIdentities:
     """The parent's side: each worker's identity as it starts, then the same identity issued again
     at half its life, written into the worker's pipe while the worker lives."""
 
-    def __init__(self, issue: Callable[[int], tuple[bytes, str] | None], signing_seed: str) -> None:
+    def __init__(self, issue: Callable[[int], tuple[bytes, str]], signing_seed: str) -> None:
         self._issue, self.signing_seed = issue, signing_seed
         self._pipes: dict[int, tuple[IO[bytes], str]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def give(self, worker: int, pipe: IO[bytes]) -> bool:
-        """Write worker ``worker``'s new identity into ``pipe`` and keep the pipe for its renewals
-        (False: credentials without identities; the pipe is closed)."""
-        made = self._issue(worker)
-        if made is None:
-            pipe.close()
-            return False
-        first, jwt = made
+    def give(self, worker: int, pipe: IO[bytes]) -> None:
+        """Write worker ``worker``'s new identity into ``pipe`` (a few KB: within the pipe's buffer,
+        whole before the worker reads) and keep the pipe for its renewals."""
+        first, jwt = self._issue(worker)
         pipe.write(first + b"\n")
         pipe.flush()
         with self._lock:
@@ -196,7 +192,6 @@ class WorkerIdentities:
         if self._thread is None and self._pipes:
             self._thread = threading.Thread(target=self._renewing, daemon=True, name="worker-renewals")
             self._thread.start()
-        return True
 
     def _renewing(self) -> None:
         while not self._stop.is_set():

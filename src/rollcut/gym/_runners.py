@@ -34,7 +34,7 @@ from ._peers import Peers
 from ._serving import run_servers, serve_on
 from .resources import ENVIRONMENTS, Environment, ResourcesService, create_resources_app
 
-__all__ = ["Make", "issue_identity", "serve", "serve_participant", "serve_worker"]
+__all__ = ["Make", "serve", "serve_participant", "serve_worker", "worker_identities"]
 
 
 async def _log(opts: ServeSpec, role: str, instance: str) -> EventLog:
@@ -243,11 +243,11 @@ def serve(opts: ServeSpec) -> None:
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
-        identities=issue_identity(opts),
+        identities=worker_identities(opts),
     )
 
 
-def issue_identity(opts: ServeSpec) -> WorkerIdentities | None:
+def worker_identities(opts: ServeSpec) -> WorkerIdentities | None:
     """The workers' own bus identities, made from the role's key by their parent and handed to each
     through a pipe (``run_servers``), never a file, with their renewals after them. A worker holds
     no key that makes another identity (it cannot act as a sibling), and a restarted worker gets a
@@ -258,12 +258,12 @@ def issue_identity(opts: ServeSpec) -> WorkerIdentities | None:
     creds = load_credentials(Path(opts.credentials))
     if not creds.signing:
         return None
+    if opts.kind not in creds.signing:
+        raise ConfigError(f"no signing key for role {opts.kind!r}; roles here: {', '.join(creds.signing)}")
 
     def issue(worker: int) -> tuple[bytes, str]:
         made = creds.issue(opts.kind, f"{opts.group}-w{worker}")
         assert made.identity is not None
         return msgspec.json.encode(made), made.identity.jwt
 
-    if opts.kind not in creds.signing:
-        raise ConfigError(f"no signing key for role {opts.kind!r}; roles here: {', '.join(creds.signing)}")
     return WorkerIdentities(issue, creds.signing[opts.kind])

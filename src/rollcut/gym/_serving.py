@@ -177,13 +177,11 @@ class Supervisor:
     def _launch(self, i: int) -> None:
         fds = [self.sock.fileno(), self.peer_socks[i].fileno()]
         given: list[str] = []
-        if self.identities is not None:  # a few KB: within the pipe's buffer, whole before the worker reads
+        if self.identities is not None:
             read, write = os.pipe()
-            if self.identities.give(i, open(write, "wb")):  # noqa: SIM115 (kept open for its renewals)
-                fds.append(read)
-                given = ["--identity", f"fd:{read}"]
-            else:
-                os.close(read)
+            self.identities.give(i, open(write, "wb"))  # noqa: SIM115 (kept open for its renewals)
+            fds.append(read)
+            given = ["--identity", f"fd:{read}"]
         try:
             self.children[i] = subprocess.Popen(
                 [

@@ -255,6 +255,7 @@ async def test_a_prepare_reply_that_omits_an_admitted_call_quarantines_its_rollo
     assert (await call).status_code == 200
     plan = await plan_recovery(rig.log, rig.coordinator.ledger, ["r1"])
     assert plan.fresh_dispatch == ["r1"] and plan.continue_ == [] and "r1" in plan.quarantined
+    assert plan.reuse_completed == set()  # a quarantined rollout's earlier calls are not served again
 
 
 async def test_a_prepare_reply_with_a_receipt_the_store_lacks_quarantines_its_rollout(rig: ModelRig) -> None:
@@ -421,3 +422,37 @@ async def test_a_running_call_of_a_superseded_attempt_is_settled_failed_and_the_
     rig.service.backend.token_delay_s = 0.0
     late = await call
     assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt", late.text
+
+
+async def test_a_fresh_dispatch_for_lack_of_a_checkpoint_serves_what_its_first_attempt_completed(
+    rig: ModelRig,
+) -> None:
+    """No published checkpoint covers the rollout's progress (a chaos trial's collector host was cut
+    off early): recovery starts it over from its input, and the call its first attempt completed is
+    served from the log for the same request, not generated again (it was, five calls in that
+    trial). A restart measured as one (the demo's baseline) generates it again."""
+    from rollcut.participants import RecoveryMode, Restorer
+
+    await rig.log.dispatch("r1", {}, instance="collector")
+    await rig.log.dispatch("r2", {}, instance="collector")
+    await rig.coordinator.checkpoint(deadline_s=5)  # before either did anything
+    body = {"messages": [{"role": "user", "content": "done before the crash"}], "tools": TOOLS}
+    first = {
+        rid: (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers(rid))).json()
+        for rid in ("r1", "r2")
+    }
+    restorer = Restorer(rig.log, rig.coordinator.ledger, rig.coordinator)
+    plan = await restorer.plan(["r1"])
+    assert (plan.fresh_dispatch, plan.reuse_completed) == (["r1"], {"r1"})
+    await restorer.open_attempts(plan)  # r1 from its input, serving what it completed
+    restart = await restorer.plan(["r2"])
+    await restorer.recover(["r2"], RecoveryMode.RESTART)
+    assert restart.fresh_dispatch == ["r2"]
+    generated = rig.service.stats["tokens_generated"]
+    again = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r1", 2))).json()
+    assert again["rollcut"]["served_from_log"] is True
+    assert again["choices"][0]["message"] == first["r1"]["choices"][0]["message"]
+    assert rig.service.stats["tokens_generated"] == generated
+    anew = (await rig.client.post("/v1/chat/completions", json=body, headers=rig.headers("r2", 2))).json()
+    assert anew["rollcut"]["served_from_log"] is False
+    assert rig.service.stats["tokens_generated"] > generated  # the restart baseline: generated again

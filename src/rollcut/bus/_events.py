@@ -102,13 +102,18 @@ class AttemptOpened(RolloutEvent, frozen=True, kw_only=True, tag="attempt.opened
     """``from_cut``: the checkpoint cut this attempt continues from (0: from the input).
 
     Participants read it to serve the previous attempt's completed work from the
-    log, never anything the old attempt did after the cut.
+    log, never anything the old attempt did after the cut but the model calls it completed
+    before the fence moved (each a finished sample for its exact request).
+    ``reuse_completed``: an attempt from its input (``from_cut`` 0) because no checkpoint covered
+    the rollout's progress, not to measure a restart: the model calls earlier attempts completed
+    are still served for the same exact request (False in logs written before it).
     """
 
     previous_attempt: Annotated[int, Meta(ge=0)]
     reason: str = ""
     checkpoint_id: str = ""
     from_cut: Seq = 0
+    reuse_completed: bool = False
 
 
 class AttemptTombstoned(RolloutEvent, frozen=True, kw_only=True, tag="attempt.tombstoned"):

@@ -60,6 +60,7 @@ class Opening(TypedDict):
     reason: NotRequired[str]
     checkpoint_id: NotRequired[str]
     from_cut: NotRequired[int]
+    reuse_completed: NotRequired[bool]
 
 
 EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -216,6 +217,7 @@ class FenceOps:
         reason: str = "",
         checkpoint_id: str = "",
         from_cut: int = 0,
+        reuse_completed: bool = False,
     ) -> int:
         """Open ``attempt`` after the previous one was tombstoned. Returns its fence seq."""
         state = await self.fence_state(rollout_id)
@@ -232,6 +234,7 @@ class FenceOps:
             reason=reason,
             checkpoint_id=checkpoint_id,
             from_cut=from_cut,
+            reuse_completed=reuse_completed,
         )
         out = await self._fence_move(ev, state, f"opening attempt {attempt}")
         self._open[rollout_id] = (attempt, out.seq)

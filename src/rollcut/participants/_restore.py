@@ -62,6 +62,11 @@ class RecoveryPlan:
     # rollouts a bad record cost their continuation (the checkpoint's quarantines: they start over from
     # their input), or that have records but were never dispatched (skipped: nothing to open)
     quarantined: dict[str, str] = field(default_factory=dict)
+    # fresh dispatches for lack of a checkpoint that covers the rollout's progress, nothing bad on
+    # record: their next attempt still serves the model calls earlier attempts completed, for the same
+    # exact request (``AttemptOpened.reuse_completed``); not a quarantined or corrupt rollout's, nor
+    # any in a recovery other than the tail's (the demo's baselines: last checkpoint, restart)
+    reuse_completed: set[str] = field(default_factory=set)
 
     def counts(self) -> dict[str, int]:
         """How many rollouts got each disposition."""
@@ -119,6 +124,8 @@ async def plan_recovery(
             plan.quarantined[rid] = bad[rid]
         if st is None or not st.open or st.corrupt_seqs or rid in bad or not st.progressed(plan.cut):
             plan.fresh_dispatch.append(rid)
+            if rid not in bad and not (st is not None and st.corrupt_seqs):
+                plan.reuse_completed.add(rid)
             if rec and rec.open and rec.current_attempt == 1 and rec.last_seq == rec.attempt_opened_seq:
                 plan.unstarted.append(rid)
         else:
@@ -157,9 +164,13 @@ class Restorer:
         unstarted = set(plan.unstarted)
         for rid in plan.fresh_dispatch:
             if rid not in unstarted:
-                plan.opened[rid] = await self.next_attempt(rid, from_cut=0, reason="fresh dispatch")
+                plan.opened[rid] = await self.next_attempt(
+                    rid, from_cut=0, reason="fresh dispatch", reuse_completed=rid in plan.reuse_completed
+                )
 
-    async def next_attempt(self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "") -> int:
+    async def next_attempt(
+        self, rid: str, *, from_cut: int, reason: str, checkpoint_id: str = "", reuse_completed: bool = False
+    ) -> int:
         """Tombstone the rollout's open attempt (if any) and open the next one; its number."""
         state = await self.log.fence_state(rid)
         if state is None:
@@ -172,6 +183,7 @@ class Restorer:
                 reason=reason,
                 checkpoint_id=checkpoint_id,
                 from_cut=from_cut,
+                reuse_completed=reuse_completed,
             )
             return state.attempt + 1
         return await self.log.supersede(
@@ -181,6 +193,7 @@ class Restorer:
             reason=reason,
             checkpoint_id=checkpoint_id,
             from_cut=from_cut,
+            reuse_completed=reuse_completed,
         )
 
     async def restore(self, checkpoint_id: str, cut: int) -> list[str]:
@@ -256,6 +269,8 @@ class Restorer:
         plan = await self.plan(rollouts, checkpoint_id if mode is RecoveryMode.CHECKPOINT else None)
         if mode is RecoveryMode.RESTART:
             plan.fresh_dispatch, plan.continue_ = plan.fresh_dispatch + plan.continue_, []
+        if mode is not RecoveryMode.TAIL:  # a baseline measured as one (the demo's other ways) reuses
+            plan.reuse_completed = set()  # nothing past what its checkpoint kept
         await self.open_attempts(plan)
         if plan.checkpoint_id and plan.continue_:
             # under the checkpoint lock: a periodic checkpoint that found the participants mid-restore

@@ -265,8 +265,8 @@ async def attempt_view(log: EventLog, rollout_id: str, attempt: int) -> AttemptV
         raise StaleAttemptError(rollout_id, attempt, _current(opened))
     assert last is not None  # it holds ``opened``
     view.from_cut, view.opened_seq = opened.from_cut, last.seq
-    if not view.from_cut:
-        return view
+    if not view.from_cut and not opened.reuse_completed:
+        return view  # from its input, every earlier call set aside (a restart measured as one)
     cut = view.from_cut
     replayer = Replayer(log.subjects)
     chain = Chain()

@@ -131,9 +131,12 @@ class PipeRenewal:
         with self.pipe:
             while line := self.pipe.readline(MAX_RENEWAL_BYTES + 1):
                 try:
-                    jwt = msgspec.json.decode(line, type=Renewed).jwt
+                    got = msgspec.json.decode(line, type=Renewed)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     return  # not from the parent that wrote the identity: no renewal is trusted after it
+                if got.schema_version != 1:
+                    return  # a parent of another rollcut: this worker's identity ends at its expiry
+                jwt = got.jwt
                 with self._lock:
                     self._latest, wake = jwt, self._wake
                 if wake is not None:

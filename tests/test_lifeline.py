@@ -36,7 +36,7 @@ def test_a_servers_workers_die_when_its_parent_alone_is_killed(nats_url: str, na
         srv.p.wait()
         assert _gone(srv.pids) == []
     finally:
-        srv.kill()
+        srv.close()
 
 
 _PARENT = textwrap.dedent(

@@ -93,17 +93,24 @@ DEAD_DIR_PREFIXES = ("rollcut-peers-", "rollcut-relay-", "rollcut-agent-")
 metrics, an opaque agent's relay and runs): what :func:`sweep_dead_dirs` may remove."""
 
 
-def sweep_all_dead_dirs() -> int:
-    """Every directory of :data:`DEAD_DIR_PREFIXES` whose process is gone; how many went."""
-    return sum(sweep_dead_dirs(prefix) for prefix in DEAD_DIR_PREFIXES)
+def sweep_all_dead_dirs(root: Path | None = None) -> int:
+    """Every directory of :data:`DEAD_DIR_PREFIXES` under ``root`` whose process is gone; how many
+    went."""
+    return sum(sweep_dead_dirs(prefix, root) for prefix in DEAD_DIR_PREFIXES)
 
 
-def sweep_dead_dirs(prefix: str) -> int:
-    """Remove this user's directories ``<tmp>/<prefix><pid>-…`` whose process is gone: what a
-    SIGKILLed process left (it ran no cleanup). Named for their process by whoever makes them; how
-    many went."""
+def temp_dir() -> Path:
+    """The temporary directory a process started now uses: ``TMPDIR`` as it is now (Python's own
+    ``gettempdir`` keeps the first answer it gave, so it misses a change since, a test's among them)."""
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
+
+
+def sweep_dead_dirs(prefix: str, root: Path | None = None) -> int:
+    """Remove this user's directories ``<root>/<prefix><pid>-…`` (default: this process's temporary
+    directory) whose process is gone: what a SIGKILLed process left (it ran no cleanup). Named for
+    their process by whoever makes them; how many went."""
     removed = 0
-    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+    for d in (root or Path(tempfile.gettempdir())).glob(f"{prefix}*-*"):
         pid = d.name[len(prefix) :].split("-", 1)[0]
         with contextlib.suppress(OSError, ValueError):
             if (

@@ -34,7 +34,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProce
         yield stack
     finally:
         for p in stack:
-            p.kill()
+            p.close()
 
 
 async def test_the_plain_stack_collects_every_rollout_of_the_demo_rows_with_its_token_arrays(

@@ -21,7 +21,7 @@ from rollcut._home import credentials_for
 from rollcut.bus import BusConfig, EmbeddedCluster, EmbeddedServer, EventLog
 from rollcut.demo import DEMO_NAMESPACE as NS
 from rollcut.demo import demo_tasks
-from rollcut.testing import ServerProcess, start_stack
+from rollcut.testing import ServerProcess, start_stack, stop_stack
 
 from ..helpers import each_rollout_once
 
@@ -166,16 +166,17 @@ def deploy(
         try:
             yield dep
         finally:
-            dep.crash()
+            stop_stack(dep.stack)
 
 
 @pytest.fixture
 def servers() -> Iterator[list[ServerProcess]]:
-    """Server processes a test starts; every process of each is SIGKILLed at the end."""
+    """Server processes a test starts; every process of each is SIGKILLed at the end, and what they
+    left in the temporary directory removed."""
     started: list[ServerProcess] = []
     yield started
     for s in started:
-        s.kill()
+        s.close()
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ async def test_an_environment_of_another_package_is_served_by_name(
         assert (replayed.get("result"), replayed.get("revision")) == ("HELLO", 1), replayed
         assert (more.get("result"), more.get("revision")) == ("HELLO AGAIN", 2), more  # its state restored
     finally:
-        server.kill()
+        server.close()
 
 
 def test_an_unknown_name_is_refused_naming_what_is_installed() -> None:

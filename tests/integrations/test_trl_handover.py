@@ -125,7 +125,7 @@ async def test_a_call_running_across_a_weight_update_goes_on_and_each_token_is_i
             sync.serve(v1)
             msg = await call
     finally:
-        server.kill()
+        server.close()
         engine.kill()
 
     segments = msg["policy_segments"]

@@ -87,4 +87,4 @@ async def test_a_live_server_renews_its_identity_and_goes_on_past_its_expiry(
         kinds = [type(s.event).__name__ async for s in admin.read(rollout_id="r0")]
         assert "ModelCallCompleted" in kinds
     finally:
-        srv.kill()
+        srv.close()

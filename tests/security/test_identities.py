@@ -157,7 +157,7 @@ async def test_a_restarted_worker_gets_a_new_identity_through_its_parents_pipe(
         found = await coordinator.membership.discover(expect=frozenset({"counter-w0", "counter-w1"}))
         assert {i.instance for i in found} == {"counter-w0", "counter-w1"}  # logged in as itself again
     finally:
-        srv.kill()
+        srv.close()
 
 
 @pytest.mark.slow
@@ -199,7 +199,8 @@ async def test_a_sigkilled_server_of_several_workers_leaves_no_key_behind_and_th
     try:
         assert not any(d.exists() for d in left)  # the dead parent's directory, reaped at the next start
     finally:
-        second.kill()
+        second.close()
+    assert sorted(temp.glob("rollcut-*")) == []  # closed (a teardown), a server leaves nothing behind
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -227,7 +228,7 @@ async def test_a_server_whose_identity_is_revoked_says_so_exits_77_and_is_not_st
         assert "BUS_LOST model-w0: the bus closed this connection for good" in rest
         assert "RESTARTED" not in rest
     finally:
-        first.kill()
+        first.close()
 
 
 async def test_healthz_says_the_bus_is_lost_in_the_error_shape() -> None:

@@ -123,7 +123,7 @@ def _trial(root: Path, kind: str, seed: int, rollouts: int) -> dict[str, Any]:
         creds_file = root / "nats" / "credentials.json"
         stack = start_stack(cluster.url, creds_file, root / "tokens", namespace=NS, replicas=3, seed=seed)
         for server in stack:
-            undo.callback(server.kill)
+            undo.callback(server.close)
         _write_config(root, cluster.url, stack[-1].url)
         env = {**os.environ, ACK_JOURNAL_ENV: str(root / "acks")}
         exits: list[int] = []

@@ -122,7 +122,7 @@ async def bench_relay(*, calls: int = 100, repeat: int = 3) -> dict[str, Any]:
         finally:
             await log.close()
             for p in started:
-                p.kill()
+                p.close()
     return {
         "calls": sum(len(v) for v in ms.values()),
         "direct_ms": _ms(ms["direct"]),

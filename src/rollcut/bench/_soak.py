@@ -157,7 +157,7 @@ async def bench_soak(
                 summary = await run
         finally:
             for p in stack:
-                p.kill()
+                p.close()
             await log.close()
     return {
         "rollouts": rollouts,

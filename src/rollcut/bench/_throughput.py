@@ -70,7 +70,7 @@ async def run_plain(
             )
         finally:
             for p in stack:
-                p.kill()
+                p.close()
     rate = round(run.rows_per_s, 2)
     return {"results_written": run.written, "collect_s": run.collect_s, "rows_per_s": rate}
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import kill_group, lifeline, pid_alive, sweep_all_dead_dirs
+from .._process import kill_group, lifeline, pid_alive, sweep_all_dead_dirs, temp_dir
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -50,6 +50,7 @@ class ServerProcess:
         self.name = last or (argv[0] if argv else "")
         self.command = command or [sys.executable, "-m", "rollcut", "serve"]
         self.p: subprocess.Popen[str] | None = None
+        self.temp_dir = temp_dir()  # where its processes make their directories (set again at start)
         self.url = ""
         self.pids: list[int] = []
         self.instances: dict[str, int] = {}  # worker instance name -> pid
@@ -96,6 +97,7 @@ class ServerProcess:
             err = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
         # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
         # its parent restarted since (whose pid this harness may not have read yet)
+        self.temp_dir = temp_dir()  # where its processes make their directories
         self.p = subprocess.Popen(
             [*self.command, *self.argv],
             stdout=subprocess.PIPE,
@@ -121,6 +123,14 @@ class ServerProcess:
                 self.instances[line.split()[1]] = self.pids[-1]
             if len(self.pids) == self.workers and (self.workers == 1 or line.startswith("READY http")):
                 return self
+
+    def close(self) -> None:
+        """Stop it for good: SIGKILL, then remove what a SIGKILLed server leaves in the temporary
+        directory (its workers' sockets and metrics, a relay's directory: named for dead processes,
+        :func:`~rollcut._process.sweep_all_dead_dirs`). Every teardown uses this; :meth:`kill` is
+        the crash, which leaves them as a real one does."""
+        self.kill()
+        sweep_all_dead_dirs(self.temp_dir)
 
     def kill(self) -> None:
         """SIGKILL every process of it at once (its process group); waits for the parent."""
@@ -266,15 +276,13 @@ def start_stack(
     try:
         return build()
     except BaseException:
-        for p in launched:  # nothing half-started is left running
-            p.kill()
+        for p in launched:  # nothing half-started is left running, nor what it left
+            p.close()
         raise
 
 
 def stop_stack(stack: list[ServerProcess]) -> None:
-    """SIGKILL every server of ``stack`` and remove what they left in the temporary directory (their
-    workers' sockets and metrics, a relay's directory): a SIGKILLed server runs no cleanup, and the
-    next server to start would reap it only if one starts."""
+    """:meth:`ServerProcess.close` every server of ``stack``: a SIGKILLed server runs no cleanup, and
+    the next server to start would reap what it left only if one starts."""
     for p in stack:
-        p.kill()
-    sweep_all_dead_dirs()
+        p.close()

@@ -138,7 +138,7 @@ def local_loop(
             },
         )
         for server in stack:
-            stack_of.callback(server.kill)
+            stack_of.callback(server.close)
         deployment = Deployment(
             url=nats.url,
             namespace=namespace,

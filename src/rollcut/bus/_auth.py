@@ -34,7 +34,7 @@ import nkeys
 from .._errors import ConfigError
 from .._files import private_dir, read_record, write_private
 from ._jwt import encode_jwt, public_of
-from ._renewal import DEFAULT_IDENTITY_TTL_S, PipeRenewal, lifetime
+from ._renewal import DEFAULT_IDENTITY_TTL_S, PipeRenewal
 from ._scopes import PARTICIPANT_ROLES, ROLES, jwt_permissions, permissions
 from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects, check_token
 
@@ -171,7 +171,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         if role in self.signing:
             ident = self._mint(role, name or f"{role}-{secrets.token_hex(4)}")
             # the key renews the identity while its process lives, if it expires (``_renewal``)
-            renews = {"signing_seed": self.signing[role]} if lifetime(ident.jwt) is not None else {}
+            renews = {"signing_seed": self.signing[role]} if self.identity_ttl_s > 0 else {}
             return {"user_jwt": ident.jwt, "nkey_seed": ident.seed, **renews}
         if role in self.seeds:
             return {"nkey_seed": self.seeds[role]}

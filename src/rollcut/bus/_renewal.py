@@ -56,15 +56,24 @@ MAX_RENEWAL_BYTES = 64 * 1024
 
 def lifetime(token: str) -> tuple[int, int] | None:
     """An identity's issue time and expiry (None: it does not expire)."""
-    claims = decode_claims(token)
+    return _life(decode_claims(token))
+
+
+def _life(claims: dict[str, object]) -> tuple[int, int] | None:
     iat, exp = claims.get("iat"), claims.get("exp")
     return (iat, exp) if isinstance(iat, int) and isinstance(exp, int) else None
+
+
+def half_life(token: str) -> float | None:
+    """When an identity is renewed: half way through its life (None: it does not expire)."""
+    life = lifetime(token)
+    return None if life is None else sum(life) / 2
 
 
 def renewed(token: str, signing_seed: str) -> str:
     """The same identity (name, user key, permissions) issued again now, for as long as before."""
     claims = decode_claims(token)
-    life = lifetime(token)
+    life = _life(claims)
     if life is None:
         raise ConfigError("an identity without an expiry is not renewed")
     now = int(time.time())
@@ -101,9 +110,9 @@ class SelfRenewal:
         return current  # issued by this process as it connects
 
     async def next(self, current: str) -> str:
-        life = lifetime(current)
-        assert life is not None  # only expiring identities are renewed
-        await asyncio.sleep(max(0.0, (life[0] + life[1]) / 2 - time.time()))
+        due = half_life(current)
+        assert due is not None  # only expiring identities are renewed
+        await asyncio.sleep(max(0.0, due - time.time()))
         return renewed(current, self.signing_seed)
 
 
@@ -172,7 +181,7 @@ class WorkerIdentities:
 
     def __init__(self, issue: Callable[[int], tuple[bytes, str]], signing_seed: str) -> None:
         self._issue, self.signing_seed = issue, signing_seed
-        self._pipes: dict[int, tuple[IO[bytes], str]] = {}
+        self._pipes: dict[int, tuple[IO[bytes], str, float]] = {}  # worker: pipe, identity, when due
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -183,10 +192,11 @@ class WorkerIdentities:
         first, jwt = self._issue(worker)
         pipe.write(first + b"\n")
         pipe.flush()
+        due = half_life(jwt)
         with self._lock:
             old = self._pipes.pop(worker, None)
-            if lifetime(jwt) is not None:
-                self._pipes[worker] = (pipe, jwt)
+            if due is not None:
+                self._pipes[worker] = (pipe, jwt, due)
             else:
                 pipe.close()
         if old is not None:
@@ -199,13 +209,12 @@ class WorkerIdentities:
     def _renewing(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                due = [(w, jwt) for w, (_, jwt) in self._pipes.items()]
-            halves = [sum(life) / 2 for _, j in due if (life := lifetime(j)) is not None]
-            if self._stop.wait(max(0.05, min(halves) - time.time()) if halves else 1.0):
+                held = [(w, jwt, due) for w, (_, jwt, due) in self._pipes.items()]
+            soonest = min((due for _, _, due in held), default=None)
+            if self._stop.wait(max(0.05, soonest - time.time()) if soonest is not None else 1.0):
                 return
-            for worker, jwt in due:
-                life = lifetime(jwt)
-                if life is not None and time.time() >= sum(life) / 2:
+            for worker, jwt, due in held:
+                if time.time() >= due:
                     self._renew(worker, jwt)
 
     def _renew(self, worker: int, jwt: str) -> None:
@@ -214,18 +223,20 @@ class WorkerIdentities:
             held = self._pipes.get(worker)
             if held is None or held[1] != jwt:
                 return  # restarted meanwhile: its new identity has its own life
+            due = half_life(fresh)
+            assert due is not None  # a renewal lives as long as what it renews
             try:
                 held[0].write(msgspec.json.encode(Renewed(jwt=fresh)) + b"\n")
                 held[0].flush()
             except OSError:  # the worker is gone; its restart gives a new pipe
                 self._pipes.pop(worker, None)
                 return
-            self._pipes[worker] = (held[0], fresh)
+            self._pipes[worker] = (held[0], fresh, due)
 
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            for pipe, _ in self._pipes.values():
+            for pipe, _, _ in self._pipes.values():
                 with contextlib.suppress(OSError):
                     pipe.close()
             self._pipes.clear()

@@ -17,7 +17,7 @@ import typing as _typing
 
 from .._lazy import lazy_names as _lazy_names
 from . import _protocol
-from ._admission import AdmissionGate
+from ._admission import AdmissionGate, InFlight
 from ._hooks import ParticipantHooks, ReleaseHook, RetireHook, SupersedeHook
 from ._protocol import *  # noqa: F403  (the control-plane records, whole)
 from ._runtime import Participant, service_name
@@ -43,6 +43,7 @@ __all__ = [
     *_protocol.__all__,
     "PAUSE_PHASES",
     "AdmissionGate",
+    "InFlight",
     "CheckpointResult",
     "Coordinator",
     "InstanceInfo",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from .._errors import AdmissionClosedError
 
-__all__ = ["RETRY_AFTER_S", "AdmissionGate"]
+__all__ = ["RETRY_AFTER_S", "AdmissionGate", "InFlight"]
 
 RETRY_AFTER_S = 1.0
 """The longest a refused caller is told to wait (``Retry-After``). A checkpoint holds admission
@@ -24,6 +24,32 @@ slept for its deadline: a collection stalled 25-35 s at a time with a 30 s deadl
 ``rollcut bench soak``)."""
 
 
+class InFlight:
+    """A count of work under way and an event set whenever there is none: what a prepare that must
+    see no work half done waits on."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Count one unit of work for as long as the block runs."""
+        self.count += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.set()
+
+    async def idle(self) -> None:
+        """Until no work is under way."""
+        await self._idle.wait()
+
+
 class AdmissionGate:
     """What a checkpoint closes: new work is refused at once, accepted work is counted."""
 
@@ -31,9 +57,7 @@ class AdmissionGate:
         self.instance = instance
         self._closed_for: str | None = None
         self._until = 0.0
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._work = InFlight()
 
     @property
     def state(self) -> str:
@@ -41,7 +65,7 @@ class AdmissionGate:
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._work.count
 
     def close(self, checkpoint_id: str, until: float) -> None:
         self._closed_for, self._until = checkpoint_id, until
@@ -55,19 +79,13 @@ class AdmissionGate:
         if self._closed_for is not None:
             wait = max(0.1, min(RETRY_AFTER_S, self._until - time.time()))
             raise AdmissionClosedError(self.instance, self._closed_for, wait)
-        self._inflight += 1
-        self._idle.clear()
-        try:
+        with self._work.hold():
             yield
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
 
     async def drain(self, deadline: float) -> bool:
         """Wait until accepted work is done, or the deadline; True if drained."""
         try:
-            await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - time.time()))
+            await asyncio.wait_for(self._work.idle(), max(0.0, deadline - time.time()))
         except TimeoutError:
             return False
         return True

@@ -107,7 +107,7 @@ class ResourcesService:
     @property
     def verifying(self) -> int:
         """Verifications running now (a ``wait`` environment's prepare waits for them)."""
-        return self.verdicts.running
+        return self.verdicts.running.count
 
     def _ev(self, ident: Identity) -> Envelope:
         return envelope("resources", self.instance, ident)
@@ -307,7 +307,7 @@ class ResourcesService:
         opened, the fence refuses its record) is dropped. A storage failure still fails the prepare:
         it says nothing about the rollout, and the next checkpoint tries again."""
         if self.env.verification == "wait":
-            await self.verdicts.idle()
+            await self.verdicts.running.idle()
         quarantined: dict[str, str] = {}
         if self.env.mode == "exported":
             for s in list(self.sessions.values()):

@@ -10,14 +10,13 @@ the continuation holds the session as it was at the cut, and makes the calls aft
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ...bus import ResourcesVerified, digest
+from ...participants import InFlight
 from .._writes import Envelope
 from ._env import Environment
 
@@ -33,13 +32,7 @@ class Verdicts:
 
     def __init__(self, env: Environment, append: Callable[[Any], Awaitable[int]]) -> None:
         self.env, self._append = env, append
-        self.running = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    async def idle(self) -> None:
-        """Until no verification runs."""
-        await self._idle.wait()
+        self.running = InFlight()
 
     async def verdict(
         self,
@@ -50,20 +43,9 @@ class Verdicts:
     ) -> tuple[dict[str, Any], bool]:
         """The session's verdict and whether it came from the journal (else ``compute`` made it);
         journaled either way."""
-        with self._running():
+        with self.running.hold():
             async with s.lock:
                 return await self._verdict(s, msgspec.json.encode(args, order="sorted"), envelope, compute)
-
-    @contextlib.contextmanager
-    def _running(self) -> Iterator[None]:
-        self.running += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self.running -= 1
-            if self.running == 0:
-                self._idle.set()
 
     async def _verdict(
         self, s: Session, args: bytes, envelope: Envelope, compute: Callable[[], Awaitable[dict[str, Any]]]

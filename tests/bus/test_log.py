@@ -136,6 +136,21 @@ async def test_read_pages_through_many_events(log: EventLog) -> None:
     assert len([s async for s in log.read(start=seqs[100], up_to=seqs[4200])]) == 4101
 
 
+async def test_the_next_page_is_asked_for_before_a_page_is_handed_out(log: EventLog) -> None:
+    """A caller decodes a page without awaiting; the next page's request must already be on the
+    wire then, or the server idles while the caller works, and a read costs their sum."""
+    from rollcut.bus._read import scan
+
+    await log.dispatch("r", {}, instance="c")
+    seqs = await log.append_many([model_event("r", call_id=f"p{i}") for i in range(45)])
+    before = log.nc.stats["out_msgs"]
+    pages = scan(log.nc, log.stream, page=10)
+    first = await anext(pages)
+    assert log.nc.stats["out_msgs"] - before == 2, "the second page was not asked for yet"
+    rest = [m.seq for pg in [pg async for pg in pages] for m in pg]
+    assert [m.seq for m in first] + rest == [seqs[0] - 1, *seqs]
+
+
 async def test_corrupt_payload_is_reported_with_its_sequence(log: EventLog) -> None:
     await log.dispatch("r1", {}, instance="c")
     good = await log.append(model_event("r1"))

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from .._errors import ConfigError
 from ._events import CheckpointEvent, CollectorLease, Event, RolloutEvent
-from ._kinds import Lane, spec_of
-from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
+from ._kinds import KindSpec, Lane, spec_of
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, ParsedSubject, Subjects
 
 __all__ = ["authority_error"]
 
@@ -38,6 +38,21 @@ def authority_error(subjects: Subjects, subject: str, event: Event) -> str | Non
     except ConfigError as exc:
         return str(exc)
     spec = spec_of(event)
+    if (  # the bulk of any log, agreeing in full: checked here with no tuple made or name built
+        spec.lane is Lane.EVENTS
+        and parsed.family == "ev"
+        and isinstance(event, RolloutEvent)
+        and event.rollout_id == parsed.rollout_id
+        and event.attempt == parsed.attempt
+        and event.component == parsed.component
+        and parsed.component in spec.writers
+    ):
+        return None
+    return _disagreement(parsed, spec, event)
+
+
+def _disagreement(parsed: ParsedSubject, spec: KindSpec, event: Event) -> str | None:
+    """The rule a record broke, in words (None: it broke none)."""
     if _FAMILY.get(parsed.family) is not spec.lane:
         return f"a {spec.kind} record does not belong on a {parsed.family} subject"
     if isinstance(event, RolloutEvent):

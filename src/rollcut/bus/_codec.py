@@ -28,6 +28,7 @@ refused.
 from __future__ import annotations
 
 import hashlib
+import struct
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,7 @@ _MAGIC = b"rc"
 _FRAME_VERSION = 1
 _FLAG_ZSTD = 0x01
 _HEADER = 8
+_LAYOUT = struct.Struct(">2sBBI")  # magic, frame version, flags, crc32 of the body: read in one call
 DEFAULT_COMPRESS_THRESHOLD = 1024
 # NATS' default max_payload is 1 MiB; leave room for headers.
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024 - 4096
@@ -113,7 +115,7 @@ class Codec:
             packed = self._zc.compress(body)
             if len(packed) < len(body):
                 body, flags = packed, _FLAG_ZSTD
-        frame = b"".join((_MAGIC, bytes((_FRAME_VERSION, flags)), zlib.crc32(body).to_bytes(4, "big"), body))
+        frame = _LAYOUT.pack(_MAGIC, _FRAME_VERSION, flags, zlib.crc32(body)) + body
         if len(frame) > self.max_event_bytes:
             raise EventTooLargeError(kind_of(type(event)), len(frame), self.max_event_bytes)
         return frame
@@ -122,13 +124,15 @@ class Codec:
 
     def decode(self, frame: bytes, *, stream: str = "", seq: int = 0, subject: str = "") -> Event:
         """Check the frame and decode it; every failure names where it happened."""
-        if len(frame) < _HEADER or frame[:2] != _MAGIC:
+        if len(frame) < _HEADER:
             raise _corrupt("not a rollcut frame (bad magic or too short)", stream, seq, subject)
-        if frame[2] != _FRAME_VERSION:
-            raise _corrupt(f"frame version {frame[2]} is not {_FRAME_VERSION}", stream, seq, subject)
-        flags = frame[3]
+        magic, version, flags, crc = _LAYOUT.unpack_from(frame)
+        if magic != _MAGIC:
+            raise _corrupt("not a rollcut frame (bad magic or too short)", stream, seq, subject)
+        if version != _FRAME_VERSION:
+            raise _corrupt(f"frame version {version} is not {_FRAME_VERSION}", stream, seq, subject)
         body = frame[_HEADER:]  # a copy, but msgspec decodes bytes faster than a memoryview
-        if zlib.crc32(body).to_bytes(4, "big") != frame[4:_HEADER]:
+        if zlib.crc32(body) != crc:
             raise _corrupt("payload checksum mismatch", stream, seq, subject)
         if flags & _FLAG_ZSTD:
             body = self._inflate(body, stream, seq, subject)

@@ -11,10 +11,12 @@ event subjects) runs one scan per filter and merges them by sequence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -109,7 +111,14 @@ class _Unanswered(BusError):
 
 
 async def _fetch_riding_out(
-    nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str, outage_s: float
+    nc: NATS,
+    api: str,
+    req: dict[str, object],
+    limit: int,
+    timeout: float,
+    stream: str,
+    outage_s: float,
+    sent: asyncio.Event,
 ) -> _Page:
     """A page, asked again while the bus does not answer (a node restarting, a leader being
     elected), for up to ``outage_s``: a read is as patient as an append. Each try keeps the whole
@@ -118,14 +127,14 @@ async def _fetch_riding_out(
     patience = Patience(outage_s, gone=gone_flag(nc))
     while True:
         try:
-            return await _fetch(nc, api, req, limit, timeout, stream)
+            return await _fetch(nc, api, req, limit, timeout, stream, sent)
         except _Unanswered as exc:
             last = exc
         await patience.again(last)
 
 
 async def _fetch(
-    nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str
+    nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str, sent: asyncio.Event
 ) -> _Page:
     pg = _Page()
     inbox = nc.new_inbox()
@@ -134,9 +143,14 @@ async def _fetch(
     if raw is not None:
         raw[sub._id] = pg.on_raw
     try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         await nc.publish(api, msgspec.json.encode(req), reply=inbox)
+        with contextlib.suppress(nats.errors.Error):  # sent or not, the page's own wait decides
+            await nc.flush(max(1, round(timeout)))  # on the wire: the server works while the caller decodes
+        sent.set()
         try:
-            await asyncio.wait_for(pg.done.wait(), timeout)
+            await asyncio.wait_for(pg.done.wait(), max(0.0, deadline - loop.time()))
         except TimeoutError as exc:
             raise _Unanswered(
                 f"direct get on {stream} from seq {req['seq']} timed out",
@@ -194,10 +208,22 @@ async def scan(
 
     def start_fetch(seq: int) -> asyncio.Task[_Page]:
         req, want = request(seq)
-        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s))
+        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s, sent))
+
+    async def on_its_way(fetch: asyncio.Task[_Page]) -> None:
+        """Until the request has left (or the fetch ended): a task only runs when the caller awaits,
+        so a page asked for and then handed to a caller that decodes it without awaiting would
+        be asked for only once the decoding is done, and the server would idle meanwhile."""
+        if not sent.is_set():
+            waiter = asyncio.ensure_future(sent.wait())
+            try:
+                await asyncio.wait((waiter, fetch), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
 
     # the next page is requested before this one is handed out, so the server
     # reads it from disk while the caller decodes
+    sent = asyncio.Event()
     pending: asyncio.Task[_Page] | None = start_fetch(start) if up_to is None or start <= up_to else None
     seq = start
     behind: Patience | None = None  # asking again after a replica that was behind, since the last progress
@@ -209,7 +235,9 @@ async def scan(
                 seq = pg.messages[-1].seq + 1
                 behind = None
                 if pg.pending > 0 and (up_to is None or seq <= up_to):
+                    sent.clear()
                     pending = start_fetch(seq)
+                    await on_its_way(pending)
             msgs = pg.messages
             if up_to is not None and msgs and msgs[-1].seq > up_to:
                 msgs = [m for m in msgs if m.seq <= up_to]

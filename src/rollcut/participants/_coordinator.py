@@ -22,13 +22,9 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeoutError
-
 from .._errors import CheckpointConflictError, CheckpointError, CheckpointFailedError, RollcutError
 from .._telemetry import PhaseTimer, count_outcome
-from .._tracing import inject, span
+from .._tracing import span
 from ..bus import (
     CheckpointAborted,
     CheckpointCommitted,
@@ -38,6 +34,7 @@ from ..bus import (
 )
 from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
+from ._ask import ask
 from ._membership import InstanceInfo, Membership, check_membership
 from ._protocol import Capabilities, ControlReply, ControlRequest, Op
 from ._quarantine import quarantines
@@ -45,7 +42,6 @@ from ._result import CheckpointResult
 
 __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id"]
 
-_reply_decoder = msgspec.json.Decoder(ControlReply)
 # components that call the others: a restore releases them after the servers (not a pause anyone
 # measures; a checkpoint releases everyone in one wave)
 CALLERS = frozenset({"agent", "environment"})
@@ -95,36 +91,18 @@ class Coordinator:
     # --- control calls ------------------------------------------------------------
 
     async def call(
-        self, info: InstanceInfo, op: Op, checkpoint_id: str, deadline: float, *, cut: int | None = None
+        self,
+        info: InstanceInfo,
+        op: Op,
+        checkpoint_id: str,
+        deadline: float,
+        *,
+        cut: int | None = None,
+        gone_is_final: bool = False,
     ) -> ControlReply:
-        """One control op, retried on silence until the deadline (ops are idempotent)."""
-        req = msgspec.json.encode(
-            ControlRequest(op=op, checkpoint_id=checkpoint_id, deadline=deadline, cut=cut)
-        )
-        while True:
-            left = deadline - time.time()
-            if left <= 0:
-                raise CheckpointFailedError(
-                    f"{info.instance} did not answer {op} before the deadline",
-                    checkpoint_id=checkpoint_id,
-                    participant=info.instance,
-                )
-            headers: dict[str, str] = {}
-            inject(headers)  # the participant's span joins this checkpoint's trace
-            try:
-                msg = await self.log.nc.request(
-                    info.control, req, timeout=min(left, self.per_try_s), headers=headers or None
-                )
-            except (NatsTimeoutError, NatsError):
-                continue  # a lost request or reply: ask again, the op is idempotent
-            try:
-                return _reply_decoder.decode(msg.data)
-            except msgspec.DecodeError as exc:
-                raise CheckpointFailedError(
-                    f"{info.instance} answered {op} with an unreadable reply: {exc}",
-                    checkpoint_id=checkpoint_id,
-                    participant=info.instance,
-                ) from exc
+        """One control op, asked again until the deadline (:func:`._ask.ask` says when)."""
+        req = ControlRequest(op=op, checkpoint_id=checkpoint_id, deadline=deadline, cut=cut)
+        return await ask(self.log.nc, info, req, per_try_s=self.per_try_s, gone_is_final=gone_is_final)
 
     async def capabilities(self) -> list[Capabilities]:
         deadline = time.time() + 10
@@ -413,7 +391,7 @@ class Coordinator:
 
     async def _best_effort(self, info: InstanceInfo, op: Op, cid: str, deadline: float) -> bool:
         try:
-            return (await self.call(info, op, cid, deadline)).ok
+            return (await self.call(info, op, cid, deadline, gone_is_final=True)).ok
         except CheckpointError:
             return False  # its lease will reopen it
 

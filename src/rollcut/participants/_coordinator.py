@@ -91,18 +91,11 @@ class Coordinator:
     # --- control calls ------------------------------------------------------------
 
     async def call(
-        self,
-        info: InstanceInfo,
-        op: Op,
-        checkpoint_id: str,
-        deadline: float,
-        *,
-        cut: int | None = None,
-        gone_is_final: bool = False,
+        self, info: InstanceInfo, op: Op, checkpoint_id: str, deadline: float, *, cut: int | None = None
     ) -> ControlReply:
         """One control op, asked again until the deadline (:func:`._ask.ask` says when)."""
         req = ControlRequest(op=op, checkpoint_id=checkpoint_id, deadline=deadline, cut=cut)
-        return await ask(self.log.nc, info, req, per_try_s=self.per_try_s, gone_is_final=gone_is_final)
+        return await ask(self.log.nc, info, req, per_try_s=self.per_try_s)
 
     async def capabilities(self) -> list[Capabilities]:
         deadline = time.time() + 10
@@ -391,7 +384,8 @@ class Coordinator:
 
     async def _best_effort(self, info: InstanceInfo, op: Op, cid: str, deadline: float) -> bool:
         try:
-            return (await self.call(info, op, cid, deadline, gone_is_final=True)).ok
+            req = ControlRequest(op=op, checkpoint_id=cid, deadline=deadline)
+            return (await ask(self.log.nc, info, req, per_try_s=self.per_try_s, gone_is_final=True)).ok
         except CheckpointError:
             return False  # its lease will reopen it
 

@@ -151,6 +151,22 @@ async def test_the_next_page_is_asked_for_before_a_page_is_handed_out(log: Event
     assert [m.seq for m in first] + rest == [seqs[0] - 1, *seqs]
 
 
+async def test_claims_of_one_attempt_by_several_instances_at_once_let_one_win(log: EventLog) -> None:
+    """Each instance writes on its own subject, so a claim checks across all of them (a wildcard);
+    claims sent together on one connection must not share an atomic batch, where the server checks
+    each against the stream as it was before the batch (all four won)."""
+    from rollcut.bus import AttemptClaimed
+
+    await log.dispatch("r", {}, instance="c")
+    claims = [
+        AttemptClaimed(component="agent", instance=f"agent-w{i}", rollout_id="r", attempt=1) for i in range(4)
+    ]
+    won = [seq for seq in await asyncio.gather(*(log.claim(c) for c in claims)) if seq is not None]
+    assert len(won) == 1
+    stored = [s async for s in log.read(rollout_id="r", attempt=1) if isinstance(s.event, AttemptClaimed)]
+    assert [s.seq for s in stored] == won
+
+
 async def test_corrupt_payload_is_reported_with_its_sequence(log: EventLog) -> None:
     await log.dispatch("r1", {}, instance="c")
     good = await log.append(model_event("r1"))

@@ -49,7 +49,8 @@ async def test_a_participant_writes_only_its_own_subjects(
 ) -> None:
     await admin.dispatch("r1", {}, instance="collector-0")
     # a denial is the server's answer, not a timeout: one would take the whole (long) request timeout
-    model = await EventLog.connect(BusConfig(url=server.url, request_timeout_s=600).as_role(creds, "model"))
+    config = BusConfig(url=server.url, request_timeout_s=600).as_role(creds, "model", "model-0")
+    model = await EventLog.connect(config)
     try:
         assert await model.append(model_event("r1")) > 0
         before = await admin.last_seq()

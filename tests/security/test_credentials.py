@@ -47,7 +47,10 @@ def test_the_ledger_and_token_store_are_owner_only(tmp_path: Path) -> None:
 # (role, identity name) -> (subject, may publish?) over the namespace's subjects
 PUBLISH = {
     ("model", "model-w0"): [
-        ("ev.r.1.model", True),
+        ("ev.r.1.model.model-w0", True),  # an attempt's events, on its own subject
+        ("ev.r.1.model.model-w1", False),  # not as a sibling (issue 54)
+        ("ev.r.1.model", False),  # nor on the shape written before, which names no writer
+        ("ev.r.1.agent.model-w0", False),
         ("ev.r.1.agent", False),
         ("fence.r", False),
         ("mark.checkpoint", False),
@@ -61,7 +64,9 @@ PUBLISH = {
         ("ping", False),
     ],
     ("resources", "counter-w0"): [
-        ("ev.r.1.resources", True),
+        ("ev.r.1.resources.counter-w0", True),
+        ("ev.r.1.resources.counter-w1", False),
+        ("ev.r.1.model.counter-w0", False),
         ("ev.r.1.model", False),
         ("ev.r.1.collector", False),
         ("fence.r", False),
@@ -69,8 +74,9 @@ PUBLISH = {
         ("hello.resources.counter-w1", False),
     ],
     ("agent", "agent-w1"): [
-        ("ev.r.1.agent", True),
-        ("ev.r.1.environment", False),
+        ("ev.r.1.agent.agent-w1", True),
+        ("ev.r.1.agent.agent-w0", False),
+        ("ev.r.1.environment.agent-w1", False),
         ("mark.checkpoint", False),
         ("mark.collector", False),
         ("mark.agent-w1", True),
@@ -81,6 +87,7 @@ PUBLISH = {
         ("ev.r.1.collector", True),
         ("fence.r", True),
         ("ev.r.1.model", False),
+        ("ev.r.1.model.model-w0", False),
         ("mark.checkpoint", False),
         ("mark.collector", True),
         ("hello.model.model-w0", False),

@@ -33,10 +33,10 @@ async def test_forged_lifecycle_records_on_a_participants_own_subject_are_quaran
     server: EmbeddedServer, creds: Credentials, admin: EventLog, raw_as: object, tmp_path: object
 ) -> None:
     await admin.dispatch("victim", {"task": 1}, instance="collector-0")
-    nc = await raw_as(server, creds, "model")  # type: ignore[operator]
+    nc = await raw_as(server, creds, "model", "model-w0")  # type: ignore[operator]
     js = nc.jetstream()
     codec = Codec()
-    own = admin.subjects.event("victim", 1, "model")  # the model role may publish here
+    own = admin.subjects.event("victim", 1, "model", "model-w0")  # model-w0 may publish here
     forged = [
         RolloutRetired(component="collector", instance="c", rollout_id="victim", attempt=1, reason="forged"),
         ResultAccepted(
@@ -68,8 +68,8 @@ async def test_headers_a_writer_puts_on_its_record_do_not_change_where_it_is_rea
     its record read where it is stored (a lifecycle kind there: quarantined in its own rollout)."""
     await admin.dispatch("victim", {"task": 1}, instance="collector-0")
     await admin.dispatch("writer", {"task": 2}, instance="collector-0")
-    nc = await raw_as(server, creds, "model")  # type: ignore[operator]
-    own = admin.subjects.event("writer", 1, "model")
+    nc = await raw_as(server, creds, "model", "model-w0")  # type: ignore[operator]
+    own = admin.subjects.event("writer", 1, "model", "model-w0")
     forged = RolloutRetired(component="collector", instance="c", rollout_id="victim", attempt=1, reason="x")
     ack = await nc.jetstream().publish(
         own,
@@ -125,8 +125,8 @@ async def test_a_bad_record_on_a_rollout_costs_that_rollout_only(
     await admin.dispatch("r-bad", {}, instance="collector-0")
     await admin.dispatch("r-good", {}, instance="collector-0")
     await admin.append(model_event("r-good"))
-    nc = await raw_as(server, creds, "model")  # type: ignore[operator]
-    await nc.jetstream().publish(admin.subjects.event("r-bad", 1, "model"), frame)
+    nc = await raw_as(server, creds, "model", "model-w0")  # type: ignore[operator]
+    await nc.jetstream().publish(admin.subjects.event("r-bad", 1, "model", "model-w0"), frame)
     result = await replay(admin)  # the whole namespace still replays
     assert result.rollouts["r-bad"].corrupt_seqs and not result.rollouts["r-good"].corrupt_seqs
     with Ledger(tmp_path / "ledger") as led, LocalTokenStore(tmp_path / "tokens") as tokens:  # type: ignore[operator]

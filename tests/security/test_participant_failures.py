@@ -126,9 +126,8 @@ async def test_the_found_twice_rule_holds_across_coordinator_processes(
     part.hooks = Idle()
     await part.start()
     try:
-        nc = await raw_as(server, creds, "model")  # type: ignore[operator]
-        await nc.jetstream().publish(
-            admin.subjects.event("victim", 1, "model"), Codec().encode(forged_admitted("victim"))
+        await model.nc.jetstream().publish(  # on the participant's own connection, as if it admitted it
+            admin.subjects.event("victim", 1, "model", "model-w0"), Codec().encode(forged_admitted("victim"))
         )
         home = tmp_path / "home"
         # in a thread: this loop answers for the participant while each CLI process coordinates

@@ -51,9 +51,11 @@ async def test_a_participant_record_of_a_rollout_never_dispatched_does_not_block
             record=AgentBoundaryRecord(turn=1, output_items=[{"turn": 1}]),
         )
     )
-    nc = await raw_as(server, creds, "model")
+    nc = await raw_as(server, creds, "model", "model-w0")
     forged = forged_admitted("ghost")  # a valid record, on a rollout nobody dispatched
-    await nc.jetstream().publish(admin.subjects.event("ghost", 1, "model"), Codec().encode(forged))
+    await nc.jetstream().publish(
+        admin.subjects.event("ghost", 1, "model", "model-w0"), Codec().encode(forged)
+    )
     home = tmp_path / "home"
     ck = _json(_cli(server, data_dir, home, "checkpoint", "--json"))
     restored = _cli(server, data_dir, home, "restore", "--checkpoint", ck["checkpoint_id"], "--json")
@@ -82,9 +84,9 @@ async def test_a_forged_admitted_call_no_reply_names_quarantines_its_rollout_not
     part.hooks = Idle()
     await part.start()  # a real model participant: its prepare reply names no call of its own
     try:
-        nc = await raw_as(server, creds, "model")
-        forged = forged_admitted("victim")  # as if that participant had admitted it
-        await nc.jetstream().publish(admin.subjects.event("victim", 1, "model"), Codec().encode(forged))
+        forged = forged_admitted("victim")  # as if that participant had admitted it: on its connection
+        own = admin.subjects.event("victim", 1, "model", "model-w0")
+        await model.nc.jetstream().publish(own, Codec().encode(forged))
         with Ledger(tmp_path / "ledger") as ledger:
             coordinator = Coordinator(admin, ledger, None, instance="coordinator")
             with pytest.raises(CheckpointFailedError, match="omits it"):  # once: it might still resolve

@@ -6,8 +6,10 @@ one fact about its writer a reader can trust. A record's body must agree with
 it, by the kind table (``_kinds.KINDS``):
 
 - the kind's lane is the subject's family (``ev``, ``fence``, ``mark``);
-- on ``ev.<rollout>.<attempt>.<component>``: the component is one of the
-  kind's writers, and the body names the same rollout, attempt and component;
+- on ``ev.<rollout>.<attempt>.<component>[.<instance>]``: the component is one of the
+  kind's writers, and the body names the same rollout, attempt and component, and the same
+  instance where the subject names one (a Gym server role's events name their writer; the
+  server lets an instance write on its own subject only);
 - on ``fence.<rollout>``: a lifecycle kind of that rollout (only the
   collector and coordinator roles may publish there);
 - on ``mark.checkpoint``: a coordinator marker written as the coordinator;
@@ -45,6 +47,7 @@ def authority_error(subjects: Subjects, subject: str, event: Event) -> str | Non
         and event.rollout_id == parsed.rollout_id
         and event.attempt == parsed.attempt
         and event.component == parsed.component
+        and (parsed.instance is None or event.instance == parsed.instance)
         and parsed.component in spec.writers
     ):
         return None
@@ -67,6 +70,10 @@ def _disagreement(parsed: ParsedSubject, spec: KindSpec, event: Event) -> str | 
                 return (
                     f"the body says {event.component} of attempt {event.attempt}, "
                     f"the subject {parsed.component} of attempt {parsed.attempt}"
+                )
+            if parsed.instance is not None and event.instance != parsed.instance:
+                return (
+                    f"the body says it was written by {event.instance!r}, the subject by {parsed.instance!r}"
                 )
         elif event.component not in spec.writers:
             return f"{event.component} may not write {spec.kind}"

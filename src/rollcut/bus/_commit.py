@@ -68,6 +68,7 @@ class _Item:
     header_lines: bytes
     future: asyncio.Future[Outcome] = field(repr=False)
     checked: str | None = None  # on a replicated stream: the subject its expected-sequence check names
+    alone: bool = False  # sent in no batch: see GroupCommit._take
 
 
 class GroupCommit:
@@ -103,6 +104,7 @@ class GroupCommit:
         self.one_in_flight_per_subject = False
         """Set on a replicated stream: see :meth:`_take`."""
         self._in_flight: dict[str, int] = {}
+        self._alone = 0  # queued messages that go in no batch
 
     def submit(
         self, subject: str, payload: bytes, headers: dict[str, str], header_lines: bytes | None = None
@@ -114,7 +116,9 @@ class GroupCommit:
         fut: asyncio.Future[Outcome] = loop.create_future()
         lines = header_lines if header_lines is not None else encode_headers(headers)
         checked = _checked_subject(subject, headers) if self.one_in_flight_per_subject else None
-        self._queue.append(_Item(subject, payload, headers, lines, fut, checked))
+        alone = "*" in headers.get("Nats-Expected-Last-Subject-Sequence-Subject", "")
+        self._alone += alone
+        self._queue.append(_Item(subject, payload, headers, lines, fut, checked, alone))
         if self._task is None:
             self._task = loop.create_task(self._run(), name="rollcut-group-commit")
         self._wake.set()
@@ -166,14 +170,21 @@ class GroupCommit:
         flight at once would have the second refused whole, then re-sent one by one. Holding those
         events for the next batch keeps every batch whole; their order is kept, since all of a
         rollout's queued events wait together.
+
+        A message whose check names several subjects (a wildcard: a claim across every instance's
+        subject of an attempt) goes alone: in an atomic batch the server checks each message against
+        the stream as it was before the batch, so two claims in one batch both succeeded.
         """
-        if not self.one_in_flight_per_subject:
+        if not self.one_in_flight_per_subject and not self._alone:
             take, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
             return take
+        if self._queue[0].alone and self._queue[0].checked not in self._in_flight:
+            self._alone -= 1
+            return [self._queue.pop(0)]
         take, held, busy = [], [], self._in_flight
         for it in self._queue:
             key = it.checked
-            if len(take) >= self._max_batch or (key is not None and key in busy):
+            if len(take) >= self._max_batch or it.alone or (key is not None and key in busy):
                 held.append(it)
             else:
                 take.append(it)

@@ -27,7 +27,7 @@ class Lane(StrEnum):
     FENCE = "fence"
     """``rc.<ns>.fence.<rollout>``: the attempt lifecycle, written by collector and coordinator."""
     EVENTS = "events"
-    """``rc.<ns>.ev.<rollout>.<attempt>.<component>``: what one attempt did."""
+    """``rc.<ns>.ev.<rollout>.<attempt>.<component>[.<instance>]``: what one attempt did."""
     MARKER = "marker"
     """``rc.<ns>.mark.<lane>``: checkpoint markers and participant replies."""
 

@@ -57,7 +57,7 @@ from ._stream import (
     connect,
     ensure_stream,
 )
-from ._subjects import Subjects, check_token, is_fence_kind
+from ._subjects import Subjects, is_fence_kind
 
 __all__ = ["EventLog", "FenceState", "ReadScope", "StoredEvent", "input_digest"]
 
@@ -298,12 +298,11 @@ class EventLog(StreamApi, FenceOps):
         return out.seq
 
     async def claim(self, event: RolloutEvent) -> int | None:
-        """Append ``event`` only as the first record on its subject; None if something is already there.
-
-        A compare-and-set on the event's own subject (an attempt's agent subject), not on the
-        fence: a stale attempt's claim may be stored, but every write it would then make is fenced.
-        """
-        return await self._append_if_last(event, 0)
+        """Append ``event`` only as its component's first record in its attempt, by any instance;
+        None if one is there. A compare-and-set across those instances' subjects, not on the fence:
+        a stale attempt's claim may be stored, but every write it would then make is fenced."""
+        every = self.subjects.event(event.rollout_id, event.attempt, event.component, "*")
+        return await self._append_if_last(event, 0, every)
 
     async def append_expecting(self, event: Event, expect_last_seq: int) -> int | None:
         """Append only if the event's subject still ends at ``expect_last_seq`` (0: empty).
@@ -315,10 +314,13 @@ class EventLog(StreamApi, FenceOps):
             raise FenceError("rollout events are fenced by their attempt, not by append_expecting")
         return await self._append_if_last(event, expect_last_seq)
 
-    async def _append_if_last(self, event: Event, expect_last_seq: int) -> int | None:
-        """The compare-and-set on the event's own subject; None when its last sequence moved."""
+    async def _append_if_last(self, event: Event, expect_last_seq: int, on: str | None = None) -> int | None:
+        """The compare-and-set on the event's own subject (or the subjects ``on`` matches); None when
+        their last sequence moved."""
         subject, frame = self._encode(event)
         headers = {_MSG_ID: event.event_id, _EXPECT_SEQ: str(expect_last_seq)}
+        if on is not None:
+            headers[_EXPECT_SUBJ] = on
         out = await self._commit.submit(subject, frame, headers)
         if out.err_code == ERR_WRONG_LAST_SEQUENCE:
             return None
@@ -368,29 +370,32 @@ class EventLog(StreamApi, FenceOps):
         strict: bool = True,
         component: str | None = None,
     ) -> AsyncIterator[list[StoredEvent]]:
-        """Like :meth:`read`, a page at a time: bulk consumers skip a hop per event."""
+        """Like :meth:`read`, a page at a time: bulk consumers skip a hop per event. With
+        ``component``, in stream order within each subject shape (a Gym server role's events on
+        their writers' subjects first, then any on the shape written before)."""
         if attempt is not None and rollout_id is None:
             raise FenceError("reading one attempt needs its rollout_id too")
         if up_to is None and self._confirm is not None:
             # "to the end" is the end the leader has now: a replica that is behind would end sooner
             up_to = await self.last_seq()
         if rollout_id is None:
-            subject = None
+            subjects: list[str | None] = [None]
             if component is not None:
-                subject = f"{self.subjects.prefix}.ev.*.*.{check_token(component, 'component')}"
-            pages = scan(
-                self.nc,
-                self.stream,
-                start=start,
-                up_to=up_to,
-                subject=subject,
-                outage_s=self.config.outage_s,
-                confirm=self._confirm,
-            )
-            async for pg in pages:
-                with paused():
-                    decoded = [self._decode(m, strict) for m in pg]
-                yield decoded
+                subjects = [*self.subjects.component_filters(component)]
+            for subject in subjects:
+                pages = scan(
+                    self.nc,
+                    self.stream,
+                    start=start,
+                    up_to=up_to,
+                    subject=subject,
+                    outage_s=self.config.outage_s,
+                    confirm=self._confirm,
+                )
+                async for pg in pages:
+                    with paused():
+                        decoded = [self._decode(m, strict) for m in pg]
+                    yield decoded
             return
         if attempt is not None:
             filters = [self.subjects.attempt_filter(rollout_id, attempt)]

@@ -9,7 +9,7 @@ the identity's own name, i.e. the participant instance):
   stream's JetStream API; it hears every instance's ``hello.*.*``.
 - collector: fences (dispatch), ``ev.*.*.collector`` (result hand-off) and the
   collector lease lane.
-- model, agent, resources, environment: ``ev.*.*.<its component>``, **its own**
+- model, agent, resources, environment: ``ev.*.*.<its component>.<name>``, **its own**
   marker lane ``mark.<name>`` and **its own** ``hello.<component>.<name>``, plus
   direct gets; it subscribes to **its own** control subject
   ``ctl.<component>.<name>``, the ping, the lifecycle subjects and ``$SRV.>``,
@@ -27,12 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ConfigError
-from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, Subjects
+from ._subjects import COLLECTOR_LANE, COORDINATOR_LANE, PARTICIPANT_ROLES, Subjects
 
 __all__ = ["PARTICIPANT_ROLES", "ROLES", "jwt_permissions", "permissions"]
 
-PARTICIPANT_ROLES = ("model", "agent", "resources", "environment")
-"""The roles of Gym servers: each instance of one has its own identity and subjects."""
 ROLES = ("admin", "coordinator", "collector", *PARTICIPANT_ROLES)
 """Every role a credentials file holds a key for."""
 
@@ -89,7 +87,7 @@ def permissions(role: str, s: Subjects, name: str = "*") -> dict[str, Any]:
         return {
             "publish": {
                 "allow": [
-                    f"{p}.ev.*.*.{role}",
+                    s.event("*", "*", role, name),  # an attempt's events, on its own subject only
                     s.mark(name),
                     s.hello(role, name),
                     *js_read,

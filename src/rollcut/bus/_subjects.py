@@ -1,6 +1,9 @@
 """The subject map: where each event lives, and the reverse.
 
-    rc.<ns>.ev.<rollout_id>.<attempt>.<component>   events of one attempt
+    rc.<ns>.ev.<rollout_id>.<attempt>.<role>.<inst> events of one attempt by one instance of a Gym
+                                                    server role (the writer: docs/security.md)
+    rc.<ns>.ev.<rollout_id>.<attempt>.collector     the collector's events of one attempt
+    rc.<ns>.ev.<rollout_id>.<attempt>.<component>   (written before: any component, writer unknown)
     rc.<ns>.fence.<rollout_id>                      attempt lifecycle (dispatch, open, tombstone)
     rc.<ns>.mark.checkpoint                         the coordinator lane: prepare, seal, commit, abort
     rc.<ns>.mark.<instance>                         a participant's own markers (replies, lease expiry)
@@ -23,7 +26,18 @@ from .._errors import ConfigError
 from ._events import CheckpointEvent, CollectorLease, Event, RolloutEvent
 from ._kinds import Lane, spec_of
 
-__all__ = ["COLLECTOR_LANE", "COORDINATOR_LANE", "ParsedSubject", "Subjects", "check_token"]
+__all__ = [
+    "COLLECTOR_LANE",
+    "COORDINATOR_LANE",
+    "PARTICIPANT_ROLES",
+    "ParsedSubject",
+    "Subjects",
+    "check_token",
+]
+
+PARTICIPANT_ROLES = ("model", "agent", "resources", "environment")
+"""The roles of Gym servers: each instance of one has its own identity and subjects, and writes an
+attempt's events on a subject that names it (the role's permissions let it write no other)."""
 
 COORDINATOR_LANE = "checkpoint"
 """The marker lane the coordinator's checkpoint markers go to."""
@@ -47,6 +61,9 @@ class ParsedSubject(NamedTuple):
     attempt: int | None
     component: str | None
     lane: str | None
+    instance: str | None = None
+    """On an event subject of a Gym server role: the instance whose subject it is (the writer, as
+    far as the server's permissions say); None on a subject written before, or the collector's."""
 
 
 class Subjects:
@@ -65,8 +82,11 @@ class Subjects:
             f"{self.prefix}.mark.*",
         ]
 
-    def event(self, rollout_id: str, attempt: int, component: str) -> str:
-        return f"{self.prefix}.ev.{rollout_id}.{attempt}.{component}"
+    def event(self, rollout_id: str, attempt: int | str, component: str, instance: str | None = None) -> str:
+        """An attempt's events by ``component``; by one instance of it, with ``instance`` (how every
+        Gym server role writes), or any instance with ``instance="*"`` (a filter)."""
+        base = f"{self.prefix}.ev.{rollout_id}.{attempt}.{component}"
+        return base if instance is None else f"{base}.{instance}"
 
     def fence(self, rollout_id: str) -> str:
         return f"{self.prefix}.fence.{rollout_id}"
@@ -88,7 +108,15 @@ class Subjects:
         return f"{self.prefix}.ping"
 
     def attempt_filter(self, rollout_id: str, attempt: int) -> str:
-        return f"{self.prefix}.ev.{rollout_id}.{attempt}.*"
+        return f"{self.prefix}.ev.{rollout_id}.{attempt}.>"
+
+    def component_filters(self, component: str, rollout_id: str = "*") -> list[str]:
+        """Every subject ``component``'s events of ``rollout_id`` (any attempt) may be stored on: a
+        Gym server role's on its writers' own subjects, then, for every component, the shape
+        written before (a log from an older rollcut)."""
+        c = check_token(component, "component")
+        writers = [self.event(rollout_id, "*", c, "*")] if c in PARTICIPANT_ROLES else []
+        return [*writers, self.event(rollout_id, "*", c)]
 
     def rollout_filters(self, rollout_id: str) -> list[str]:
         return [self.fence(rollout_id), f"{self.prefix}.ev.{rollout_id}.>"]
@@ -98,7 +126,10 @@ class Subjects:
         if isinstance(event, RolloutEvent):
             if spec_of(event).lane is Lane.FENCE:
                 return self.fence(event.rollout_id)
-            return self.event(event.rollout_id, event.attempt, event.component)
+            instance = (
+                check_token(event.instance, "instance") if event.component in PARTICIPANT_ROLES else None
+            )
+            return self.event(event.rollout_id, event.attempt, event.component, instance)
         if isinstance(event, CollectorLease):
             return self.mark(COLLECTOR_LANE)
         if isinstance(event, CheckpointEvent):
@@ -126,6 +157,8 @@ class Subjects:
             fam = parts[2]
             if fam == "ev" and len(parts) == 6 and parts[4].isdigit():
                 return ParsedSubject("ev", parts[3], int(parts[4]), parts[5], None)
+            if fam == "ev" and len(parts) == 7 and parts[4].isdigit() and parts[5] in PARTICIPANT_ROLES:
+                return ParsedSubject("ev", parts[3], int(parts[4]), parts[5], None, parts[6])
             if fam == "fence" and len(parts) == 4:
                 return ParsedSubject("fence", parts[3], None, None, None)
             if fam == "mark" and len(parts) == 4:

@@ -55,7 +55,7 @@ async def claim_attempt(log: EventLog, instance: str, ident: Identity, *, runnin
         raise GymError(ErrorKind.ATTEMPT_IN_USE, f"{ident.rollout_id}/{ident.attempt} is running here")
     already = f"{ident.rollout_id}/{ident.attempt} has already run; continue it as the next attempt"
     # model calls with no claim before them: a run that did not claim (an older rollcut)
-    if await log.last_on(log.subjects.event(ident.rollout_id, ident.attempt, "model")):
+    if await log.last_on(log.subjects.event(ident.rollout_id, ident.attempt, "model", "*")):
         raise GymError(ErrorKind.ATTEMPT_IN_USE, already)
     # only an open attempt of a dispatched rollout is claimed: a claim is on the log for good
     state = await log.fence_state(ident.rollout_id)

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 
 from .._errors import ConfigError
-from ..bus import COLLECTOR_LANE, COORDINATOR_LANE, EventLog
+from ..bus import COLLECTOR_LANE, COORDINATOR_LANE, PARTICIPANT_ROLES, EventLog
 from ..sandbox import compact_blobs
 from ..tokens import Releasable
 from ._ledger import Ledger
@@ -46,7 +46,6 @@ from ._ledger import Ledger
 __all__ = ["CompactionReport", "compact"]
 
 _COMPACTED_TO = "compacted_to"
-_PURGED_COMPONENTS = ("model", "agent", "resources", "environment")
 _CONCURRENT_PURGES = 64
 
 
@@ -96,9 +95,10 @@ async def compact(
     rollouts = ledger.accepted_between(done_to, horizon)  # the range this run frees, not every rollout
     s = log.subjects
     purges: list[tuple[str, int | None, int | None]] = [
-        (f"{s.prefix}.ev.{rid}.*.{component}", None, None)
+        (subject, None, None)
         for rid in rollouts
-        for component in _PURGED_COMPONENTS
+        for component in PARTICIPANT_ROLES
+        for subject in s.component_filters(component, rid)
     ]
     if horizon > done_to:
         for lane in await _lanes(log):

@@ -29,6 +29,7 @@ from ..bus import (
     RolloutRetired,
     StoredEvent,
     Subjects,
+    spec_of,
 )
 from ._fold import FoldRegistry, default_registry
 from ._lineage import Segment, lineage
@@ -44,6 +45,9 @@ class AttemptState(msgspec.Struct, kw_only=True):
     from_cut: int = 0
     first_seq: int = 0
     tombstoned_seq: int | None = None
+    holders: dict[str, str] = {}
+    """Per Gym server role, the instance that wrote the attempt's first event of it (from the
+    subject: the server lets an instance write on its own only)."""
     sessions: dict[str, Any] = {}
     events: int = 0
     last_seq: int = 0
@@ -64,6 +68,9 @@ class RolloutState(msgspec.Struct, kw_only=True):
     retired: str | None = None  # the reason, once retired
     last_seq: int = 0
     corrupt_seqs: list[int] = []
+    foreign: str | None = None
+    """Why the rollout cannot be shown to be one run: an instance of a role wrote in an attempt
+    another instance of it holds (the first to write there). A restore restarts it from its input."""
 
     @property
     def status(self) -> str:
@@ -71,7 +78,7 @@ class RolloutState(msgspec.Struct, kw_only=True):
             return "accepted"
         if self.retired is not None:
             return "retired"
-        if self.corrupt_seqs:
+        if self.corrupt_seqs or self.foreign is not None:
             return "corrupt"
         if not self.dispatch_seq:
             return "unknown"
@@ -162,6 +169,14 @@ class Replayer:
         a.last_seq = stored.seq
         if not a.first_seq:
             a.first_seq = stored.seq
+        writer = self.subjects.parse(stored.subject).instance
+        if writer is not None:
+            holder = a.holders.setdefault(ev.component, writer)
+            if holder != writer and r.foreign is None:
+                r.foreign = (
+                    f"{writer} wrote {spec_of(ev).kind} (seq {stored.seq}) in attempt {ev.attempt}, "
+                    f"which {holder} holds for {ev.component}"
+                )
         if type(ev) is ResultAccepted:
             r.accepted, r.accepted_seq = ev, stored.seq
             self._finished(r)

@@ -129,7 +129,7 @@ class ModelService:
             remember(self._retired, rollout_id, reason, 10_000)
 
     async def _parent(self, ident: Identity) -> str | None:
-        last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model"))
+        last = await self.log.last_on(self.log.subjects.event(ident.rollout_id, ident.attempt, "model", "*"))
         ev = last.event if last else None
         if ev is None:
             return _FIRST if ident.attempt > 1 else None

@@ -412,11 +412,76 @@ def upstream_journal() -> list[Event]:
     ]
 
 
+def writers_on_their_subjects() -> list[Event]:
+    """Issue 54's shape: each Gym server instance's events on a subject that names it. w1 runs to its
+    result; w2's attempt 1 is held by model-w0, and model-w1 writes there too (the rollout is
+    recorded as foreign); w2 then goes on as attempt 2, which model-w1 holds alone."""
+    ids = _ids()
+
+    def ev(cls: type[Event], component: str, instance: str = "", **kw: Any) -> Event:
+        who = instance or f"{component}-w0"
+        return cls(component=component, instance=who, **next(ids), **kw)  # type: ignore[call-arg]
+
+    out: list[Event] = []
+    for rid in ("w1", "w2"):
+        out.append(
+            ev(
+                RolloutDispatched,
+                "collector",
+                rollout_id=rid,
+                attempt=1,
+                input={"env": "counter"},
+                input_digest=DIGEST,
+            )
+        )
+    w1, w2 = {"rollout_id": "w1", "attempt": 1}, {"rollout_id": "w2", "attempt": 1}
+    out += [
+        ev(AttemptClaimed, "agent", **w1),
+        ev(ResourcesSeeded, "resources", **w1, session="counter", env="counter", seed={"start": 1}),
+        ev(ModelCallAdmitted, "model", **w1, call_id="c1", request_digest=DIGEST),
+        ev(
+            ModelCallCompleted,
+            "model",
+            **w1,
+            call_id="c1",
+            request_digest=DIGEST,
+            receipt=_receipt(1, 9),
+            response={"role": "assistant", "content": "2"},
+        ),
+        ev(
+            AgentBoundary,
+            "agent",
+            **w1,
+            record=AgentBoundaryRecord(
+                turn=1, output_items=[{"role": "assistant", "content": "2"}], last_model_call_id="c1"
+            ),
+        ),
+        ev(RolloutCompleted, "agent", **w1, reward=1.0, result_digest=DIGEST),
+        ev(ResultAccepted, "collector", **w1, result_digest=DIGEST),
+        ev(AttemptClaimed, "agent", **w2),
+        ev(ModelCallAdmitted, "model", **w2, call_id="c2", request_digest=DIGEST),
+        ev(ModelCallAdmitted, "model", "model-w1", **w2, call_id="c3", request_digest=DIGEST),
+        ev(AttemptTombstoned, "coordinator", rollout_id="w2", attempt=1, reason="restore", next_attempt=2),
+        ev(AttemptOpened, "coordinator", rollout_id="w2", attempt=2, previous_attempt=1, from_cut=0),
+        ev(
+            ModelCallAdmitted,
+            "model",
+            "model-w1",
+            rollout_id="w2",
+            attempt=2,
+            call_id="c4",
+            request_digest=DIGEST,
+        ),
+    ]
+    return out
+
+
 HISTORIES = {
     "episode_with_continuation": episode_with_continuation,
     "opaque_agent_replay": opaque_agent_replay,
     "sandboxes": sandboxes,
     "upstream_journal": upstream_journal,
+    "writers_on_their_subjects": writers_on_their_subjects,
 }
 
 

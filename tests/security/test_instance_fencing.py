@@ -67,9 +67,10 @@ async def test_an_instance_writing_in_an_attempt_its_sibling_holds_gets_that_rol
         await admin.dispatch(rid, {}, instance="collector-0")
         await w1.append(_as("model-w1", rid, f"{rid}-c1"))
     await w0.append(_as("model-w0", "held", "held-c2"))  # allowed: its own subject
-    state = (await replay(admin)).rollouts
-    assert state["held"].status == "corrupt" and state["bystander"].status == "running"
-    assert state["held"].foreign is not None and state["bystander"].foreign is None
+    result = await replay(admin)
+    held, bystander = result.rollouts["held"], result.rollouts["bystander"]
+    assert held.foreign_at(result.cut) is not None and bystander.foreign_at(result.cut) is None
+    assert held.attempts[1].holders == bystander.attempts[1].holders == {"model": "model-w1"}
     with Ledger(tmp_path / "ledger") as ledger, LocalTokenStore(tmp_path / "tokens") as tokens:
         await Coordinator(admin, ledger, tokens).checkpoint(deadline_s=5)
         plan = await plan_recovery(admin, ledger)
@@ -77,3 +78,11 @@ async def test_an_instance_writing_in_an_attempt_its_sibling_holds_gets_that_rol
     why = plan.quarantined["held"]
     assert why.startswith("model-w0 wrote model.") and "which model-w1 holds for model" in why
     assert "held" not in plan.reuse_completed  # nothing of the attempt is trusted
+    # restarted from its input (as the restore does), its new attempt is held by one writer: the
+    # next restore continues it, the old attempt's mixed writers no longer in its lineage
+    await admin.supersede("held", 1, instance="coordinator", reason="restart", from_cut=0)
+    await w0.append(msgspec.structs.replace(model_event("held", 2, "held-c3"), instance="model-w0"))
+    with Ledger(tmp_path / "ledger") as ledger, LocalTokenStore(tmp_path / "tokens") as tokens:
+        await Coordinator(admin, ledger, tokens).checkpoint(deadline_s=5)
+        again = await plan_recovery(admin, ledger)
+    assert sorted(again.continue_) == ["bystander", "held"] and again.quarantined == {}

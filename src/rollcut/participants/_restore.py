@@ -122,8 +122,8 @@ async def plan_recovery(
         # anything still continues what its predecessor had reached by the cut it continued from
         if rid in bad:
             plan.quarantined[rid] = bad[rid]
-        elif st is not None and st.foreign is not None:
-            plan.quarantined[rid] = bad[rid] = st.foreign
+        elif st is not None and (foreign := st.foreign_at(plan.cut)) is not None:
+            plan.quarantined[rid] = bad[rid] = foreign
         if st is None or not st.open or st.corrupt_seqs or rid in bad or not st.progressed(plan.cut):
             plan.fresh_dispatch.append(rid)
             if rid not in bad and not (st is not None and st.corrupt_seqs):

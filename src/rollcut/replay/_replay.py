@@ -48,6 +48,10 @@ class AttemptState(msgspec.Struct, kw_only=True):
     holders: dict[str, str] = {}
     """Per Gym server role, the instance that wrote the attempt's first event of it (from the
     subject: the server lets an instance write on its own only)."""
+    foreign: str | None = None
+    """Why the attempt cannot be shown to be one run: an instance of a role wrote in it while another
+    instance of that role holds it."""
+    foreign_seq: int = 0
     sessions: dict[str, Any] = {}
     events: int = 0
     last_seq: int = 0
@@ -68,9 +72,6 @@ class RolloutState(msgspec.Struct, kw_only=True):
     retired: str | None = None  # the reason, once retired
     last_seq: int = 0
     corrupt_seqs: list[int] = []
-    foreign: str | None = None
-    """Why the rollout cannot be shown to be one run: an instance of a role wrote in an attempt
-    another instance of it holds (the first to write there). A restore restarts it from its input."""
 
     @property
     def status(self) -> str:
@@ -78,7 +79,7 @@ class RolloutState(msgspec.Struct, kw_only=True):
             return "accepted"
         if self.retired is not None:
             return "retired"
-        if self.corrupt_seqs or self.foreign is not None:
+        if self.corrupt_seqs:
             return "corrupt"
         if not self.dispatch_seq:
             return "unknown"
@@ -91,6 +92,16 @@ class RolloutState(msgspec.Struct, kw_only=True):
         """The attempts (each up to a bound) whose events make up this rollout's state at ``cut``."""
         opened = {a.attempt: (a.opened_seq, a.from_cut) for a in self.attempts.values() if a.opened_seq}
         return lineage(opened, cut)
+
+    def foreign_at(self, cut: int) -> str | None:
+        """Why the rollout's state at ``cut`` cannot be shown to be one run: an attempt of its lineage
+        there was written in by two instances of one role by then (a restore restarts it from its
+        input); None when it can."""
+        for seg in self.lineage(cut):
+            a = self.attempts[seg.attempt]
+            if a.foreign is not None and a.foreign_seq <= seg.up_to:
+                return a.foreign
+        return None
 
     def progressed(self, cut: int) -> bool:
         """Whether any attempt of the lineage at ``cut`` had done something by then."""
@@ -172,8 +183,9 @@ class Replayer:
         writer = self.subjects.parse(stored.subject).instance
         if writer is not None:
             holder = a.holders.setdefault(ev.component, writer)
-            if holder != writer and r.foreign is None:
-                r.foreign = (
+            if holder != writer and a.foreign is None:
+                a.foreign_seq = stored.seq
+                a.foreign = (
                     f"{writer} wrote {spec_of(ev).kind} (seq {stored.seq}) in attempt {ev.attempt}, "
                     f"which {holder} holds for {ev.component}"
                 )

@@ -118,7 +118,7 @@ async def _fetch_riding_out(
     timeout: float,
     stream: str,
     outage_s: float,
-    sent: asyncio.Event,
+    sent: asyncio.Event | None,
 ) -> _Page:
     """A page, asked again while the bus does not answer (a node restarting, a leader being
     elected), for up to ``outage_s``: a read is as patient as an append. Each try keeps the whole
@@ -134,8 +134,16 @@ async def _fetch_riding_out(
 
 
 async def _fetch(
-    nc: NATS, api: str, req: dict[str, object], limit: int, timeout: float, stream: str, sent: asyncio.Event
+    nc: NATS,
+    api: str,
+    req: dict[str, object],
+    limit: int,
+    timeout: float,
+    stream: str,
+    sent: asyncio.Event | None,
 ) -> _Page:
+    """One page. ``sent`` (a prefetch someone waits on) is set once the request is on the wire; only
+    then is a round trip spent to know it: a first page's caller waits for the page itself."""
     pg = _Page()
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=pg.on_msg, pending_msgs_limit=limit + 16)
@@ -146,9 +154,10 @@ async def _fetch(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await nc.publish(api, msgspec.json.encode(req), reply=inbox)
-        with contextlib.suppress(nats.errors.Error):  # sent or not, the page's own wait decides
-            await nc.flush(max(1, round(timeout)))  # on the wire: the server works while the caller decodes
-        sent.set()
+        if sent is not None:
+            with contextlib.suppress(nats.errors.Error):  # sent or not, the page's own wait decides
+                await nc.flush(max(1, round(timeout)))  # on the wire: the server works meanwhile
+            sent.set()
         try:
             await asyncio.wait_for(pg.done.wait(), max(0.0, deadline - loop.time()))
         except TimeoutError as exc:
@@ -206,9 +215,9 @@ async def scan(
             req["next_by_subj"] = subject
         return req, want
 
-    def start_fetch(seq: int) -> asyncio.Task[_Page]:
+    def start_fetch(seq: int, ahead: asyncio.Event | None = None) -> asyncio.Task[_Page]:
         req, want = request(seq)
-        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s, sent))
+        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s, ahead))
 
     async def on_its_way(fetch: asyncio.Task[_Page]) -> None:
         """Until the request has left (or the fetch ended): a task only runs when the caller awaits,
@@ -236,7 +245,7 @@ async def scan(
                 behind = None
                 if pg.pending > 0 and (up_to is None or seq <= up_to):
                     sent.clear()
-                    pending = start_fetch(seq)
+                    pending = start_fetch(seq, sent)
                     await on_its_way(pending)
             msgs = pg.messages
             if up_to is not None and msgs and msgs[-1].seq > up_to:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -110,16 +111,7 @@ class _Unanswered(BusError):
     """A page request nobody answered, or answered "no responders": the bus is between servers."""
 
 
-async def _fetch_riding_out(
-    nc: NATS,
-    api: str,
-    req: dict[str, object],
-    limit: int,
-    timeout: float,
-    stream: str,
-    outage_s: float,
-    sent: asyncio.Event | None,
-) -> _Page:
+async def _fetch_riding_out(nc: NATS, outage_s: float, fetch: Callable[[], Awaitable[_Page]]) -> _Page:
     """A page, asked again while the bus does not answer (a node restarting, a leader being
     elected), for up to ``outage_s``: a read is as patient as an append. Each try keeps the whole
     ``timeout``: a page of 2,048 events on a busy machine may take seconds, and a page asked again
@@ -127,7 +119,7 @@ async def _fetch_riding_out(
     patience = Patience(outage_s, gone=gone_flag(nc))
     while True:
         try:
-            return await _fetch(nc, api, req, limit, timeout, stream, sent)
+            return await fetch()
         except _Unanswered as exc:
             last = exc
         await patience.again(last)
@@ -217,7 +209,8 @@ async def scan(
 
     def start_fetch(seq: int, ahead: asyncio.Event | None = None) -> asyncio.Task[_Page]:
         req, want = request(seq)
-        return asyncio.ensure_future(_fetch_riding_out(nc, api, req, want, timeout, stream, outage_s, ahead))
+        fetch = functools.partial(_fetch, nc, api, req, want, timeout, stream, ahead)
+        return asyncio.ensure_future(_fetch_riding_out(nc, outage_s, fetch))
 
     async def on_its_way(fetch: asyncio.Task[_Page]) -> None:
         """Until the request has left (or the fetch ended): a task only runs when the caller awaits,

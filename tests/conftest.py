@@ -70,6 +70,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     )
 
 
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds per file, setup and teardown included, summed on the process that reports (with
+    pytest-xdist the controller hears every worker's reports)."""
+    path = report.nodeid.split("::", 1)[0]
+    _spent[path] = _spent.get(path, 0.0) + report.duration
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's seconds per file in pytest's cache (``.pytest_cache/v/rollcut/durations``): what
+    ``tests/durations.json`` is refreshed from after a full run, the longest file first. A worker
+    keeps none (its controller has them all)."""
+    if _spent and not hasattr(config, "workerinput") and config.cache is not None:
+        config.cache.set(
+            "rollcut/durations", {k: round(v) for k, v in sorted(_spent.items(), key=lambda kv: -kv[1])}
+        )
+
+
 def _docker_nats() -> Iterator[str]:
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs

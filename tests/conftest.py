@@ -85,8 +85,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The run's seconds per file in pytest's cache (``.pytest_cache/v/rollcut/durations``): what
     ``tests/durations.json`` is refreshed from after a full run, the longest file first. A worker
     keeps none (its controller has them all)."""
-    if _spent and not hasattr(config, "workerinput") and config.cache is not None:
-        config.cache.set(
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if _spent and not hasattr(config, "workerinput") and cache is not None:
+        cache.set(
             "rollcut/durations", {k: round(v) for k, v in sorted(_spent.items(), key=lambda kv: -kv[1])}
         )
 

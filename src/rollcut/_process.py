@@ -1,5 +1,6 @@
 """Processes of this host: whether one still exists (a lease or a harness asks before it trusts a pid),
-a free loopback port for one to listen on, and children that die with their parent."""
+a free loopback port for one to listen on or a listening socket to hand it, and children that die
+with their parent."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ __all__ = [
     "BUS_LOST_EXIT",
     "DEAD_DIR_PREFIXES",
     "free_port",
+    "inherited_listener",
     "kill_group",
     "lifeline",
+    "listener",
     "pid_alive",
     "sweep_all_dead_dirs",
     "sweep_dead_dirs",
@@ -86,6 +89,44 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: the kernel picks), inheritable: what a server's
+    workers share, bound once by their parent, or what a harness binds and hands a server it starts
+    (``--fd``), so the server's address is known before it runs and whoever is started with it
+    needs no wait (a connection made before the server accepts waits in the backlog)."""
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
+    # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def inherited_listener(fd: int) -> socket.socket:
+    """The listening TCP socket at ``fd``, handed down by whoever started this process (socket
+    activation, as uvicorn's ``--fd``). Raises ``OSError`` naming what it is instead."""
+    try:
+        sock = socket.socket(fileno=fd)  # family, type and protocol read from the descriptor
+    except OSError as exc:
+        raise OSError(f"descriptor {fd} is not a TCP socket ({exc.strerror})") from exc
+    try:
+        if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"descriptor {fd} is not a TCP socket")
+        if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise OSError(f"descriptor {fd} is a TCP socket that is not listening")
+    except OSError:
+        sock.detach()  # not ours to close: whoever passed it learns from the error
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 DEAD_DIR_PREFIXES = ("rollcut-peers-", "rollcut-relay-", "rollcut-agent-")

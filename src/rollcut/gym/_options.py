@@ -52,6 +52,14 @@ class ServeOptions(msgspec.Struct, kw_only=True, tag_field="kind"):
     ] = 1
     host: Annotated[str, flag("Listen address.")] = "127.0.0.1"
     port: Annotated[int, flag("Listen port; 0 picks a free one (printed as LISTENING <url>).")] = 0
+    fd: Annotated[
+        int | None,
+        flag(
+            "Serve on this inherited listening TCP socket instead of binding --host/--port: whoever "
+            "starts the server bound it and knows its address before it runs (as uvicorn's --fd).",
+            min=0,
+        ),
+    ] = None
     name: Annotated[
         str,
         flag("Participant group name (default: the server kind; a resources server's env, an agent's kind)."),

@@ -244,6 +244,7 @@ def serve(opts: ServeSpec) -> None:
         child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
         identities=worker_identities(opts),
+        fd=opts.fd,
     )
 
 

@@ -18,7 +18,8 @@ import uvicorn
 
 from .._errors import ServerStartError
 from .._metrics import multiproc_env, worker_gone
-from .._process import BUS_LOST_EXIT, lifeline, sweep_dead_dirs
+from .._process import BUS_LOST_EXIT, inherited_listener, lifeline, sweep_dead_dirs
+from .._process import listener as bind  # the listening socket a server's workers share
 from ..bus import WorkerIdentities
 from ._peers import Peers, bind_peer_sockets
 
@@ -29,18 +30,6 @@ def say(line: str) -> None:
     """One readiness line on stdout, flushed (the harness waits on ``LISTENING``/``READY``)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket a server's workers share (bound once, by the parent)."""
-    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
-    # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 KEEP_ALIVE_S = 75
@@ -117,8 +106,10 @@ def run_servers(
     child_argv: list[str],
     serve_one: ServeOne,
     identities: WorkerIdentities | None = None,
+    fd: int | None = None,
 ) -> None:
-    """Blocking: bind once, then serve in this process (1 worker) or in ``workers`` children.
+    """Blocking: bind once (or take the listening socket ``fd`` handed down), then serve in this
+    process (1 worker) or in ``workers`` children.
 
     With several workers the parent binds, besides the port, one private unix
     socket per worker (how workers hand each other a rollout's requests, see
@@ -132,8 +123,12 @@ def run_servers(
     for this process: the next server to start removes one whose process is gone (a SIGKILLed
     parent runs no cleanup).
     """
-    sock = bind(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
+    try:
+        sock = bind(host, port) if fd is None else inherited_listener(fd)
+    except OSError as exc:
+        raise ServerStartError(f"cannot listen: {exc}") from exc
+    address, bound = sock.getsockname()[:2]
+    url = f"http://{address}:{bound}"
     say(f"LISTENING {url}")
     sweep_dead_dirs("rollcut-peers-")  # what a SIGKILLed server of several workers left, at any start
     if workers == 1:

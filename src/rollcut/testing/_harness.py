@@ -9,18 +9,21 @@ printed its readiness lines, and a crash is SIGKILL of every process of it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import kill_group, lifeline, pid_alive, sweep_all_dead_dirs, temp_dir
+from .._process import kill_group, lifeline, listener, pid_alive, sweep_all_dead_dirs, temp_dir
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -39,9 +42,19 @@ class ServerProcess:
     """
 
     def __init__(
-        self, argv: list[str], workers: int = 1, logs: Path | None = None, command: list[str] | None = None
+        self,
+        argv: list[str],
+        workers: int = 1,
+        logs: Path | None = None,
+        command: list[str] | None = None,
+        *,
+        listen: tuple[str, int] | None = None,
     ) -> None:
         self.argv, self.workers, self.logs = argv, workers, logs
+        # (host, port) this harness binds and hands the server as ``--fd`` at each start: its url is
+        # known at launch, so whoever needs its address starts beside it (see :func:`start_stack`);
+        # after the first start the port it got, as a supervisor restarts a server where it was
+        self.listen = listen
         # a resources server is named by its environment, or by the server it fronts (nemo-gym NAME)
         # its positionals (kind, then its environment or agent, then the server it fronts); a resources
         # server is named by the last of them (nemo-gym NAME: NAME), every other by its kind
@@ -58,8 +71,10 @@ class ServerProcess:
 
     @classmethod
     def serving(cls, opts: ServeSpec, logs: Path | None = None) -> ServerProcess:
-        """The process ``rollcut serve`` runs for ``opts`` (not started yet)."""
-        return cls(cli_argv(opts), workers=opts.workers, logs=logs)
+        """The process ``rollcut serve`` runs for ``opts`` (not started yet), on a listening socket
+        this harness binds (``--fd``) unless ``opts`` names one."""
+        listen = (opts.host, opts.port) if opts.fd is None else None
+        return cls(cli_argv(opts), workers=opts.workers, logs=logs, listen=listen)
 
     @property
     def port(self) -> int:
@@ -98,14 +113,31 @@ class ServerProcess:
         # its own process group: a crash is one SIGKILL to the group, which also reaches a worker
         # its parent restarted since (whose pid this harness may not have read yet)
         self.temp_dir = temp_dir()  # where its processes make their directories
-        self.p = subprocess.Popen(
-            [*self.command, *self.argv],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-            preexec_fn=lifeline(),  # a test process that dies takes its servers with it
-        )
+        argv, sock = self.argv, None
+        if self.listen is not None:
+            host, port = self.listen
+            try:
+                sock = _listener(host, port)
+            except OSError as exc:
+                raise ServerStartError(
+                    f"rollcut serve {self.argv[0]}: cannot listen on {host}:{port}: {exc}"
+                ) from exc
+            self.listen = (host, int(sock.getsockname()[1]))
+            self.url = f"http://{host}:{self.listen[1]}"
+            argv = [*argv, "--fd", str(sock.fileno())]
+        try:
+            self.p = subprocess.Popen(
+                [*self.command, *argv],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+                preexec_fn=lifeline(),  # a test process that dies takes its servers with it
+                pass_fds=() if sock is None else (sock.fileno(),),
+            )
+        finally:
+            if sock is not None:  # the server's alone: once it dies, a connection is refused
+                sock.close()
         self.pids, self.instances = [], {}
         return self
 
@@ -155,6 +187,21 @@ class ServerProcess:
                 self.pids = [pid if p == self.instances[instance] else p for p in self.pids]
                 self.instances[instance] = pid
                 return pid
+
+
+def _listener(host: str, port: int, patience_s: float = 10.0) -> socket.socket:
+    """:func:`~rollcut._process.listener`, asked again while the port is in use: a server started
+    again where it was (a supervisor's restart) may find its SIGKILLed predecessor's workers still
+    exiting, holding the socket for a moment. Any other error, or the port still held after
+    ``patience_s``, is raised."""
+    give_up = time.monotonic() + patience_s
+    while True:
+        try:
+            return listener(host, port)
+        except OSError as exc:
+            if port == 0 or exc.errno != errno.EADDRINUSE or time.monotonic() >= give_up:
+                raise
+        time.sleep(0.05)  # the dying processes say nothing when they are gone: asked again
 
 
 def _vm_hwm_kb(pid: int) -> int:
@@ -248,8 +295,12 @@ def start_stack(
                     **(resources_options or {}),
                 )
             )
-        for p in [model, *servers.values()]:  # launched side by side; the agent needs their addresses
-            p.ready()
+        # every server starts at once when its address is known at launch (bound here); a launcher
+        # whose servers bind their own has the agent wait for their addresses, the environment
+        # server for the agent's
+        for p in [model, *servers.values()]:
+            if not p.url:
+                p.ready()
         agent = launch(
             AgentServe(
                 **of("agent"),
@@ -259,19 +310,26 @@ def start_stack(
                 port=ports.get("agent", 0),
                 **(agent_options or {}),
             )
-        ).ready()
-        if not environment:
-            return [model, *servers.values(), agent]
-        orchestrator = launch(
-            EnvironmentServe(
-                **of("environment"),
-                agent=agent.url,
-                port=ports.get("environment", 0),
-                **each,
-                **(environment_options or {}),
+        )
+        stack = [model, *servers.values(), agent]
+        if environment:
+            if not agent.url:
+                agent.ready()
+            stack.append(
+                launch(
+                    EnvironmentServe(
+                        **of("environment"),
+                        agent=agent.url,
+                        port=ports.get("environment", 0),
+                        **each,
+                        **(environment_options or {}),
+                    )
+                )
             )
-        ).ready()
-        return [model, *servers.values(), agent, orchestrator]
+        for p in stack:
+            if not p.pids:  # not waited for above (a ready server has said its workers' pids)
+                p.ready()
+        return stack
 
     try:
         return build()

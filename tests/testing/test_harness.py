@@ -4,7 +4,6 @@ refuses connections as one that bound its own port does."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -14,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollcut._home import credentials_for
-from rollcut.bus import BusConfig, EmbeddedServer, EventLog
 from rollcut.gym import ResourcesServe
-from rollcut.testing import ServerProcess, start_stack, stop_stack
+from rollcut.testing import ServerProcess
+
+from ..e2e.conftest import deploy
 
 
 def test_a_server_launched_by_the_harness_has_its_address_before_it_serves_and_refuses_once_dead(
@@ -49,7 +48,6 @@ def test_a_whole_stack_is_launched_before_any_of_it_is_waited_for(
 ) -> None:
     """The agent is told the model's and environments' addresses at launch and the environment
     server the agent's: every process of the stack runs before the first is waited for."""
-    creds = credentials_for(tmp_path / "nats", "t")
     waited: list[tuple[str, int]] = []
     ready = ServerProcess.ready
 
@@ -66,24 +64,13 @@ def test_a_whole_stack_is_launched_before_any_of_it_is_waited_for(
 
     monkeypatch.setattr(ServerProcess, "ready", noting)
     monkeypatch.setattr(ServerProcess, "launch", counting)
-    with EmbeddedServer(tmp_path / "nats", credentials=creds) as nats:
-        asyncio.run(_stream(nats.url, creds))
-        creds_file, tokens = tmp_path / "nats" / "credentials.json", tmp_path / "tokens"
-        stack = start_stack(nats.url, creds_file, tokens, namespace="t", agent_workers=1)
-        try:
-            names = [p.name for p in stack]
-            assert names == ["model", "counter", "blackjack", "workplace", "agent", "environment"]
-            assert waited == [(name, len(names)) for name in names]  # all six launched before any wait
-            env, agent = stack[-1], stack[-2]
-            health = httpx.get(f"{env.url}/healthz", timeout=30)
-            assert health.status_code == 200 and agent.alive()
-        finally:
-            stop_stack(stack)
-
-
-async def _stream(url: str, creds: object) -> None:
-    log = await EventLog.connect(BusConfig(url=url).as_role(creds, "admin"))  # type: ignore[arg-type]
-    await log.close()
+    with deploy(tmp_path) as dep:  # one agent worker, as every deployment of the suite
+        names = [p.name for p in dep.stack]
+        assert names == ["model", "counter", "blackjack", "workplace", "agent", "environment"]
+        assert waited == [(name, len(names)) for name in names]  # all six launched before any wait
+        env, agent = dep.stack[-1], dep.stack[-2]
+        health = httpx.get(f"{env.url}/healthz", timeout=30)
+        assert health.status_code == 200 and agent.alive()
 
 
 def test_a_descriptor_that_is_not_a_listening_socket_is_refused_naming_it(
@@ -106,3 +93,28 @@ def test_a_descriptor_that_is_not_a_listening_socket_is_refused_naming_it(
     finally:
         os.close(not_a_socket)
         unbound.close()
+
+
+def test_a_server_handed_an_ipv6_socket_says_an_address_a_client_can_use(
+    nats_url: str, namespace: str
+) -> None:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.bind(("::1", 0))
+    sock.listen()
+    argv = ["resources", "counter", "--url", nats_url, "--namespace", namespace, "--fd", str(sock.fileno())]
+    srv = ServerProcess(argv)
+    try:
+        srv.p = subprocess.Popen(  # started by hand: the socket is this test's, not the harness's
+            [*srv.command, *argv],
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=(sock.fileno(),),
+            start_new_session=True,  # a group of its own, which close() kills
+        )
+        sock.close()
+        srv.ready()
+        assert srv.url == f"http://[::1]:{srv.port}"  # bracketed, as a URL names an IPv6 host
+        assert httpx.get(f"{srv.url}/healthz", timeout=30).status_code == 200
+    finally:
+        sock.close()
+        srv.close()

@@ -128,7 +128,7 @@ def run_servers(
     except OSError as exc:
         raise ServerStartError(f"cannot listen: {exc}") from exc
     address, bound = sock.getsockname()[:2]
-    url = f"http://{address}:{bound}"
+    url = f"http://[{address}]:{bound}" if ":" in address else f"http://{address}:{bound}"  # IPv6 in brackets
     say(f"LISTENING {url}")
     sweep_dead_dirs("rollcut-peers-")  # what a SIGKILLed server of several workers left, at any start
     if workers == 1:

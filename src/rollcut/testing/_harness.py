@@ -189,6 +189,12 @@ class ServerProcess:
                 return pid
 
 
+def _address(server: ServerProcess) -> str:
+    """A launched server's url: known at once when this harness bound its socket, so whoever needs
+    it starts beside it; else (a launcher whose servers bind their own) once it is ready."""
+    return server.url or server.ready().url
+
+
 def _listener(host: str, port: int, patience_s: float = 10.0) -> socket.socket:
     """:func:`~rollcut._process.listener`, asked again while the port is in use: a server started
     again where it was (a supervisor's restart) may find its SIGKILLed predecessor's workers still
@@ -295,17 +301,13 @@ def start_stack(
                     **(resources_options or {}),
                 )
             )
-        # every server starts at once when its address is known at launch (bound here); a launcher
-        # whose servers bind their own has the agent wait for their addresses, the environment
-        # server for the agent's
-        for p in [model, *servers.values()]:
-            if not p.url:
-                p.ready()
+        # the agent is launched with the addresses of the servers before it, the environment server
+        # with the agent's: at once where this harness bound their sockets (:func:`_address`)
         agent = launch(
             AgentServe(
                 **of("agent"),
-                model=model.url,
-                resources={n: p.url for n, p in servers.items()},
+                model=_address(model),
+                resources={n: _address(p) for n, p in servers.items()},
                 workers=workers or agent_workers,
                 port=ports.get("agent", 0),
                 **(agent_options or {}),
@@ -313,13 +315,11 @@ def start_stack(
         )
         stack = [model, *servers.values(), agent]
         if environment:
-            if not agent.url:
-                agent.ready()
             stack.append(
                 launch(
                     EnvironmentServe(
                         **of("environment"),
-                        agent=agent.url,
+                        agent=_address(agent),
                         port=ports.get("environment", 0),
                         **each,
                         **(environment_options or {}),

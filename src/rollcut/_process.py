@@ -20,6 +20,7 @@ __all__ = [
     "BUS_LOST_EXIT",
     "DEAD_DIR_PREFIXES",
     "free_port",
+    "http_url",
     "inherited_listener",
     "kill_group",
     "lifeline",
@@ -98,7 +99,8 @@ def listener(host: str, port: int) -> socket.socket:
     needs no wait (a connection made before the server accepts waits in the backlog)."""
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
     # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # an IPv6 address, as ``::1``
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -108,6 +110,11 @@ def listener(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def http_url(host: str, port: int) -> str:
+    """The base URL a client reaches ``host:port`` at: an IPv6 address in brackets (RFC 3986)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def inherited_listener(fd: int) -> socket.socket:

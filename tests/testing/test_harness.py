@@ -98,23 +98,11 @@ def test_a_descriptor_that_is_not_a_listening_socket_is_refused_naming_it(
 def test_a_server_handed_an_ipv6_socket_says_an_address_a_client_can_use(
     nats_url: str, namespace: str
 ) -> None:
-    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    sock.bind(("::1", 0))
-    sock.listen()
-    argv = ["resources", "counter", "--url", nats_url, "--namespace", namespace, "--fd", str(sock.fileno())]
-    srv = ServerProcess(argv)
+    argv = ["resources", "counter", "--url", nats_url, "--namespace", namespace]
+    srv = ServerProcess(argv, listen=("::1", 0))  # the harness binds it and hands it down (--fd)
     try:
-        srv.p = subprocess.Popen(  # started by hand: the socket is this test's, not the harness's
-            [*srv.command, *argv],
-            stdout=subprocess.PIPE,
-            text=True,
-            pass_fds=(sock.fileno(),),
-            start_new_session=True,  # a group of its own, which close() kills
-        )
-        sock.close()
-        srv.ready()
+        srv.start()
         assert srv.url == f"http://[::1]:{srv.port}"  # bracketed, as a URL names an IPv6 host
         assert httpx.get(f"{srv.url}/healthz", timeout=30).status_code == 200
     finally:
-        sock.close()
         srv.close()

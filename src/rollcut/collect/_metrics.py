@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector as _Source
 
 from .._files import write_private
 from .._metrics import CONTENT_TYPE, LATENCY_BUCKETS
+from .._process import http_url
 from ._summary import summary_dict
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ async def serve_metrics(metrics: CollectorMetrics, host: str, port: int, home: P
     from ..gym import bind  # the Gym servers' listening socket (TCP_NODELAY on what it accepts)
 
     sock = bind(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
+    url = http_url(host, sock.getsockname()[1])
     server = _embedded(app)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     path = home / METRICS_FILE

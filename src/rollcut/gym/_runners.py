@@ -21,6 +21,7 @@ import msgspec
 from fastapi import FastAPI
 
 from .._errors import ConfigError
+from .._process import http_url
 from .._tracing import configure
 from ..bus import BusConfig, EventLog, PipeRenewal, WorkerIdentities, identity_from_pipe, load_credentials
 from ..participants import CheckpointMode, Participant
@@ -172,7 +173,7 @@ async def _serve_resources(
 def _own_url(opts: ServeSpec, sock: socket.socket) -> str:
     """This server's own base URL, as a process it starts on this host reaches it."""
     host = "127.0.0.1" if opts.host in ("0.0.0.0", "", "::") else opts.host
-    return f"http://{host}:{sock.getsockname()[1]}"
+    return http_url(host, sock.getsockname()[1])
 
 
 async def _serve_agent(opts: AgentServe, sock: socket.socket, worker: int, peers: Peers | None) -> None:

@@ -18,7 +18,7 @@ import uvicorn
 
 from .._errors import ServerStartError
 from .._metrics import multiproc_env, worker_gone
-from .._process import BUS_LOST_EXIT, inherited_listener, lifeline, sweep_dead_dirs
+from .._process import BUS_LOST_EXIT, http_url, inherited_listener, lifeline, sweep_dead_dirs
 from .._process import listener as bind  # the listening socket a server's workers share
 from ..bus import WorkerIdentities
 from ._peers import Peers, bind_peer_sockets
@@ -128,7 +128,7 @@ def run_servers(
     except OSError as exc:
         raise ServerStartError(f"cannot listen: {exc}") from exc
     address, bound = sock.getsockname()[:2]
-    url = f"http://[{address}]:{bound}" if ":" in address else f"http://{address}:{bound}"  # IPv6 in brackets
+    url = http_url(address, bound)
     say(f"LISTENING {url}")
     sweep_dead_dirs("rollcut-peers-")  # what a SIGKILLed server of several workers left, at any start
     if workers == 1:

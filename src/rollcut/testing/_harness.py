@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from .._errors import ServerStartError
 from .._files import private_dir
-from .._process import kill_group, lifeline, listener, pid_alive, sweep_all_dead_dirs, temp_dir
+from .._process import http_url, kill_group, lifeline, listener, pid_alive, sweep_all_dead_dirs, temp_dir
 from ..bus import role_file
 from ..gym import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, cli_argv
 
@@ -123,7 +123,7 @@ class ServerProcess:
                     f"rollcut serve {self.argv[0]}: cannot listen on {host}:{port}: {exc}"
                 ) from exc
             self.listen = (host, int(sock.getsockname()[1]))
-            self.url = f"http://{host}:{self.listen[1]}"
+            self.url = http_url(host, self.listen[1])
             argv = [*argv, "--fd", str(sock.fileno())]
         try:
             self.p = subprocess.Popen(

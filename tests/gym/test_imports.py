@@ -23,6 +23,12 @@ import pytest
         ("import rollcut.gym.model, rollcut.gym.model._routes", {"anthropic"}),
         # the model and resources servers do not load the opaque agent (its relay, launcher, sandbox)
         ("import rollcut.gym.model, rollcut.gym.resources", {"rollcut.gym.opaque"}),
+        # aiohttp: nats-py's WebSocket transport and openai's aiohttp client load it whenever it
+        # is installed, 0.16 s of CPU each at every start; rollcut uses neither (rollcut._hidden)
+        (
+            "import rollcut.gym._runners, rollcut.gym.model, rollcut.gym.agent, rollcut.collect, rollcut.cli",
+            {"aiohttp"},
+        ),
         # a participant is not a coordinator: no coordinator or restorer in a server
         (
             "import rollcut.gym.resources, rollcut.gym.agent",
@@ -45,3 +51,12 @@ def test_the_model_server_still_builds_its_bodies_with_openais_types() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["True"]
+
+
+def test_aiohttp_is_hidden_only_while_rollcut_imports_what_would_load_it() -> None:
+    """Hidden for nats-py's and openai's imports, it is importable after them as it is installed."""
+    probe = "import rollcut.gym.model, rollcut.bus, aiohttp, nats.aio.transport as t; print(t.aiohttp)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["None"]

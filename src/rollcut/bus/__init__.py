@@ -5,6 +5,7 @@ The event schema (``_events``) and its kind table (``_kinds``) are exported
 whole: their own ``__all__`` is the list.
 """
 
+from . import _nats  # noqa: F401, I001  (first: nats-py is imported there, without aiohttp)
 from . import _events, _kinds
 from ._auth import (
     PARTICIPANT_ROLES,

@@ -1,13 +1,11 @@
 """``rollcut serve``: the Gym servers as checkpoint participants.
 
 Each command's flags are made from its options struct (:mod:`rollcut.gym`: a field is a flag, its
-type, default and help declared there once, ``_flags``); worker processes get that struct as JSON
-through the hidden ``serve worker`` command.
+type, default and help declared there once, ``_flags``); a server's worker processes get that
+struct as JSON from their supervisor (``python -m rollcut.gym``, not through this app).
 """
 
 from __future__ import annotations
-
-from typing import Annotated
 
 import typer
 
@@ -50,34 +48,3 @@ _register(
     EnvironmentServe,
     "The episode orchestrator: one /run per task, recording each episode's completion.",
 )
-
-
-@serve_app.command("worker", hidden=True)
-def serve_one_worker(
-    spec: Annotated[str, typer.Option(help="The server's options as JSON.")],
-    worker_index: Annotated[int, typer.Option(help="This worker's index.")],
-    listen_fd: Annotated[int, typer.Option(help="The listening socket inherited from the parent.")],
-    peer_fd: Annotated[
-        int | None, typer.Option(help="This worker's private socket, from the parent.")
-    ] = None,
-    peers_dir: Annotated[str, typer.Option(help="Where every worker's private socket is.")] = "",
-    identity: Annotated[
-        str, typer.Option(help="This worker's own bus identity: fd:N, a pipe from its parent, read once.")
-    ] = "",
-) -> None:
-    """One worker process of a server with several (started by the server itself)."""
-    import msgspec
-
-    from ..gym import decode_spec, run_worker, serve_worker
-
-    opts = decode_spec(spec)
-    if identity:  # the worker logs in as itself, never with the role's key
-        opts = msgspec.structs.replace(opts, credentials=identity)
-    run_worker(
-        lambda sock, i, peers: serve_worker(opts, sock, i, peers),
-        listen_fd,
-        worker_index,
-        opts.workers,
-        peer_fd,
-        peers_dir,
-    )

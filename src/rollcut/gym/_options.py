@@ -3,7 +3,7 @@
 Each field is one option: its type, its default and its help (``Annotated[T, flag(help)]``).
 ``rollcut serve KIND``'s flags are made from these fields (``rollcut.cli._flags``); a server
 with several workers hands the same struct to each worker process as JSON
-(``rollcut serve worker --spec ...``), and the process harness turns it back
+(``python -m rollcut.gym --spec ...``), and the process harness turns it back
 into the command line with :func:`cli_argv`. So a new option is a new field
 here, and nothing else.
 """

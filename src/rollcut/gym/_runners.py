@@ -30,9 +30,17 @@ from ._agents import AGENTS, Make
 from ._capability import Capability, DivergencePolicy
 from ._client import gym_client
 from ._environment import create_environment_app
-from ._options import AgentServe, EnvironmentServe, ModelServe, ResourcesServe, ServeSpec, encode_spec
+from ._options import (
+    AgentServe,
+    EnvironmentServe,
+    ModelServe,
+    ResourcesServe,
+    ServeSpec,
+    decode_spec,
+    encode_spec,
+)
 from ._peers import Peers
-from ._serving import run_servers, serve_on
+from ._serving import run_servers, run_worker, serve_on, worker_args
 from .resources import ENVIRONMENTS, Environment, ResourcesService, create_resources_app
 
 __all__ = ["Make", "serve", "serve_participant", "serve_worker", "worker_identities"]
@@ -242,10 +250,28 @@ def serve(opts: ServeSpec) -> None:
         host=opts.host,
         port=opts.port,
         workers=opts.workers,
-        child_argv=[sys.executable, "-m", "rollcut", "serve", "worker", "--spec", encode_spec(opts)],
+        child_argv=[sys.executable, "-m", "rollcut.gym", "--spec", encode_spec(opts)],
         serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
         identities=worker_identities(opts),
         fd=opts.fd,
+    )
+
+
+def worker_main(argv: list[str] | None = None) -> None:
+    """Blocking: one worker of a server with several, as its supervisor starts it
+    (``python -m rollcut.gym --spec JSON --worker-index …``, :func:`worker_args`). The worker logs in
+    as itself (``--identity``), never with its role's key."""
+    args = worker_args(argv)
+    opts = decode_spec(args.spec)
+    if args.identity:
+        opts = msgspec.structs.replace(opts, credentials=args.identity)
+    run_worker(
+        lambda sock, i, peers: serve_worker(opts, sock, i, peers),
+        args.listen_fd,
+        args.worker_index,
+        opts.workers,
+        args.peer_fd,
+        args.peers_dir,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -23,7 +24,7 @@ from .._process import listener as bind  # the listening socket a server's worke
 from ..bus import WorkerIdentities
 from ._peers import Peers, bind_peer_sockets
 
-__all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on"]
+__all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on", "worker_args"]
 
 
 def say(line: str) -> None:
@@ -96,6 +97,20 @@ def run_worker(
         return
     peers = Peers(index=index, count=count, directory=peers_dir, listener=socket.socket(fileno=peer_fd))
     asyncio.run(serve_one(sock, index, peers))
+
+
+def worker_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """A worker's command line as :meth:`Supervisor._launch` writes it (both ends of it here): the
+    server's options as JSON (``--spec``), then what the supervisor appends. Not the command line's
+    app: a worker takes nothing a user types, and typer, click and rich were a sixth of its start."""
+    parser = argparse.ArgumentParser(prog="python -m rollcut.gym", allow_abbrev=False)
+    parser.add_argument("--spec", required=True, help="the server's options as JSON")
+    parser.add_argument("--worker-index", type=int, required=True)
+    parser.add_argument("--listen-fd", type=int, required=True, help="the listening socket, inherited")
+    parser.add_argument("--peer-fd", type=int, help="this worker's private socket, inherited")
+    parser.add_argument("--peers-dir", default="", help="where every worker's private socket is")
+    parser.add_argument("--identity", default="", help="fd:N, the worker's own bus identity, read once")
+    return parser.parse_args(argv)
 
 
 def run_servers(

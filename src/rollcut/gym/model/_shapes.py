@@ -23,37 +23,40 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import msgspec
-from openai.types import CompletionUsage, Model
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionMessage,
-    ChatCompletionMessageFunctionToolCall,
-)
-from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
-from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
-from openai.types.chat.chat_completion_chunk import (
-    ChoiceDelta,
-    ChoiceDeltaToolCall,
-    ChoiceDeltaToolCallFunction,
-)
-from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
-from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
-from openai.types.responses import (
-    FunctionTool,
-    Response,
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-    ResponseOutputText,
-    ResponseUsage,
-)
-from openai.types.responses.response import IncompleteDetails
-from openai.types.responses.response_output_text import Logprob as OutputLogprob
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+from ..._hidden import aiohttp_hidden
 from ...tokens import TokenRecord
 from ._plans import response_message
 from ._service import DEFAULT_MODEL, CallResult
+
+with aiohttp_hidden():  # openai's aiohttp client is never used here (:mod:`rollcut._hidden`)
+    from openai.types import CompletionUsage, Model
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChatCompletionMessage,
+        ChatCompletionMessageFunctionToolCall,
+    )
+    from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+    from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+    from openai.types.chat.chat_completion_chunk import (
+        ChoiceDelta,
+        ChoiceDeltaToolCall,
+        ChoiceDeltaToolCallFunction,
+    )
+    from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
+    from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
+    from openai.types.responses import (
+        FunctionTool,
+        Response,
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+        ResponseUsage,
+    )
+    from openai.types.responses.response import IncompleteDetails
+    from openai.types.responses.response_output_text import Logprob as OutputLogprob
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 _L = TypeVar("_L", ChoiceLogprobs, ChunkLogprobs)
 

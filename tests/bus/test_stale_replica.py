@@ -1,12 +1,12 @@
 """A read up to a cut never comes back short from a replica that is behind (issue 34).
 
-Any replica of a stream answers a direct get, and a follower cut off from its peers keeps
-answering from what it has, for as long as it is cut off (nats-server subscribes a follower to
-direct gets once it is caught up and does not take that back). The trial: a follower on a host
-of its own loses its peers but not its clients; more is appended through the other two; a client
-of that follower alone reads up to the leader's last sequence. A bare page scan comes back short
-(the hazard is real here); rollcut's read either returns all of it or fails, and once the follower
-is back it returns all of it.
+Any replica of a stream answers a direct get, and a follower cut off from its peers keeps answering
+from what it has, for as long as it is cut off (nats-server subscribes a follower to direct gets
+once it is caught up and does not take that back). The trial: a follower on a host of its own loses
+its peers but not its clients; more is appended through the other two; a client of that follower
+alone reads up to the leader's last sequence. A bare page scan comes back short (the hazard is real
+here), or, seen once in CI, is not answered at all; rollcut's read either returns all of it or
+fails, and once the follower is back it returns all of it.
 """
 
 from __future__ import annotations
@@ -81,10 +81,13 @@ def test_a_read_through_a_replica_that_is_behind_is_whole_or_fails(
     last = asyncio.run(_append(others, creds, range(10, 30)))
     one = f"nats://{hosts.addr[behind.name]}:4222"
 
-    async def through_it() -> tuple[int, list[int] | BusError]:
+    async def through_it() -> tuple[int | None, list[int] | BusError]:
         log = await _reader(one, creds)
         try:
-            bare = sum([len(pg) async for pg in scan(log.nc, log.stream, up_to=last)], 0)
+            try:  # short, or unanswered: seen once in CI, a direct get through it timed out from seq 1
+                bare: int | None = sum([len(pg) async for pg in scan(log.nc, log.stream, up_to=last)], 0)
+            except BusError:
+                bare = None
             try:
                 return bare, [s.seq async for s in log.read(up_to=last, strict=False)]
             except BusError as exc:  # a page or the leader not answered through the follower
@@ -93,7 +96,8 @@ def test_a_read_through_a_replica_that_is_behind_is_whole_or_fails(
             await log.close()
 
     tries = [asyncio.run(through_it()) for _ in range(3)]
-    assert any(bare < last for bare, _ in tries)  # the follower serves what it has: a bare scan is short
+    # the follower serves what it has: a bare scan is short (or not answered), never the whole
+    assert any(bare is None or bare < last for bare, _ in tries), tries
     for _, read in tries:  # rollcut's read: whole, or an error; never part of the history
         assert isinstance(read, BusError) or read == list(range(1, last + 1)), read
     for peer in peers:

@@ -99,7 +99,7 @@ def listener(host: str, port: int) -> socket.socket:
     needs no wait (a connection made before the server accepts waits in the backlog)."""
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
     # it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # an IPv6 address, as ``::1``
+    family = socket.AF_INET6 if _ipv6(host) else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -112,9 +112,14 @@ def listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _ipv6(host: str) -> bool:
+    """An IPv6 address (``::1``): a host name or an IPv4 address has no colon."""
+    return ":" in host
+
+
 def http_url(host: str, port: int) -> str:
     """The base URL a client reaches ``host:port`` at: an IPv6 address in brackets (RFC 3986)."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://[{host}]:{port}" if _ipv6(host) else f"http://{host}:{port}"
 
 
 def inherited_listener(fd: int) -> socket.socket:

@@ -4,41 +4,30 @@ it does not import it a second time through the package."""
 
 from __future__ import annotations
 
-import argparse
+import functools
 import sys
 
-from ..gym import decode_spec, run_servers, run_worker
+from ..gym import decode_spec, run_servers, run_worker, worker_parser
 from ._plain_stack import serve_plain
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m rollcut.bench._plain_serve")
+    ap = worker_parser("python -m rollcut.bench._plain_serve", worker=False)
     ap.add_argument("named", nargs="+", help="the kind (and a resources server's environment)")
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--worker-index", type=int)
-    ap.add_argument("--listen-fd", type=int)
-    ap.add_argument("--peer-fd", type=int)
-    ap.add_argument("--peers-dir", default="")
     args = ap.parse_args(argv)
     opts = decode_spec(args.spec)
+    serve_one = functools.partial(serve_plain, opts)
     if args.worker_index is not None:  # one worker of several, started by the parent below
-        run_worker(
-            lambda sock, i, peers: serve_plain(opts, sock, i, peers),
-            args.listen_fd,
-            args.worker_index,
-            opts.workers,
-            args.peer_fd,
-            args.peers_dir,
-        )
+        run_worker(serve_one, args, opts.workers)
         return
     run_servers(
         host=opts.host,
         port=opts.port,
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut.bench._plain_serve", *args.named, "--spec", args.spec],
-        serve_one=lambda sock, i, peers: serve_plain(opts, sock, i, peers),
+        serve_one=serve_one,
     )
 
 

@@ -39,7 +39,7 @@ if _typing.TYPE_CHECKING:
         serve_worker,
         served_names,
     )
-    from ._serving import bind, run_servers, run_worker, say, serve_on
+    from ._serving import bind, run_servers, run_worker, say, serve_on, worker_parser
     from .opaque._kind import SANDBOXES
 
 _HOME = {
@@ -56,7 +56,7 @@ _HOME = {
     ),
     "_environment": ("create_environment_app",),
     "_peers": ("FORWARDED_HEADER", "Peers", "owner_of"),
-    "_serving": ("bind", "run_servers", "run_worker", "say", "serve_on"),
+    "_serving": ("bind", "run_servers", "run_worker", "say", "serve_on", "worker_parser"),
 }
 
 
@@ -92,4 +92,5 @@ __all__ = [
     "serve_participant",
     "serve_worker",
     "served_names",
+    "worker_parser",
 ]

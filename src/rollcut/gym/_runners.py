@@ -12,6 +12,7 @@ every worker is ready (see :mod:`rollcut.gym._serving`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ from ._options import (
     encode_spec,
 )
 from ._peers import Peers
-from ._serving import run_servers, run_worker, serve_on, worker_args
+from ._serving import run_servers, run_worker, serve_on, worker_parser
 from .resources import ENVIRONMENTS, Environment, ResourcesService, create_resources_app
 
 __all__ = ["Make", "serve", "serve_participant", "serve_worker", "worker_identities"]
@@ -251,7 +252,7 @@ def serve(opts: ServeSpec) -> None:
         port=opts.port,
         workers=opts.workers,
         child_argv=[sys.executable, "-m", "rollcut.gym", "--spec", encode_spec(opts)],
-        serve_one=lambda sock, i, peers: serve_worker(opts, sock, i, peers),
+        serve_one=functools.partial(serve_worker, opts),
         identities=worker_identities(opts),
         fd=opts.fd,
     )
@@ -259,20 +260,13 @@ def serve(opts: ServeSpec) -> None:
 
 def worker_main(argv: list[str] | None = None) -> None:
     """Blocking: one worker of a server with several, as its supervisor starts it
-    (``python -m rollcut.gym --spec JSON --worker-index …``, :func:`worker_args`). The worker logs in
-    as itself (``--identity``), never with its role's key."""
-    args = worker_args(argv)
+    (``python -m rollcut.gym --spec JSON --worker-index …``, :func:`worker_parser`). The worker logs
+    in as itself (``--identity``), never with its role's key."""
+    args = worker_parser("python -m rollcut.gym").parse_args(argv)
     opts = decode_spec(args.spec)
     if args.identity:
         opts = msgspec.structs.replace(opts, credentials=args.identity)
-    run_worker(
-        lambda sock, i, peers: serve_worker(opts, sock, i, peers),
-        args.listen_fd,
-        args.worker_index,
-        opts.workers,
-        args.peer_fd,
-        args.peers_dir,
-    )
+    run_worker(functools.partial(serve_worker, opts), args, opts.workers)
 
 
 def worker_identities(opts: ServeSpec) -> WorkerIdentities | None:

@@ -24,7 +24,7 @@ from .._process import listener as bind  # the listening socket a server's worke
 from ..bus import WorkerIdentities
 from ._peers import Peers, bind_peer_sockets
 
-__all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on", "worker_args"]
+__all__ = ["ServeOne", "Supervisor", "bind", "run_servers", "run_worker", "say", "serve_on", "worker_parser"]
 
 
 def say(line: str) -> None:
@@ -87,30 +87,31 @@ ServeOne = Callable[[socket.socket, int, Peers | None], Coroutine[Any, Any, None
 """The coroutine one worker runs: its listening socket, its index, and its peers (None: alone)."""
 
 
-def run_worker(
-    serve_one: ServeOne, listen_fd: int, index: int, count: int, peer_fd: int | None, peers_dir: str
-) -> None:
-    """Blocking: the body of worker ``index`` of ``count``, started by :func:`run_servers`."""
-    sock = socket.socket(fileno=listen_fd)
-    if peer_fd is None:
-        asyncio.run(serve_one(sock, index, None))
-        return
-    peers = Peers(index=index, count=count, directory=peers_dir, listener=socket.socket(fileno=peer_fd))
-    asyncio.run(serve_one(sock, index, peers))
-
-
-def worker_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """A worker's command line as :meth:`Supervisor._launch` writes it (both ends of it here): the
-    server's options as JSON (``--spec``), then what the supervisor appends. Not the command line's
-    app: a worker takes nothing a user types, and typer, click and rich were a sixth of its start."""
-    parser = argparse.ArgumentParser(prog="python -m rollcut.gym", allow_abbrev=False)
+def worker_parser(prog: str, *, worker: bool = True) -> argparse.ArgumentParser:
+    """A worker's command line: the server's options as JSON (``--spec``), then the flags
+    :meth:`Supervisor._launch` appends (both ends of them here). ``worker`` False: the program also
+    runs as the parent, without them. Not typer: a worker takes nothing a user types, and typer,
+    click and rich were a sixth of its start."""
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False)
     parser.add_argument("--spec", required=True, help="the server's options as JSON")
-    parser.add_argument("--worker-index", type=int, required=True)
-    parser.add_argument("--listen-fd", type=int, required=True, help="the listening socket, inherited")
+    parser.add_argument("--worker-index", type=int, required=worker)
+    parser.add_argument("--listen-fd", type=int, required=worker, help="the listening socket, inherited")
     parser.add_argument("--peer-fd", type=int, help="this worker's private socket, inherited")
     parser.add_argument("--peers-dir", default="", help="where every worker's private socket is")
     parser.add_argument("--identity", default="", help="fd:N, the worker's own bus identity, read once")
-    return parser.parse_args(argv)
+    return parser
+
+
+def run_worker(serve_one: ServeOne, args: argparse.Namespace, count: int) -> None:
+    """Blocking: the body of the worker ``args`` names (:func:`worker_parser`), one of ``count``
+    started by :func:`run_servers`."""
+    sock = socket.socket(fileno=args.listen_fd)
+    if args.peer_fd is None:
+        asyncio.run(serve_one(sock, args.worker_index, None))
+        return
+    peer = socket.socket(fileno=args.peer_fd)
+    peers = Peers(index=args.worker_index, count=count, directory=args.peers_dir, listener=peer)
+    asyncio.run(serve_one(sock, args.worker_index, peers))
 
 
 def run_servers(

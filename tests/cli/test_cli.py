@@ -178,6 +178,15 @@ def test_bench_model_compares_custody_with_the_same_server_without_it() -> None:
         assert c["plain_client_cpu_us_per_call"]["median"] > 0
 
 
+def test_bench_model_with_turns_makes_each_rollouts_calls_one_chain() -> None:
+    args = ("bench", "model", "--calls", "12", "--turns", "4", "--clients", "2", "--repeat", "1", "--json")
+    out = json.loads(_run(*args).stdout)
+    assert out["turns"] == 4 and out["calls_generated"] == 12
+    # three rollouts of four calls: each later turn's completion names the call before it
+    assert out["calls_with_a_parent"] == 12 - 3
+    assert out["clients"]["2"]["throughput_ratio"]["median"] > 0
+
+
 @pytest.mark.slow
 def test_bench_e2e_recovers_each_crash_three_ways_and_spreads_rollcuts_seconds_over_restarts() -> None:
     out = json.loads(_run("bench", "e2e", "--rollouts", "4", "--repeat", "2", "--json").stdout)

@@ -105,7 +105,8 @@ async def _latency(
                     if name == "custody":
                         for rid in rids:
                             await log.dispatch(rid, {}, instance="bench")
-                    got[name].append((await _load(urls[name], bodies, rids, c))[0])
+                    one_each = [(rid, [body]) for rid, body in zip(rids, bodies, strict=True)]
+                    got[name].append((await _load(urls[name], one_each, c))[0])
             added = {
                 p: [
                     (percentile(cl, p, 3) or 0.0) - (percentile(dl, p, 3) or 0.0)

@@ -6,8 +6,11 @@ completed event before each reply) and the same server without custody
 (``_plain_model``: the same FastAPI app, uvicorn, backend and response shapes,
 nothing recorded). Both with the local backend and zero per-token delay, so
 the difference is custody and nothing else. Each is driven by 1, 8 and 64
-concurrent clients (keep-alive connections, one call per rollout), in
-alternating order, ``repeat`` times.
+concurrent clients (keep-alive connections), in alternating order, ``repeat``
+times. By default every call is its own rollout: the worst case, as the server
+reads a rollout's fence and context on its first call. With ``turns`` each
+rollout makes that many calls one after another, as a multi-turn agent does, so
+those first-call reads are shared by its turns.
 
 With ``tracing``, a third server joins the rotation: the same model server
 exporting its spans (OTLP/HTTP, batched, every span sampled) to a receiver
@@ -40,7 +43,7 @@ import httpx
 
 from .._process import lifeline
 from .._telemetry import percentile
-from ..bus import BusConfig, EmbeddedServer, EventLog
+from ..bus import BusConfig, EmbeddedServer, EventLog, ModelCallCompleted
 from ._spread import spread
 
 __all__ = ["bench_model"]
@@ -61,15 +64,16 @@ def _spawn(argv: list[str], env: dict[str, str] | None = None) -> tuple[subproce
 
 
 async def _load(
-    url: str, bodies: list[dict[str, Any]], rids: list[str], clients: int
+    url: str, rollouts: list[tuple[str, list[dict[str, Any]]]], clients: int
 ) -> tuple[list[float], float]:
-    """Every body once, ``clients`` at a time: each call's latency (ms) and the wall time (s).
+    """Every rollout's calls once, in order, ``clients`` rollouts at a time: each call's latency (ms)
+    and the wall time (s).
 
     Each client has its own connection and its own httpx client: one client shared by 64
     concurrent callers spends its time in its own pool (measured: both servers then answer about
     110 calls/s with p99 2.7 s), which would hide the servers being compared."""
     lat: list[float] = []
-    todo = iter(range(len(bodies)))
+    todo = iter(rollouts)
 
     async def client() -> None:
         async with httpx.AsyncClient(
@@ -80,13 +84,14 @@ async def _load(
             if len(ready) == clients:
                 all_ready.set()
             await started.wait()
-            for i in todo:
-                headers = {"x-rollout-id": rids[i], "x-rollout-attempt": "1"}
-                t0 = time.perf_counter()
-                resp = await http.post("/v1/chat/completions", json=bodies[i], headers=headers)
-                lat.append((time.perf_counter() - t0) * 1000)
-                if resp.status_code != 200:  # a benchmark of failures measures nothing: stop, say why
-                    raise RuntimeError(f"{url} answered {resp.status_code}: {resp.text[:300]}")
+            for rid, bodies in todo:
+                headers = {"x-rollout-id": rid, "x-rollout-attempt": "1"}
+                for body in bodies:
+                    t0 = time.perf_counter()
+                    resp = await http.post("/v1/chat/completions", json=body, headers=headers)
+                    lat.append((time.perf_counter() - t0) * 1000)
+                    if resp.status_code != 200:  # a benchmark of failures measures nothing: stop, say why
+                        raise RuntimeError(f"{url} answered {resp.status_code}: {resp.text[:300]}")
 
     started, all_ready = asyncio.Event(), asyncio.Event()
     ready: list[int] = []
@@ -96,6 +101,28 @@ async def _load(
     started.set()
     await asyncio.gather(*running)
     return lat, time.perf_counter() - t0
+
+
+def _rollouts(run: int, calls: int, turns: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """``calls`` requests of run ``run`` as rollouts of ``turns`` calls each (the last may have
+    fewer); each turn's request is new, so no call is a retry of another."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for first in range(0, calls, turns):
+        rid = f"m{run}-{first}"
+        bodies = [
+            {"messages": [{"role": "user", "content": f"q{run}-{first} turn {t}"}], "max_tokens": 64}
+            for t in range(min(turns, calls - first))
+        ]
+        out.append((rid, bodies))
+    return out
+
+
+async def _chained(log: EventLog) -> int:
+    """Completed calls the log shows as a later turn of their rollout (their parent call named)."""
+    n = 0
+    async for page in log.read_pages(component="model"):
+        n += sum(isinstance(s.event, ModelCallCompleted) and s.event.parent_call_id is not None for s in page)
+    return n
 
 
 def _cpu_s(pid: int) -> float | None:
@@ -152,10 +179,15 @@ class _Sink(ThreadingHTTPServer):
 
 
 async def bench_model(
-    *, calls: int = 600, clients: tuple[int, ...] = (1, 8, 64), repeat: int = 3, tracing: bool = False
+    *,
+    calls: int = 600,
+    clients: tuple[int, ...] = (1, 8, 64),
+    repeat: int = 3,
+    tracing: bool = False,
+    turns: int = 1,
 ) -> dict[str, Any]:
     """Throughput and latency of the model server with custody against the same server without (and,
-    with ``tracing``, against the model server exporting spans)."""
+    with ``tracing``, against the model server exporting spans); ``turns`` calls per rollout."""
     with tempfile.TemporaryDirectory(prefix="rollcut-benchmodel-") as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         with EmbeddedServer(root / "nats") as nats:
@@ -189,28 +221,25 @@ async def bench_model(
                         order = names[r % len(names) :] + names[: r % len(names)]  # each goes first in turn
                         for name in order:
                             run += 1
-                            rids = [f"m{run}-{i}" for i in range(calls)]
-                            bodies = [
-                                {"messages": [{"role": "user", "content": f"q{run}-{i}"}], "max_tokens": 64}
-                                for i in range(calls)
-                            ]
+                            rollouts = _rollouts(run, calls, turns)
                             if name != "plain":
-                                for rid, body in zip(rids, bodies, strict=True):
-                                    await log.dispatch(rid, body, instance="bench")
+                                for rid, bodies in rollouts:
+                                    await log.dispatch(rid, bodies[0], instance="bench")
                             server0, client0 = _cpu_s(pids[name]), time.process_time()
-                            got[name].append(await _load(urls[name], bodies, rids, c))
+                            got[name].append(await _load(urls[name], rollouts, c))
                             server1, client1 = _cpu_s(pids[name]), time.process_time()
                             if server0 is not None and server1 is not None:
                                 used = ((server1 - server0) / calls * 1e6, (client1 - client0) / calls * 1e6)
                                 cpu.setdefault(c, {}).setdefault(name, []).append(used)
                 async with httpx.AsyncClient() as http:
                     stats = (await http.get(f"{custody_url}/rollcut/stats")).json()
+                chained = await _chained(log)
             finally:
                 for proc in procs:
                     proc.terminate()
                     proc.wait(10)
                 await log.close()
-    out: dict[str, Any] = {"calls": calls, "repeat": repeat, "clients": {}}
+    out: dict[str, Any] = {"calls": calls, "turns": turns, "repeat": repeat, "clients": {}}
     for c, got in runs.items():
         row = out["clients"][str(c)] = {
             "plain_calls_per_s": spread(_rates(got["plain"]), 1),
@@ -228,4 +257,5 @@ async def bench_model(
             out["clients"][str(c)][f"{name}_server_cpu_us_per_call"] = spread([u for u, _ in spent], 0)
             out["clients"][str(c)][f"{name}_client_cpu_us_per_call"] = spread([u for _, u in spent], 0)
     out.update({k: stats[k] for k in ("calls_generated", "calls_served_from_log", "tokens_generated")})
+    out["calls_with_a_parent"] = chained
     return out

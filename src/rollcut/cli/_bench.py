@@ -130,13 +130,21 @@ def bench_checkpoint_cmd(
 @bench_app.command("model")
 def bench_model_cmd(
     calls: Annotated[
-        int | None, typer.Option(help="Calls per run, each its own rollout (default 600; engine: 64).")
+        int | None,
+        typer.Option(help="Calls per run (default 600; engine: 64), each its own rollout unless --turns."),
     ] = None,
     clients: Annotated[
         list[int] | None,
         typer.Option(help="Concurrent clients (repeatable; default 1, 8 and 64; engine: 1 and 8)."),
     ] = None,
     repeat: Annotated[int, typer.Option(help="Runs per client count and server (median and spread).")] = 3,
+    turns: Annotated[
+        int,
+        typer.Option(
+            help="local: calls per rollout, one after another as a multi-turn agent makes them (1: every "
+            "call its own rollout, which pays a new rollout's reads on every call)."
+        ),
+    ] = 1,
     backend: Annotated[
         str,
         typer.Option(
@@ -168,8 +176,10 @@ def bench_model_cmd(
         raise fail(f"--backend {backend!r}: local or engine")
     n = calls or (64 if engine else 600)
     counts = tuple(clients or ((1, 8) if engine else (1, 8, 64)))
-    if any(c < 1 for c in counts) or repeat < 1 or n < 1:
-        raise fail("--calls, --clients and --repeat take positive numbers")
+    if any(c < 1 for c in counts) or repeat < 1 or n < 1 or turns < 1:
+        raise fail("--calls, --clients, --repeat and --turns take positive numbers")
+    if turns > 1 and engine:
+        raise fail("--turns measures the local backend's server: drop --backend engine")
     if tracing and engine:
         raise fail("--tracing measures the local backend's server (an engine's own time would hide it)")
     if logprobs and not engine:
@@ -183,6 +193,7 @@ def bench_model_cmd(
         clients=counts,
         repeat=repeat,
         **({"tracing": True} if tracing else {}),
+        **({"turns": turns} if turns > 1 else {}),
         **({"logprobs": True} if logprobs else {}),
     )
 

@@ -195,7 +195,8 @@ async def bench_model(
             log = await EventLog.connect(BusConfig(url=nats.url, namespace=ns))
             serve = ["serve", "model", "--url", nats.url, "--namespace", ns, "--tokens", str(root / "tokens")]
             custody, custody_url = _spawn([sys.executable, "-m", "rollcut", *serve, "--port", "0"])
-            plain, plain_url = _spawn([sys.executable, "-m", "rollcut.bench._plain_model", "--port", "0"])
+            plain_argv = [sys.executable, "-m", "rollcut.bench._plain_model_serve", "--port", "0"]
+            plain, plain_url = _spawn(plain_argv)
             urls = {"plain": plain_url, "custody": custody_url}
             pids = {"plain": plain.pid, "custody": custody.pid}
             procs = [custody, plain]

@@ -4,19 +4,15 @@ Same FastAPI app (``create_app``: routes, request checks, response shapes),
 same uvicorn, same local backend and plans; the service answers each call
 from the backend alone: no admitted or completed event, no token-store write,
 no fence or lineage lookups. What ``bench model`` measures against it is the
-cost of custody itself. Run as ``python -m rollcut.bench._plain_model``; it
-prints ``LISTENING <url>`` and ``READY plain pid=<pid>`` like a Gym server.
+cost of custody itself. Run by ``python -m rollcut.bench._plain_model_serve``.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 from typing import Any, cast
 
 from ..bus import EventLog, TokenReceipt
-from ..gym import bind, say, serve_on
-from ..gym.model import DEFAULT_MODEL, Backend, CallResult, LocalBackend, ModelService, OnToken, create_app
+from ..gym.model import DEFAULT_MODEL, Backend, CallResult, ModelService, OnToken
 from ..gym.wire import Identity
 from ..tokens import TokenRecord, TokenStore
 
@@ -57,18 +53,3 @@ class PlainModelService(ModelService):
             logprobs=plan.logprobs[: len(out)],
             policy_version=self._policy_version(),
         )
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    sock = bind("127.0.0.1", args.port)
-    say(f"LISTENING http://127.0.0.1:{sock.getsockname()[1]}")
-    app = create_app(PlainModelService(LocalBackend(seed=args.seed)))
-    asyncio.run(serve_on(app, [sock], "plain"))
-
-
-if __name__ == "__main__":
-    main()

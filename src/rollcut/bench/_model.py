@@ -3,9 +3,9 @@
 Two server processes on the same machine, in the same run: the model server
 (``rollcut serve model``: the admitted event, the token-store write and the
 completed event before each reply) and the same server without custody
-(``_plain_model``: the same FastAPI app, uvicorn, backend and response shapes,
-nothing recorded). Both with the local backend and zero per-token delay, so
-the difference is custody and nothing else. Each is driven by 1, 8 and 64
+(the plain stack's model server, ``_plain_serve``: the same options, FastAPI app,
+uvicorn, backend and response shapes, nothing recorded). Both with the local
+backend and zero per-token delay, so the difference is custody and nothing else. Each is driven by 1, 8 and 64
 concurrent clients (keep-alive connections), in alternating order, ``repeat``
 times. By default every call is its own rollout: the worst case, as the server
 reads a rollout's fence and context on its first call. With ``turns`` each
@@ -44,6 +44,7 @@ import httpx
 from .._process import lifeline
 from .._telemetry import percentile
 from ..bus import BusConfig, EmbeddedServer, EventLog, ModelCallCompleted
+from ..gym import ModelServe, encode_spec
 from ._spread import spread
 
 __all__ = ["bench_model"]
@@ -195,8 +196,11 @@ async def bench_model(
             log = await EventLog.connect(BusConfig(url=nats.url, namespace=ns))
             serve = ["serve", "model", "--url", nats.url, "--namespace", ns, "--tokens", str(root / "tokens")]
             custody, custody_url = _spawn([sys.executable, "-m", "rollcut", *serve, "--port", "0"])
-            plain_argv = [sys.executable, "-m", "rollcut.bench._plain_model_serve", "--port", "0"]
-            plain, plain_url = _spawn(plain_argv)
+            # the baseline from the same options, through the plain stack's own launcher
+            spec = encode_spec(ModelServe(url=nats.url, namespace=ns, tokens=str(root / "tokens")))
+            plain, plain_url = _spawn(
+                [sys.executable, "-m", "rollcut.bench._plain_serve", "model", "--spec", spec]
+            )
             urls = {"plain": plain_url, "custody": custody_url}
             pids = {"plain": plain.pid, "custody": custody.pid}
             procs = [custody, plain]

@@ -4,7 +4,7 @@ Same FastAPI app (``create_app``: routes, request checks, response shapes),
 same uvicorn, same local backend and plans; the service answers each call
 from the backend alone: no admitted or completed event, no token-store write,
 no fence or lineage lookups. What ``bench model`` measures against it is the
-cost of custody itself. Run by ``python -m rollcut.bench._plain_model_serve``.
+cost of custody itself. Served by the plain stack (``python -m rollcut.bench._plain_serve model``).
 """
 
 from __future__ import annotations

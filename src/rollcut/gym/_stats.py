@@ -44,6 +44,10 @@ MODEL_STATS: dict[str, Stat] = {
         },
     ),
     "prefix_cuts": Stat("rollcut_model_calls_cut", "Model calls cut mid-generation at a checkpoint"),
+    "cuts_ahead": Stat(
+        "rollcut_model_calls_cut_ahead",
+        "Of those, cut ahead of a prepare due, outside the checkpoint's pause",
+    ),
     "prefixes_refused": Stat(
         "rollcut_model_prefixes_refused",
         "Cut prefixes the backend would not continue (not shown to be the call's): it started over",

@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypedDict
 
+from ..._errors import RollcutError
+from ..._metrics import Tally
 from ...bus import Event, ModelCallExcluded, ModelCallPrefixCut, TokenReceipt
 from ...participants import CallDisposition, PrepareReport
 from ...tokens import TokenRecord, TokenWrites
 from .._writes import envelope
 from ..wire import ErrorKind, GymError, Identity
+from ._ahead import CutAhead
 from ._backend import Backend, Plan
 from ._policy import Segments
 
@@ -59,12 +62,17 @@ class InFlightCall:
     cuts: int = 0
     segments: Segments | None = None  # which policy version generated which of ``emitted``
     durable: tuple[int, TokenReceipt] | None = None  # the prefix already durable: (tokens, receipt)
+    durable_at: float = 0.0  # when that prefix was frozen (the loop's clock)
 
 
 class _Base(TypedDict):
     call_id: str
     rollout_id: str
     attempt: int
+
+
+def _base(fl: InFlightCall) -> _Base:
+    return _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
 
 
 class InFlightCalls:
@@ -77,13 +85,18 @@ class InFlightCalls:
         append: Callable[[Event], Awaitable[int]],
         *,
         instance: str,
+        stats: Tally,
     ) -> None:
         self.backend = backend
         self.writes = writes
         self.append = append
         self.instance = instance
+        self.stats = stats
         self._calls: dict[str, InFlightCall] = {}
-        self.prefix_cuts = 0
+        self.ahead = CutAhead()
+        self._writing = asyncio.Lock()  # a cut ahead and a prepare's cut never write at once
+        self._prepares = 0
+        self._ahead_task: asyncio.Task[int] | None = None
 
     def open(self, ident: Identity, call_id: str) -> InFlightCall:
         """A call is in flight from here (a prepare meanwhile says ``never_started``)."""
@@ -109,13 +122,22 @@ class InFlightCalls:
         Every swap happens in one synchronous pass (no await between reading one call's boundary
         and the next), so all cuts are taken at the same instant; their records are then written
         together, one grouped token-store transaction and concurrent appends, not one fsync per
-        running call."""
+        running call. A call cut ahead of this prepare (:mod:`._ahead`) is reported at that cut,
+        durable already, with nothing written now."""
+        loop = asyncio.get_running_loop()
+        fresh_since = self.ahead.fresh_since(loop.time())
+        self._prepares += 1
+        self.ahead.prepared(loop.time(), self._take_ahead)
+        async with self._writing:  # a cut ahead still writing ends first: this cut may report it
+            return await self._cut(fresh_since)
+
+    async def _cut(self, fresh_since: float) -> PrepareReport:
         backend = self.backend
         calls: list[CallDisposition] = []
         excluded: list[tuple[InFlightCall, _Base]] = []
         frozen: list[tuple[InFlightCall, _Base, list[int], Plan]] = []
         for fl in list(self._calls.values()):
-            base = _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
+            base = _base(fl)
             if fl.state in (CallState.ADMITTING, CallState.QUEUED) or (
                 fl.state == CallState.GENERATING and backend.can_cut and not fl.emitted
             ):
@@ -125,20 +147,17 @@ class InFlightCalls:
             elif (
                 fl.state == CallState.GENERATING
                 and fl.durable is not None
-                and fl.durable[0] == len(fl.emitted)
+                and (fl.durable[0] == len(fl.emitted) or fl.durable_at >= fresh_since)
             ):
-                # nothing generated since its last cut: that prefix still stands, and the request asked
-                # anew then goes on untouched. A call whose re-prefill outlasts the checkpoint interval
-                # (a real model on a CPU) is not aborted again and again, never to make progress
+                # nothing generated since its last cut, or cut ahead of this prepare: that prefix
+                # stands, and the call goes on untouched. A call whose re-prefill outlasts the
+                # checkpoint interval (a real model on a CPU) is not aborted again and again
                 n, receipt = fl.durable
                 calls.append(
                     CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=n)
                 )
             elif fl.state == CallState.GENERATING:
-                assert fl.plan is not None
-                frozen.append((fl, base, list(fl.emitted), fl.plan))  # the swap
-                fl.cuts += 1
-                backend.interrupt(fl.plan)  # an engine's request stops here; the rest is asked anew
+                frozen.append(self._freeze(fl, base))
             elif fl.state == CallState.DONE:
                 calls.append(CallDisposition(**base, disposition="completed"))
             else:
@@ -158,6 +177,31 @@ class InFlightCalls:
             CallDisposition(**base, disposition="excluded" if ok else "failed")
             for (_, base), ok in zip(excluded, written, strict=True)
         ]
+        for base, kept in await self._write(frozen):
+            if kept is None:
+                calls.append(CallDisposition(**base, disposition="failed"))
+            else:
+                n, receipt = kept
+                calls.append(
+                    CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=n)
+                )
+        return PrepareReport(calls=calls)
+
+    def _freeze(self, fl: InFlightCall, base: _Base) -> tuple[InFlightCall, _Base, list[int], Plan]:
+        """The swap: the call's tokens so far become its next prefix; an engine's request stops here
+        and the rest is asked anew."""
+        assert fl.plan is not None
+        fl.cuts += 1
+        self.backend.interrupt(fl.plan)
+        return fl, base, list(fl.emitted), fl.plan
+
+    async def _write(
+        self, frozen: list[tuple[InFlightCall, _Base, list[int], Plan]]
+    ) -> list[tuple[_Base, tuple[int, TokenReceipt] | None]]:
+        """The frozen prefixes' records (one grouped transaction), then their ``model.prefix_cut``
+        appends; each call's kept prefix, or None where its attempt is no longer current."""
+        frozen_at = asyncio.get_running_loop().time()
+        backend = self.backend
         receipts = await asyncio.gather(
             *(
                 self.writes.put(
@@ -188,16 +232,38 @@ class InFlightCalls:
                 for (fl, _, tokens, _), receipt in zip(frozen, receipts, strict=True)
             )
         )
+        out: list[tuple[_Base, tuple[int, TokenReceipt] | None]] = []
         for (fl, base, tokens, _), receipt, ok in zip(frozen, receipts, written, strict=True):
-            if not ok:
-                calls.append(CallDisposition(**base, disposition="failed"))
-                continue
-            self.prefix_cuts += 1
-            fl.durable = (len(tokens), receipt)
-            calls.append(
-                CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=len(tokens))
-            )
-        return PrepareReport(calls=calls)
+            if ok:
+                self.stats.inc("prefix_cuts")
+                fl.durable, fl.durable_at = (len(tokens), receipt), frozen_at
+            out.append((base, (len(tokens), receipt) if ok else None))
+        return out
+
+    def _take_ahead(self) -> None:
+        if self._ahead_task is None or self._ahead_task.done():
+            self._ahead_task = asyncio.ensure_future(self.cut_ahead(self._prepares))
+
+    async def cut_ahead(self, prepares: int | None = None) -> int:
+        """Cut every running call now, admission open, as the next prepare would (:mod:`._ahead`);
+        how many were cut. Nothing if a prepare came first (``prepares``: the count when this was
+        scheduled), and nothing lost if a write fails: that prepare then cuts anew."""
+        async with self._writing:
+            if (prepares is not None and prepares != self._prepares) or not self.backend.can_cut:
+                return 0
+            frozen = [
+                self._freeze(fl, _base(fl))
+                for fl in list(self._calls.values())
+                if fl.state == CallState.GENERATING
+                and fl.emitted
+                and (fl.durable is None or fl.durable[0] < len(fl.emitted))
+            ]
+            try:
+                kept = sum(k is not None for _, k in await self._write(frozen))
+            except (RollcutError, OSError):
+                return 0
+            self.stats.inc("cuts_ahead", kept)
+            return kept
 
     async def _fenced(self, event: Event) -> bool:
         """Append a cut's record of a call; False if its attempt is no longer current: a newer

@@ -113,13 +113,15 @@ class ModelService:
         self.backend = backend
         self.instance = instance
         self.participant = participant
-        self._inflight = InFlightCalls(backend, self.writes, self._append, instance=instance)
         self.views = AttemptViews(log)  # what each continued attempt starts from, read once
         self._running: dict[str, asyncio.Future[CallResult]] = {}  # call id -> the call, while it runs
         self._settled: OrderedDict[str, CallResult] = OrderedDict()  # call id -> what it produced; bounded
         self._retired: OrderedDict[str, str] = OrderedDict()  # rollout -> why; bounded, newest last
         self._lag_checked: OrderedDict[str, bool] = OrderedDict()  # attempts whose lineage passed
         self.stats = tally(MODEL_STATS, model_name)
+        self._inflight = InFlightCalls(
+            backend, self.writes, self._append, instance=instance, stats=self.stats
+        )
 
     def retire(self, rollout_id: str, reason: str) -> None:
         """The rollout is over: its restore contexts go, and a running generation stops at its next
@@ -438,10 +440,7 @@ class ModelService:
 
     async def cut(self, checkpoint_id: str) -> PrepareReport:
         """Give every in-flight call one disposition; swap the buffers of running ones."""
-        before = self._inflight.prefix_cuts
-        report = await self._inflight.cut(checkpoint_id)
-        self.stats.inc("prefix_cuts", self._inflight.prefix_cuts - before)
-        return report
+        return await self._inflight.cut(checkpoint_id)
 
     async def prepare(self, checkpoint_id: str) -> PrepareReport:
         return await self.cut(checkpoint_id)

@@ -29,8 +29,8 @@ async def test_a_period_is_learnt_only_from_steady_prepares() -> None:
     assert ahead.period() is None  # one gap is no rhythm
     ahead.prepared(1.0, _noop)
     assert ahead.period() == 0.5 and ahead.lead(0.5) == 0.05
-    # a prepare may report a cut taken since the last prepare and within three leads of it
-    assert ahead.fresh_since(1.5) == 1.35 and ahead.fresh_since(1.1) == 1.0
+    # a prepare may report a cut taken since the last prepare and within a period of it
+    assert ahead.fresh_since(1.4) == 1.0 and ahead.fresh_since(2.0) == 1.5
     ahead.prepared(3.0, _noop)  # a manual checkpoint, out of step: nothing is predicted
     assert ahead.period() is None and ahead.fresh_since(3.5) == math.inf
     ahead.stop()
@@ -52,9 +52,9 @@ def _emitted(rig: ModelRig) -> int:
 
 
 def _steady(rig: ModelRig) -> None:
-    """As if prepares had come at a steady period a long lead apart: a cut taken ahead now is fresh
+    """As if prepares had come at a steady period, the last just now: a cut taken ahead now is fresh
     for the next prepare whenever it comes in this test."""
-    ahead = rig.service._inflight.ahead = CutAhead(min_lead_s=60.0, max_lead_s=60.0)
+    ahead = rig.service._inflight.ahead = CutAhead()
     now = asyncio.get_running_loop().time()
     for t in (now - 2000.0, now - 1000.0, now):
         ahead.prepared(t, _noop)

@@ -8,9 +8,9 @@ still generating (the call goes on past it either way; a continuation after a cr
 it). So a server that sees prepares come at a steady period takes the cuts a short lead before
 the next is due, with admission open, and that prepare reports them without writing.
 
-What it trades: a crash then loses the tokens generated since the cut taken ahead, at most the
-lead plus how late the prepare came (a cut older than three leads, or from before the last
-prepare, is not reported: the prepare cuts anew). Prepares at no steady period (a manual
+What it trades: a crash then loses the tokens generated since the cut taken ahead, the lead plus
+however late the prepare came (a cut from before the last prepare, or older than a period, is not
+reported: the prepare cuts anew). Prepares at no steady period (a manual
 checkpoint, a first few) are never predicted, and cut as before.
 """
 
@@ -52,12 +52,14 @@ class CutAhead:
 
     def fresh_since(self, now: float) -> float:
         """The oldest cut a prepare arriving at ``now`` may report as it stands: taken since the last
-        prepare and within three leads (``inf`` when no period is known: only a cut with nothing
-        generated past it stands, as always)."""
+        prepare and within a period of this one (``inf`` when no period is known: only a cut with
+        nothing generated past it stands, as always). Not within a lead or three: a prepare a little
+        later than due would then cut again a call just cut ahead, and on a slow engine every cut
+        costs an abort and a prefill (measured on Gemma: more tokens generated for nothing)."""
         period = self.period()
         if period is None:
             return math.inf
-        return max(self._arrivals[-1], now - 3 * self.lead(period))
+        return max(self._arrivals[-1], now - period)
 
     def prepared(self, now: float, take: Callable[[], None]) -> None:
         """A prepare arrived at ``now``: ``take`` is called a lead before the next is due."""

@@ -41,7 +41,10 @@ async def _generating(rig: ModelRig, rollout_id: str, at_least: int) -> asyncio.
         rig.client.post("/v1/chat/completions", json=BODY, headers=rig.headers(rollout_id))
     )
     await until(
-        lambda: any(len(f.emitted) >= at_least for f in rig.service._inflight.values()),
+        lambda: any(
+            f.ident.rollout_id == rollout_id and len(f.emitted) >= at_least
+            for f in rig.service._inflight.values()
+        ),
         what=f"{at_least} tokens generated",
     )
     return call
@@ -61,16 +64,18 @@ def _steady(rig: ModelRig) -> None:
     ahead.stop()
 
 
-async def _restored(rig: ModelRig, backend: LocalBackend, call: asyncio.Future[Any], res: Any) -> Any:
+async def _restored(
+    rig: ModelRig, backend: LocalBackend, call: asyncio.Future[Any], res: Any, rollout_id: str = "r1"
+) -> Any:
     """The crash: attempt 1 is superseded from ``res`` while its call still generates (its end is
     then refused); attempt 2 makes the same call. Its answer."""
     await rig.log.supersede(
-        "r1", 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
+        rollout_id, 1, instance="coordinator", checkpoint_id=res.record.checkpoint_id, from_cut=res.record.cut
     )
     backend.token_delay_s = 0.0
     late = await call
     assert late.status_code == 409 and late.json()["error"]["code"] == "stale_attempt", late.text
-    answer = await rig.client.post("/v1/chat/completions", json=BODY, headers=rig.headers("r1", 2))
+    answer = await rig.client.post("/v1/chat/completions", json=BODY, headers=rig.headers(rollout_id, 2))
     return answer.json()
 
 
@@ -106,6 +111,28 @@ async def test_a_prepare_reports_the_cut_taken_ahead_writes_nothing_and_the_cont
         again = await _restored(rig, backend, call, res)
     # the continuation from the cut taken ahead gives the tokens of the uninterrupted call
     assert again["rollcut"]["continued_from"] == ahead.event.token_boundary
+    assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
+
+
+async def test_a_call_that_began_after_the_cut_ahead_is_kept_from_nothing_and_regenerated_exactly(
+    log: EventLog, bus_config: BusConfig, tmp_path: Any
+) -> None:
+    """After a cut ahead the prepare writes nothing at all: a call whose first tokens came after it
+    is reported with nothing kept, and a crash then generates it again from its input."""
+    backend = LocalBackend(seed=7, token_delay_s=0.01)
+    async with rig_for(log, bus_config, tmp_path, backend) as rig:
+        await log.dispatch("r1", {}, instance="collector")
+        await log.dispatch("r2", {}, instance="collector")
+        first = await _generating(rig, "r1", 5)
+        _steady(rig)
+        assert await rig.service._inflight.cut_ahead() == 1
+        late = await _generating(rig, "r2", 3)
+        res = await rig.coordinator.checkpoint(deadline_s=10)
+        assert len(await _cuts(log, "r1")) == 1 and await _cuts(log, "r2") == []
+        assert res.record.quarantined == {}
+        again = await _restored(rig, backend, late, res, "r2")
+        assert (await first).status_code == 200
+    assert again["rollcut"]["continued_from"] == 0
     assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
 
 

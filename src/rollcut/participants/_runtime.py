@@ -356,9 +356,10 @@ class Participant:
                     raise TimeoutError(f"{busy} accepted requests still running at the deadline")
                 t1 = time.perf_counter()
                 phases["drain"] = _ms(t1 - t0)
-                out = await asyncio.wait_for(
-                    self.hooks.prepare(req.checkpoint_id), max(0.0, req.deadline - time.time())
-                )
+                # in this task, not one of its own (``wait_for``'s): on a loop busy with requests
+                # each hop to another task waits a whole turn of the ready queue
+                async with asyncio.timeout(max(0.0, req.deadline - time.time())):
+                    out = await self.hooks.prepare(req.checkpoint_id)
                 phases["export"] = _ms(time.perf_counter() - t1)
                 report = out if isinstance(out, PrepareReport) else PrepareReport(unreproducible=list(out))
             elif self.mode == "restart_only":

@@ -8,6 +8,11 @@ as ``model.prefix_cut`` (the call goes on; a continuation resumes from that
 prefix). A backend that cannot cut marks a running call ``excluded`` (it runs
 again after a crash), never a false prefix.
 
+Once prepares come at a steady period the cuts are taken ahead of the next one
+(:mod:`._ahead`), and that prepare writes nothing: a running call is reported at
+its last durable prefix, and one whose first tokens came after the cut ahead as
+``never_started`` (nothing of it is kept; a crash costs it a lead's tokens).
+
 :class:`InFlightCalls` owns the running calls and their cut; the model service
 registers each call with it and hands it what a cut writes with (the backend,
 the token writes, the append), so neither reaches into the other.
@@ -16,6 +21,7 @@ the token writes, the append), so neither reaches into the other.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -62,7 +68,6 @@ class InFlightCall:
     cuts: int = 0
     segments: Segments | None = None  # which policy version generated which of ``emitted``
     durable: tuple[int, TokenReceipt] | None = None  # the prefix already durable: (tokens, receipt)
-    durable_at: float = 0.0  # when that prefix was frozen (the loop's clock)
 
 
 class _Base(TypedDict):
@@ -96,6 +101,7 @@ class InFlightCalls:
         self.ahead = CutAhead()
         self._writing = asyncio.Lock()  # a cut ahead and a prepare's cut never write at once
         self._prepares = 0
+        self._ahead_at = -math.inf  # when the last cut ahead was taken (the loop's clock)
         self._ahead_task: asyncio.Task[int] | None = None
 
     def open(self, ident: Identity, call_id: str) -> InFlightCall:
@@ -129,9 +135,11 @@ class InFlightCalls:
         self._prepares += 1
         self.ahead.prepared(loop.time(), self._take_ahead)
         async with self._writing:  # a cut ahead still writing ends first: this cut may report it
-            return await self._cut(fresh_since)
+            return await self._cut(ahead=self._ahead_at >= fresh_since)
 
-    async def _cut(self, fresh_since: float) -> PrepareReport:
+    async def _cut(self, *, ahead: bool) -> PrepareReport:
+        """``ahead``: a cut was taken ahead of this prepare, so everything generated before it is
+        durable, and nothing is written now."""
         backend = self.backend
         calls: list[CallDisposition] = []
         excluded: list[tuple[InFlightCall, _Base]] = []
@@ -147,15 +155,19 @@ class InFlightCalls:
             elif (
                 fl.state == CallState.GENERATING
                 and fl.durable is not None
-                and (fl.durable[0] == len(fl.emitted) or fl.durable_at >= fresh_since)
+                and (fl.durable[0] == len(fl.emitted) or ahead)
             ):
-                # nothing generated since its last cut, or cut ahead of this prepare: that prefix
-                # stands, and the call goes on untouched. A call whose re-prefill outlasts the
-                # checkpoint interval (a real model on a CPU) is not aborted again and again
+                # nothing generated since its last cut, or a cut ahead of this prepare took all it had
+                # then: that prefix stands, and the call goes on untouched. A call whose re-prefill
+                # outlasts the checkpoint interval (a real model on a CPU) is not aborted again and again
                 n, receipt = fl.durable
                 calls.append(
                     CallDisposition(**base, disposition="prefix_cut", receipt=receipt, token_boundary=n)
                 )
+            elif fl.state == CallState.GENERATING and ahead:
+                # its first tokens came after the cut ahead: nothing of it is kept at this cut (a crash
+                # costs it a lead's tokens at most), and nothing is written in the pause
+                calls.append(CallDisposition(**base, disposition="never_started"))
             elif fl.state == CallState.GENERATING:
                 frozen.append(self._freeze(fl, base))
             elif fl.state == CallState.DONE:
@@ -200,7 +212,6 @@ class InFlightCalls:
     ) -> list[tuple[_Base, tuple[int, TokenReceipt] | None]]:
         """The frozen prefixes' records (one grouped transaction), then their ``model.prefix_cut``
         appends; each call's kept prefix, or None where its attempt is no longer current."""
-        frozen_at = asyncio.get_running_loop().time()
         backend = self.backend
         receipts = await asyncio.gather(
             *(
@@ -236,7 +247,7 @@ class InFlightCalls:
         for (fl, base, tokens, _), receipt, ok in zip(frozen, receipts, written, strict=True):
             if ok:
                 self.stats.inc("prefix_cuts")
-                fl.durable, fl.durable_at = (len(tokens), receipt), frozen_at
+                fl.durable = (len(tokens), receipt)
             out.append((base, (len(tokens), receipt) if ok else None))
         return out
 
@@ -258,10 +269,12 @@ class InFlightCalls:
                 and fl.emitted
                 and (fl.durable is None or fl.durable[0] < len(fl.emitted))
             ]
+            taken_at = asyncio.get_running_loop().time()
             try:
                 kept = sum(k is not None for _, k in await self._write(frozen))
             except (RollcutError, OSError):
                 return 0
+            self._ahead_at = taken_at
             self.stats.inc("cuts_ahead", kept)
             return kept
 

@@ -79,6 +79,13 @@ async def _restored(
     return answer.json()
 
 
+def _exact(again: Any, backend: LocalBackend, continued_from: int) -> None:
+    """The restored call's answer continued ``continued_from`` tokens and gives the uninterrupted
+    call's tokens."""
+    assert again["rollcut"]["continued_from"] == continued_from
+    assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
+
+
 async def _cuts(log: EventLog, rollout_id: str) -> list[Any]:
     return [s async for s in log.read(rollout_id=rollout_id) if isinstance(s.event, ModelCallPrefixCut)]
 
@@ -110,8 +117,7 @@ async def test_a_prepare_reports_the_cut_taken_ahead_writes_nothing_and_the_cont
         assert ahead.seq < await _prepared_at(log, res.record.checkpoint_id) < res.record.cut
         again = await _restored(rig, backend, call, res)
     # the continuation from the cut taken ahead gives the tokens of the uninterrupted call
-    assert again["rollcut"]["continued_from"] == ahead.event.token_boundary
-    assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
+    _exact(again, backend, ahead.event.token_boundary)
 
 
 async def test_a_call_that_began_after_the_cut_ahead_is_kept_from_nothing_and_regenerated_exactly(
@@ -132,8 +138,7 @@ async def test_a_call_that_began_after_the_cut_ahead_is_kept_from_nothing_and_re
         assert res.record.quarantined == {}
         again = await _restored(rig, backend, late, res, "r2")
         assert (await first).status_code == 200
-    assert again["rollcut"]["continued_from"] == 0
-    assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
+    _exact(again, backend, 0)
 
 
 async def test_a_prepare_that_arrives_while_a_cut_ahead_writes_waits_for_it_and_reports_it(
@@ -186,8 +191,7 @@ async def test_a_crash_after_a_cut_ahead_restores_from_the_checkpoint_before_it(
         ahead = (await _cuts(log, "r1"))[-1]
         assert ahead.seq > res.record.cut and ahead.event.token_boundary > at_prepare.event.token_boundary
         again = await _restored(rig, backend, call, res)
-    assert again["rollcut"]["continued_from"] == at_prepare.event.token_boundary
-    assert again["choices"][0]["message"]["generation_token_ids"] == backend.plan(BODY).output_ids
+    _exact(again, backend, at_prepare.event.token_boundary)
 
 
 async def test_checkpoints_at_a_steady_period_are_cut_ahead_and_restore_exactly(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from typing import TypedDict
 
@@ -80,29 +80,22 @@ def _base(fl: InFlightCall) -> _Base:
     return _Base(call_id=fl.call_id, rollout_id=fl.ident.rollout_id, attempt=fl.ident.attempt)
 
 
+@dataclass(eq=False)
 class InFlightCalls:
     """The calls running in one worker, by call id, and the cut that settles them."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        writes: TokenWrites,
-        append: Callable[[Event], Awaitable[int]],
-        *,
-        instance: str,
-        stats: Tally,
-    ) -> None:
-        self.backend = backend
-        self.writes = writes
-        self.append = append
-        self.instance = instance
-        self.stats = stats
-        self._calls: dict[str, InFlightCall] = {}
-        self.ahead = CutAhead()
-        self._writing = asyncio.Lock()  # a cut ahead and a prepare's cut never write at once
-        self._prepares = 0
-        self._ahead_at = -math.inf  # when the last cut ahead was taken (the loop's clock)
-        self._ahead_task: asyncio.Task[int] | None = None
+    backend: Backend
+    writes: TokenWrites
+    append: Callable[[Event], Awaitable[int]]
+    _: KW_ONLY
+    instance: str
+    stats: Tally
+    ahead: CutAhead = field(default_factory=CutAhead)
+    _calls: dict[str, InFlightCall] = field(default_factory=dict, init=False)
+    _writing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)  # cuts ahead and a prepare's
+    _prepares: int = field(default=0, init=False)
+    _ahead_at: float = field(default=-math.inf, init=False)  # when the last cut ahead was taken (loop clock)
+    _ahead_task: asyncio.Task[int] | None = field(default=None, init=False)
 
     def open(self, ident: Identity, call_id: str) -> InFlightCall:
         """A call is in flight from here (a prepare meanwhile says ``never_started``)."""

@@ -33,7 +33,6 @@ async def test_a_period_is_learnt_only_from_steady_prepares() -> None:
     assert ahead.fresh_since(1.4) == 1.0 and ahead.fresh_since(2.0) == 1.5
     ahead.prepared(3.0, _noop)  # a manual checkpoint, out of step: nothing is predicted
     assert ahead.period() is None and ahead.fresh_since(3.5) == math.inf
-    ahead.stop()
 
 
 async def _generating(rig: ModelRig, rollout_id: str, at_least: int) -> asyncio.Future[Any]:
@@ -61,7 +60,6 @@ def _steady(rig: ModelRig) -> None:
     now = asyncio.get_running_loop().time()
     for t in (now - 2000.0, now - 1000.0, now):
         ahead.prepared(t, _noop)
-    ahead.stop()
 
 
 async def _restored(

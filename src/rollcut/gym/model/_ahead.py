@@ -53,9 +53,9 @@ class CutAhead:
     def fresh_since(self, now: float) -> float:
         """The oldest cut a prepare arriving at ``now`` may report as it stands: taken since the last
         prepare and within a period of this one (``inf`` when no period is known: only a cut with
-        nothing generated past it stands, as always). Not within a lead or three: a prepare a little
-        later than due would then cut again a call just cut ahead, and on a slow engine every cut
-        costs an abort and a prefill (measured on Gemma: more tokens generated for nothing)."""
+        nothing generated past it stands, as always). A period, not a few leads: a prepare a little
+        later than due would cut again a call just cut ahead, and on a slow engine every cut costs
+        an abort and a prefill (measured on Gemma: more tokens generated for nothing)."""
         period = self.period()
         if period is None:
             return math.inf
@@ -70,9 +70,3 @@ class CutAhead:
         period = self.period()
         if period is not None:
             self._timer = asyncio.get_running_loop().call_later(period - self.lead(period), take)
-
-    def stop(self) -> None:
-        """No cut ahead from here (the server is stopping)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None

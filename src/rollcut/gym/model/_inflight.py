@@ -123,10 +123,10 @@ class InFlightCalls:
         together, one grouped token-store transaction and concurrent appends, not one fsync per
         running call. A call cut ahead of this prepare (:mod:`._ahead`) is reported at that cut,
         durable already, with nothing written now."""
-        loop = asyncio.get_running_loop()
-        fresh_since = self.ahead.fresh_since(loop.time())
+        now = asyncio.get_running_loop().time()
+        fresh_since = self.ahead.fresh_since(now)
         self._prepares += 1
-        self.ahead.prepared(loop.time(), self._take_ahead)
+        self.ahead.prepared(now, self._take_ahead)
         async with self._writing:  # a cut ahead still writing ends first: this cut may report it
             return await self._cut(ahead=self._ahead_at >= fresh_since)
 

@@ -108,6 +108,32 @@ async def test_stale_event_in_a_batch_fails_alone(log: EventLog) -> None:
     assert [s async for s in log.read(rollout_id="old", attempt=1)] == []
 
 
+async def test_a_few_concurrent_appends_go_as_publishes_in_order_and_a_stale_one_fails_alone(
+    log: EventLog,
+) -> None:
+    """Fewer than ``min_batch`` appends queued together leave as acknowledged publishes, not an atomic
+    batch (which costs the server a staging store of its own each time): each stored in the order
+    sent, a stale one refused alone."""
+    for r in ("fresh", "old"):
+        await log.dispatch(r, {}, instance="c")
+    old_fence = log._open["old"]
+    await log.supersede("old", 1, instance="coord")
+    log._open["old"] = old_fence  # this process still believes attempt 1 is open
+    before = log.stats
+    events = [model_event("fresh", call_id=f"f{i}") for i in range(6)]
+    events.insert(3, model_event("old", call_id="stale"))
+    assert len(events) < log.config.min_batch
+    results = await asyncio.gather(*(log.append(e) for e in events), return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["int"] * 3 + ["StaleAttemptError"] + ["int"] * 3
+    seqs = [r for r in results if isinstance(r, int)]
+    assert seqs == sorted(seqs)  # stored in the order sent
+    after = log.stats
+    assert after["batches"] == before["batches"] and after["fallbacks"] == before["fallbacks"]
+    assert after["singles"] - before["singles"] == len(events)
+    stored = [s.event.call_id async for s in log.read(rollout_id="fresh", attempt=1)]
+    assert stored == [f"f{i}" for i in range(6)]
+
+
 async def test_read_is_in_stream_order_and_stops_at_the_cut(log: EventLog) -> None:
     await log.dispatch("a", {}, instance="c")
     await log.dispatch("b", {}, instance="c")

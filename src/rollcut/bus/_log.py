@@ -140,6 +140,7 @@ class EventLog(StreamApi, FenceOps):
         self._commit = GroupCommit(
             nc,
             max_batch=config.max_batch,
+            min_batch=config.min_batch,
             max_inflight=config.max_inflight,
             timeout=config.request_timeout_s,
             outage_s=config.outage_s,

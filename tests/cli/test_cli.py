@@ -243,6 +243,26 @@ def test_bench_e2e_refuses_what_does_not_go_with_a_crash(capsys: pytest.CaptureF
         assert got.exit_code == 2 and said in capsys.readouterr().err + got.output, (args, got.output)
 
 
+def test_bench_e2e_on_a_real_model_collects_the_demos_eight_rollouts_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On Gemma the bench runs what ``rollcut demo --model gemma-3-270m`` runs (8 rollouts), not the
+    local model's 64 (about 40 minutes on two cores); ``--rollouts`` still decides."""
+    from typer.testing import CliRunner
+
+    from rollcut.cli import _bench_e2e, app
+
+    asked: list[int] = []
+    monkeypatch.setattr(_bench_e2e, "measure", lambda *_, rollouts, **__: asked.append(rollouts))
+    for args in ([], ["--engine", "llama.cpp", "--model", "gemma-3-270m"], ["--engine", "llama.cpp"]):
+        assert CliRunner().invoke(app, ["bench", "e2e", *args]).exit_code == 0
+    got = CliRunner().invoke(
+        app, ["bench", "e2e", "--engine", "llama.cpp", "--model", "gemma-3-270m", "--rollouts", "3"]
+    )
+    assert got.exit_code == 0
+    assert asked == [64, 8, 64, 3]
+
+
 @pytest.mark.slow
 def test_bench_relay_times_live_and_replayed_calls_against_direct_ones() -> None:
     out = json.loads(_run("bench", "relay", "--calls", "20", "--repeat", "2", "--json").stdout)

@@ -45,7 +45,7 @@ from .._errors import BusError, PermissionDeniedError
 from .._files import private_dir
 from ._events import new_event_id
 from ._patience import Patience, gone_flag
-from ._stream import Denials, PubAck, parse_ack
+from ._stream import BusConfig, Denials, PubAck, parse_ack
 from ._wire import encode_headers, send_batch_body
 
 __all__ = ["ERRS_IN_FLIGHT", "GroupCommit", "Outcome"]
@@ -81,25 +81,17 @@ class _Item:
 class GroupCommit:
     """Batches concurrent publishes into atomic commits; one per connection."""
 
-    def __init__(
-        self,
-        nc: NATS,
-        *,
-        max_batch: int = 500,
-        min_batch: int = 32,
-        max_inflight: int = 8,
-        timeout: float = 10.0,
-        outage_s: float = 60.0,
-        denials: Denials | None = None,
-    ) -> None:
-        if not 1 <= max_batch <= 1000:
-            raise BusError(f"max_batch must be within 1..1000 (server limit), got {max_batch}")
+    def __init__(self, nc: NATS, config: BusConfig, *, denials: Denials | None = None) -> None:
+        """The batch sizes, send slots and patience are ``config``'s (``max_batch``, ``min_batch``,
+        ``max_inflight``, ``request_timeout_s``, ``outage_s``): declared there, once."""
+        if not 1 <= config.max_batch <= 1000:
+            raise BusError(f"max_batch must be within 1..1000 (server limit), got {config.max_batch}")
         self._nc = nc
-        self._max_batch = max_batch
-        self._min_batch = min_batch
-        self._slots = asyncio.Semaphore(max(1, max_inflight))
-        self._timeout = timeout
-        self._outage_s = outage_s
+        self._max_batch = config.max_batch
+        self._min_batch = config.min_batch
+        self._slots = asyncio.Semaphore(max(1, config.max_inflight))
+        self._timeout = config.request_timeout_s
+        self._outage_s = config.outage_s
         self._denials = denials
         self._queue: list[_Item] = []
         self._wake = asyncio.Event()

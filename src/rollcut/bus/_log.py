@@ -137,15 +137,7 @@ class EventLog(StreamApi, FenceOps):
         self.subjects = Subjects(config.namespace)
         self.codec = Codec()
         self._owns = owns_connection
-        self._commit = GroupCommit(
-            nc,
-            max_batch=config.max_batch,
-            min_batch=config.min_batch,
-            max_inflight=config.max_inflight,
-            timeout=config.request_timeout_s,
-            outage_s=config.outage_s,
-            denials=denials,
-        )
+        self._commit = GroupCommit(nc, config, denials=denials)
         # rollout_id -> (attempt, fence seq) for attempts this process saw open.
         self._open = OpenFences()
         # the highest sequence this log appended: a participant's "last appended" at prepare

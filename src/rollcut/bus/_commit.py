@@ -88,7 +88,7 @@ class GroupCommit:
             raise BusError(f"max_batch must be within 1..1000 (server limit), got {config.max_batch}")
         self._nc = nc
         self._max_batch = config.max_batch
-        self._min_batch = config.min_batch
+        self._min_batch = max(2, config.min_batch)  # a lone message is never a batch
         self._slots = asyncio.Semaphore(max(1, config.max_inflight))
         self._timeout = config.request_timeout_s
         self._outage_s = config.outage_s
@@ -197,10 +197,7 @@ class GroupCommit:
 
     async def _send(self, items: list[_Item]) -> None:
         try:
-            if len(items) == 1:
-                self.singles_sent += 1
-                await self._send_singly(items)
-            elif len(items) < self._min_batch and self._unchecked_alike(items):
+            if len(items) < self._min_batch and self._unchecked_alike(items):
                 self.singles_sent += len(items)
                 await self._send_together(items)
             else:
@@ -264,8 +261,19 @@ class GroupCommit:
     async def _send_together(self, items: list[_Item]) -> None:
         """One acknowledged publish per message, all written before any ack is awaited: in the order
         given, on one connection, so stored in that order (the server reads a connection in order).
-        Each message is answered by its own ack, a refusal only its own."""
-        sent = await asyncio.gather(*(self._send_singly([it]) for it in items), return_exceptions=True)
+        Each message is answered by its own ack, a refusal only its own.
+
+        The first is sent from here and the others from tasks made before it, which run once it
+        waits for its ack: a lone message (most appends, under low load) makes no task at all."""
+        rest = [asyncio.ensure_future(self._send_singly([it])) for it in items[1:]]
+        try:
+            await self._send_singly(items[:1])
+        except asyncio.CancelledError:
+            for task in rest:
+                task.cancel()
+            raise
+        finally:  # every message answered or failed before the send's slot is given back
+            sent = await asyncio.gather(*rest, return_exceptions=True)
         for failed in sent:
             if isinstance(failed, BaseException):  # the messages still unanswered hear it from _send
                 raise failed

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ._bench import bench_app, measure, pick
+from ._demo import REAL_MODEL_ROLLOUTS
 from ._target import JsonOpt, fail
 
 __all__ = ["bench_e2e_cmd"]
@@ -119,7 +120,7 @@ def bench_e2e_cmd(
         )
     if model != "tiny" and engine is None:
         raise fail("--model names the engine's model: add --engine llama.cpp")
-    rollouts = rollouts or (64 if model == "tiny" else 8)  # Gemma: the Gemma demo's 8, not an hour
+    rollouts = rollouts or (64 if model == "tiny" else REAL_MODEL_ROLLOUTS)
     if not crash and (intervals or home):
         raise fail("--no-crash measures throughput: --intervals and --home belong to a crash")
     try:

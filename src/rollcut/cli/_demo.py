@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
     from ..demo import Resumed, StoryEvent
 
-__all__ = ["demo_cmd"]
+__all__ = ["REAL_MODEL_ROLLOUTS", "demo_cmd"]
+
+REAL_MODEL_ROLLOUTS = 8
+"""Rollouts of the demo's workload on a real model when none are asked for (Gemma on two cores:
+minutes, where the local model's count would take most of an hour); ``bench e2e`` the same."""
 
 _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 
@@ -133,7 +137,7 @@ def demo_cmd(
                 install_nemo_gym()
         except NemoGymUnavailableError as exc:
             raise fail(str(exc)) from exc
-    rollouts = rollouts or (32 if model == "tiny" else 8)
+    rollouts = rollouts or (32 if model == "tiny" else REAL_MODEL_ROLLOUTS)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from ._bench import bench_app, measure, pick
-from ._demo import REAL_MODEL_ROLLOUTS
 from ._target import JsonOpt, fail
+from ._workload import AgentOpt, ModelOpt, SeedOpt, refuse_workload, rollouts_of
 
 __all__ = ["bench_e2e_cmd"]
 
@@ -19,7 +19,7 @@ __all__ = ["bench_e2e_cmd"]
 @bench_app.command("e2e")
 def bench_e2e_cmd(
     rollouts: Annotated[int | None, typer.Option(help="Rollouts (default 64; 8 on a real model).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    seed: SeedOpt = 0,
     workers: Annotated[
         int | None, typer.Option(help="Worker processes of every server (default: the demo's).")
     ] = None,
@@ -43,14 +43,7 @@ def bench_e2e_cmd(
             "build`), and the excluded way (cuts off) runs too.",
         ),
     ] = None,
-    agent: Annotated[
-        str,
-        typer.Option(
-            "--agent",
-            help="simple (the Simple Agent), or opaque: the reference opaque agent, a program of its own "
-            "behind the journaling relay (rollcut's recovery then replays its journal).",
-        ),
-    ] = "simple",
+    agent: AgentOpt = "simple",
     intervals: Annotated[
         str,
         typer.Option(
@@ -86,12 +79,7 @@ def bench_e2e_cmd(
             "default), so the seconds to finish follow the tokens.",
         ),
     ] = False,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", help="With --engine: the model llama.cpp's server runs (tiny, gemma-3-270m)."
-        ),
-    ] = "tiny",
+    model: ModelOpt = "tiny",
     as_json: JsonOpt = False,
 ) -> None:
     """One crash, recovered three ways: rollcut, last checkpoint only, restart from input; or, with
@@ -100,8 +88,7 @@ def bench_e2e_cmd(
 
     if engine not in (None, "llama.cpp"):
         raise fail(f"--engine {engine!r}: llama.cpp (the one rollcut can start here)")
-    if agent not in ("simple", "opaque"):
-        raise fail(f"--agent {agent!r}: simple or opaque")
+    refuse_workload(engine=engine, agent=agent, model=model)
     known = WAYS if crash else THROUGHPUT_WAYS
     ways = tuple(way or ([w for w in known if engine or w != "excluded"]))
     unknown = [w for w in ways if w not in known]
@@ -118,9 +105,7 @@ def bench_e2e_cmd(
         raise fail(
             "--paced times the crash's recoveries: the plain stack's model is not paced (drop --no-crash)"
         )
-    if model != "tiny" and engine is None:
-        raise fail("--model names the engine's model: add --engine llama.cpp")
-    rollouts = rollouts or (64 if model == "tiny" else REAL_MODEL_ROLLOUTS)
+    rollouts = rollouts_of(rollouts, model, local=64)
     if not crash and (intervals or home):
         raise fail("--no-crash measures throughput: --intervals and --home belong to a crash")
     try:

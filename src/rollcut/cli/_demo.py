@@ -17,17 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ._target import JsonOpt, app, console, fail, print_json, progress_bar, run
+from ._workload import AgentOpt, ModelOpt, SeedOpt, refuse_workload, rollouts_of
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from ..demo import Resumed, StoryEvent
 
-__all__ = ["REAL_MODEL_ROLLOUTS", "demo_cmd"]
-
-REAL_MODEL_ROLLOUTS = 8
-"""Rollouts of the demo's workload on a real model when none are asked for (Gemma on two cores:
-minutes, where the local model's count would take most of an hour); ``bench e2e`` the same."""
+__all__ = ["demo_cmd"]
 
 _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 
@@ -38,7 +35,7 @@ def demo_cmd(
         int | None,
         typer.Option(help="Rollouts to collect (bundled tasks; default 32, 8 on a real model)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the task set and the local model.")] = 0,
+    seed: SeedOpt = 0,
     no_crash: Annotated[
         bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
     ] = False,
@@ -68,14 +65,7 @@ def demo_cmd(
     engine_url: Annotated[
         str, typer.Option("--engine-url", help="An engine already running (its base URL).")
     ] = "",
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help="The model llama.cpp's server runs: tiny (written per run) or a named one "
-            "(gemma-3-270m: `rollcut engine model gemma-3-270m` first; Gemma's terms apply).",
-        ),
-    ] = "tiny",
+    model: ModelOpt = "tiny",
     baseline_every: Annotated[
         float | None,
         typer.Option(
@@ -84,14 +74,7 @@ def demo_cmd(
             "NeMo Gym's 5% floor, 4 s, and one episode; docs/demo-and-report.md).",
         ),
     ] = None,
-    agent: Annotated[
-        str,
-        typer.Option(
-            "--agent",
-            help="simple (the Simple Agent), or opaque: a program of its own behind the journaling relay, "
-            "continued by replaying its journal (docs/opaque-agents.md).",
-        ),
-    ] = "simple",
+    agent: AgentOpt = "simple",
     nemo_gym: Annotated[
         bool,
         typer.Option(
@@ -113,18 +96,13 @@ def demo_cmd(
     """The main job: collect with checkpoints, SIGKILL every Gym process mid-run, resume, and show what
     that saved against recovering the same crash from the last checkpoint only and from input."""
     from ..demo import ALTERNATIVES, run_demo
-    from ..gym.model.engine import DIALECTS, ENGINE_MODELS
+    from ..gym.model.engine import DIALECTS
 
     if engine is not None and engine not in DIALECTS:
         raise fail(f"unknown engine {engine!r}; have: {', '.join(DIALECTS)}")
-    if agent not in ("simple", "opaque"):
-        raise fail(f"--agent {agent!r}: simple or opaque")
+    refuse_workload(engine=engine, agent=agent, model=model)
     if engine == "vllm" and not engine_url:
         raise fail("--engine vllm needs --engine-url (rollcut starts only llama.cpp's server itself)")
-    if model not in ENGINE_MODELS:
-        raise fail(f"unknown --model {model!r}; have: {', '.join(ENGINE_MODELS)}")
-    if model != "tiny" and engine != "llama.cpp":
-        raise fail("--model names what llama.cpp's server runs: give --engine llama.cpp too")
     if baseline_every is not None and baseline_every <= 0:
         raise fail("--baseline-every takes a number of seconds above 0")
     if nemo_gym and agent != "simple":
@@ -137,7 +115,7 @@ def demo_cmd(
                 install_nemo_gym()
         except NemoGymUnavailableError as exc:
             raise fail(str(exc)) from exc
-    rollouts = rollouts or (32 if model == "tiny" else REAL_MODEL_ROLLOUTS)
+    rollouts = rollouts_of(rollouts, model, local=32)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)

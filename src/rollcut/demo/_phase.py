@@ -102,6 +102,9 @@ class Phase:
     started_at: float = 0.0  # wall clock at the phase's start
     episodes: list[float] = field(default_factory=list)  # seconds of each rollout finished by its end
     collect_s: float = 0.0  # the collector's run alone: from its start to its last row (or its stop)
+    finished_s: float = 0.0
+    """From the phase's start (its bus, its processes) to its last row: what a user waits for. The
+    demo's own counting and checks after it (a scan of the whole log) and the stack's stop are not."""
     by_env: dict[str, dict[str, int]] = field(default_factory=dict)  # counts per environment of the rows
 
     @property
@@ -239,7 +242,7 @@ async def run_phase(
                 run = asyncio.ensure_future(col.run(resume=resume))
                 crashed = await _crash_when_armed(run, watch, stack, col, ledger, t0) if crash else None
                 summary = await run
-                collect_s = time.perf_counter() - c0
+                collect_s, finished_s = time.perf_counter() - c0, time.perf_counter() - t0
                 spec.tell(Progressed(summary.results_written, 0, len(spec.tasks), watch.published))
                 served = 0 if crashed else await _served_tools(stack, len(spec.envs))
                 counts, by_env = await count_work_by(log, _env_of)
@@ -266,6 +269,7 @@ async def run_phase(
         started_at=started_at,
         episodes=episodes,
         collect_s=round(collect_s, 3),
+        finished_s=round(finished_s, 2),
     )
 
 

@@ -11,14 +11,22 @@ import typer
 
 from ._bench import bench_app, measure, pick
 from ._target import JsonOpt, fail
-from ._workload import AgentOpt, ModelOpt, SeedOpt, refuse_workload, rollouts_of
+from ._workload import (
+    BENCH_ROLLOUTS,
+    AgentOpt,
+    BenchRolloutsOpt,
+    ModelOpt,
+    SeedOpt,
+    refuse_workload,
+    rollouts_of,
+)
 
 __all__ = ["bench_e2e_cmd"]
 
 
 @bench_app.command("e2e")
 def bench_e2e_cmd(
-    rollouts: Annotated[int | None, typer.Option(help="Rollouts (default 64; 8 on a real model).")] = None,
+    rollouts: BenchRolloutsOpt = None,
     seed: SeedOpt = 0,
     workers: Annotated[
         int | None, typer.Option(help="Worker processes of every server (default: the demo's).")
@@ -105,7 +113,7 @@ def bench_e2e_cmd(
         raise fail(
             "--paced times the crash's recoveries: the plain stack's model is not paced (drop --no-crash)"
         )
-    rollouts = rollouts_of(rollouts, model, local=64)
+    rollouts = rollouts_of(rollouts, model, local=BENCH_ROLLOUTS)
     if not crash and (intervals or home):
         raise fail("--no-crash measures throughput: --intervals and --home belong to a crash")
     try:

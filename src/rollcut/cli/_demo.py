@@ -17,7 +17,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ._target import JsonOpt, app, console, fail, print_json, progress_bar, run
-from ._workload import AgentOpt, ModelOpt, SeedOpt, refuse_workload, rollouts_of
+from ._workload import (
+    DEMO_ROLLOUTS,
+    AgentOpt,
+    DemoRolloutsOpt,
+    ModelOpt,
+    SeedOpt,
+    refuse_workload,
+    rollouts_of,
+)
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -31,10 +39,7 @@ _SHOWN_CONTINUATIONS = 8  # the first few each get a line; the rest are counted
 
 @app.command("demo")
 def demo_cmd(
-    rollouts: Annotated[
-        int | None,
-        typer.Option(help="Rollouts to collect (bundled tasks; default 32, 8 on a real model)."),
-    ] = None,
+    rollouts: DemoRolloutsOpt = None,
     seed: SeedOpt = 0,
     no_crash: Annotated[
         bool, typer.Option("--no-crash", help="Do not kill the Gym processes mid-run.")
@@ -115,7 +120,7 @@ def demo_cmd(
                 install_nemo_gym()
         except NemoGymUnavailableError as exc:
             raise fail(str(exc)) from exc
-    rollouts = rollouts_of(rollouts, model, local=32)
+    rollouts = rollouts_of(rollouts, model, local=DEMO_ROLLOUTS)
     home = (home or Path.cwd() / time.strftime("rollcut-demo-%Y%m%d-%H%M%S")).absolute()
     with progress_bar(disable=as_json) as prog:
         teller = _Teller(prog, rollouts, quiet=as_json)

@@ -11,8 +11,12 @@ from ._target import fail
 
 __all__ = [
     "AGENTS",
+    "BENCH_ROLLOUTS",
+    "DEMO_ROLLOUTS",
     "REAL_MODEL_ROLLOUTS",
     "AgentOpt",
+    "BenchRolloutsOpt",
+    "DemoRolloutsOpt",
     "ModelOpt",
     "SeedOpt",
     "refuse_workload",
@@ -25,6 +29,17 @@ REAL_MODEL_ROLLOUTS = 8
 """Rollouts of the demo's workload on a real model when none are asked for (Gemma on two cores:
 minutes, where the local model's count would take most of an hour)."""
 
+DEMO_ROLLOUTS = 32  # the demo's own count on the local model: minutes, with its crash and comparisons
+BENCH_ROLLOUTS = 64  # bench e2e's: enough rollouts in flight for its pause and throughput figures
+_ON_REAL = f"{REAL_MODEL_ROLLOUTS} on a real model"
+
+DemoRolloutsOpt = Annotated[
+    int | None,
+    typer.Option(help=f"Rollouts to collect (bundled tasks; default {DEMO_ROLLOUTS}, {_ON_REAL})."),
+]
+BenchRolloutsOpt = Annotated[
+    int | None, typer.Option(help=f"Rollouts (default {BENCH_ROLLOUTS}; {_ON_REAL}).")
+]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the task set and the local model.")]
 AgentOpt = Annotated[
     str,
@@ -57,6 +72,7 @@ def refuse_workload(*, engine: str | None, agent: str, model: str) -> None:
 
 
 def rollouts_of(rollouts: int | None, model: str, *, local: int) -> int:
-    """The rollouts asked for, else ``local`` on the local model and :data:`REAL_MODEL_ROLLOUTS` on a
-    real one."""
+    """The rollouts asked for, else ``local`` on the local model (:data:`DEMO_ROLLOUTS` or
+    :data:`BENCH_ROLLOUTS`, as the command's option says) and :data:`REAL_MODEL_ROLLOUTS` on a real
+    one."""
     return rollouts or (local if model == "tiny" else REAL_MODEL_ROLLOUTS)

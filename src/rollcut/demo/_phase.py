@@ -242,7 +242,8 @@ async def run_phase(
                 run = asyncio.ensure_future(col.run(resume=resume))
                 crashed = await _crash_when_armed(run, watch, stack, col, ledger, t0) if crash else None
                 summary = await run
-                collect_s, finished_s = time.perf_counter() - c0, time.perf_counter() - t0
+                now = time.perf_counter()
+                collect_s, finished_s = now - c0, now - t0
                 spec.tell(Progressed(summary.results_written, 0, len(spec.tasks), watch.published))
                 served = 0 if crashed else await _served_tools(stack, len(spec.envs))
                 counts, by_env = await count_work_by(log, _env_of)

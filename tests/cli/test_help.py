@@ -31,3 +31,19 @@ def test_no_command_s_help_shows_rst_markup() -> None:
         if "``" in out.output or ":func:" in out.output or ":class:" in out.output:
             marked.append(" ".join(path) or "rollcut")
     assert seen > 30 and marked == []
+
+
+def test_every_bench_that_repeats_refuses_zero_repeats_before_it_starts() -> None:
+    """``--repeat 0`` had no median to take: a traceback after the stack was up (exit 70). Every bench
+    declares the option once (``RepeatOpt``, at least 1), so each refuses it in typer's words, exit 2."""
+    runner = CliRunner()
+    bench = next(g.typer_instance for g in app.registered_groups if g.name == "bench")
+    assert bench is not None
+    refused = []
+    for (name,) in _commands(bench):
+        if "--repeat" not in runner.invoke(app, ["bench", name, "--help"], terminal_width=200).output:
+            continue
+        out = runner.invoke(app, ["bench", name, "--repeat", "0"])
+        assert out.exit_code == 2 and "--repeat" in out.output, (name, out.output)
+        refused.append(name)
+    assert len(refused) >= 9, refused

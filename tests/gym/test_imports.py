@@ -60,3 +60,21 @@ def test_aiohttp_is_hidden_only_while_rollcut_imports_what_would_load_it() -> No
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["None"]
+
+
+def test_rollcut_serve_loads_its_own_command_group_only() -> None:
+    """``rollcut serve`` starts every Gym server, again after every crash: the rest of the command
+    tree (each bench's, the demo's, the store's parameters) is not built for it; ``--help`` still
+    lists what the registry installs."""
+    probe = (
+        "import sys; sys.argv = ['rollcut', 'serve', 'resources', '--help']\n"
+        "from rollcut.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rollcut.cli._')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    *shown, loaded = done.stdout.strip().splitlines()
+    assert "counter" in "".join(shown) and "rollcut.cli._serve" in loaded
+    assert not {"rollcut.cli._bench", "rollcut.cli._demo", "rollcut.cli._store"} & set(eval(loaded))

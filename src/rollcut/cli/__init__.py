@@ -1,13 +1,57 @@
 """The ``rollcut`` command line: one module per command group on one root app.
 
-Shared options and how a command opens the bus, the ledger and the token
-store live in ``_app``; each command group registers itself on import.
+Shared options and how a command opens the bus, the ledger and the token store live in
+``_target``; each command group registers itself on the root app when its module is imported.
+``app`` is the whole tree (every group imported on first use). ``main`` imports only the group it
+runs when that group is one a deployment starts many times: ``rollcut serve`` runs for every Gym
+server and again after every crash, and typer's parameters for the rest of the tree (every bench,
+the demo, the store) were a fifth of a server's start (``docs/performance.md``, stop 70).
 """
 
-from . import _bench, _bench_e2e, _checkpoints, _collect, _demo, _engine, _nemo, _report, _serve, _store, _top  # noqa: F401
-from ._target import Target, app
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+from ._target import Target
+
+if _typing.TYPE_CHECKING:
+    import typer
 
 __all__ = ["Target", "app", "main"]
+
+_GROUPS = (
+    "_bench",
+    "_bench_e2e",
+    "_checkpoints",
+    "_collect",
+    "_demo",
+    "_engine",
+    "_nemo",
+    "_report",
+    "_serve",
+    "_store",
+    "_top",
+)
+"""Every module that registers commands on the root app."""
+
+_ALONE = {"serve": "_serve"}
+"""A first argument whose group ``main`` loads by itself, and the module that registers it."""
+
+
+def _load(*modules: str) -> typer.Typer:
+    from ._target import app
+
+    for module in modules:
+        _importlib.import_module(f"{__name__}.{module}")
+    return app
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()["app"] = whole = _load(*_GROUPS)
+    return whole
 
 
 def main() -> None:
@@ -17,8 +61,10 @@ def main() -> None:
 
     from ._target import exit_for
 
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    root = _load(_ALONE[first]) if first in _ALONE else _load(*_GROUPS)
     try:
-        app()
+        root()
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:

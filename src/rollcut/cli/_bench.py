@@ -44,6 +44,18 @@ def soak_exit(out: dict[str, Any]) -> int:
     return ExitCode.OK
 
 
+REPEAT = 3
+"""How many times a bench measures each case by default: a median and a spread need three."""
+RepeatOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Times each case is measured, each beside its baseline where it has one; medians and spreads "
+        "are over them.",
+    ),
+]
+
+
 def pick(given: dict[str, Any], names: str) -> dict[str, Any]:
     """The flags ``names`` (space-separated) of a command's ``locals()``, passed on as they are."""
     return {n: given[n] for n in names.split()}
@@ -55,7 +67,7 @@ def bench_log_cmd(
     concurrency: Annotated[
         int, typer.Option(help="Concurrent writers, for rollcut and the raw baseline alike.")
     ] = 1024,
-    repeat: Annotated[int, typer.Option(help="Paired runs; medians are reported.")] = 3,
+    repeat: RepeatOpt = REPEAT,
     url: UrlOpt = None,
     replicas: Annotated[
         list[int] | None,
@@ -104,7 +116,7 @@ def bench_checkpoint_cmd(
         list[int] | None,
         typer.Option(help="Percent of the rollouts moved since the last checkpoint (repeatable; 1 and 100)."),
     ] = None,
-    repeat: Annotated[int, typer.Option(help="Checkpoints measured per case (median and spread).")] = 3,
+    repeat: RepeatOpt = REPEAT,
     baseline: Annotated[
         list[str] | None, typer.Option(help="A baseline to run: nemo, per_file (repeatable; default both).")
     ] = None,
@@ -120,8 +132,8 @@ def bench_checkpoint_cmd(
 
     pcts = tuple(moved or (1, 100))
     kinds = tuple(baseline or BASELINES)
-    if any(not 0 < p <= 100 for p in pcts) or repeat < 1 or not set(kinds) <= set(BASELINES):
-        raise fail(f"--moved takes percents in 1..100, --repeat at least 1, --baseline one of {BASELINES}")
+    if any(not 0 < p <= 100 for p in pcts) or not set(kinds) <= set(BASELINES):
+        raise fail(f"--moved takes percents in 1..100, --baseline one of {BASELINES}")
     status = f"benchmarking checkpoints of {rollouts} rollouts"
     passed = pick(locals(), "rollouts url repeat cluster")
     measure("bench_checkpoint", status, as_json, moved=pcts, baselines=kinds, **passed)
@@ -137,7 +149,7 @@ def bench_model_cmd(
         list[int] | None,
         typer.Option(help="Concurrent clients (repeatable; default 1, 8 and 64; engine: 1 and 8)."),
     ] = None,
-    repeat: Annotated[int, typer.Option(help="Runs per client count and server (median and spread).")] = 3,
+    repeat: RepeatOpt = REPEAT,
     turns: Annotated[
         int,
         typer.Option(
@@ -176,8 +188,8 @@ def bench_model_cmd(
         raise fail(f"--backend {backend!r}: local or engine")
     n = calls or (64 if engine else 600)
     counts = tuple(clients or ((1, 8) if engine else (1, 8, 64)))
-    if any(c < 1 for c in counts) or repeat < 1 or n < 1 or turns < 1:
-        raise fail("--calls, --clients, --repeat and --turns take positive numbers")
+    if any(c < 1 for c in counts) or n < 1 or turns < 1:
+        raise fail("--calls, --clients and --turns take positive numbers")
     if turns > 1 and engine:
         raise fail("--turns measures the local backend's server: drop --backend engine")
     if tracing and engine:
@@ -203,9 +215,7 @@ def bench_relay_cmd(
     calls: Annotated[
         int, typer.Option(help="Model calls through the relay (and as many direct) per repeat.")
     ] = 100,
-    repeat: Annotated[
-        int, typer.Option(help="Rollouts, each run and then continued; the spread is over them.")
-    ] = 3,
+    repeat: RepeatOpt = REPEAT,
     as_json: JsonOpt = False,
 ) -> None:
     """What the opaque agent's journaling relay costs a model call, live and replaying, against the
@@ -216,7 +226,7 @@ def bench_relay_cmd(
 @bench_app.command("nemo-gym")
 def bench_nemo_gym_cmd(
     calls: Annotated[int, typer.Option(help="Tool calls per session before the cut.")] = 50,
-    repeat: Annotated[int, typer.Option(help="Sessions of each kind; the spread is over them.")] = 3,
+    repeat: RepeatOpt = REPEAT,
     as_json: JsonOpt = False,
 ) -> None:
     """A NeMo Gym session continued by replaying its journal on a fresh upstream session (its own
@@ -229,7 +239,7 @@ def bench_nemo_gym_cmd(
 def bench_workers_cmd(
     rollouts: Annotated[int, typer.Option(help="Sessions per server and repeat.")] = 20,
     calls: Annotated[int, typer.Option(help="Tool calls per session, each over a fresh connection.")] = 25,
-    repeat: Annotated[int, typer.Option(help="Paired runs; the ratio's spread is over them.")] = 3,
+    repeat: RepeatOpt = REPEAT,
     as_json: JsonOpt = False,
 ) -> None:
     """What routing a call to the worker that holds its rollout costs, against one worker."""
@@ -248,7 +258,7 @@ def bench_sandbox_cmd(
         ),
     ] = None,
     sessions: Annotated[int, typer.Option(help="Sessions seeded from the same task tree.")] = 8,
-    repeat: Annotated[int, typer.Option(help="Paired runs; the spreads are over them.")] = 3,
+    repeat: RepeatOpt = REPEAT,
     as_json: JsonOpt = False,
 ) -> None:
     """A sandbox's checkpoints as manifests over shared blobs in JetStream's object store, against
@@ -261,9 +271,7 @@ def bench_sandbox_cmd(
 @bench_app.command("train")
 def bench_train_cmd(
     steps: Annotated[int, typer.Option(help="Optimizer steps per run.")] = 8,
-    repeat: Annotated[
-        int, typer.Option(help="Paired runs (TRL's path, rollcut's); the spread is over them.")
-    ] = 3,
+    repeat: RepeatOpt = REPEAT,
     generations: Annotated[int, typer.Option(help="Completions per prompt (a GRPO group) and per step.")] = 8,
     crash: Annotated[
         bool,

@@ -47,3 +47,24 @@ def test_every_bench_that_repeats_refuses_zero_repeats_before_it_starts() -> Non
         assert out.exit_code == 2 and "--repeat" in out.output, (name, out.output)
         refused.append(name)
     assert len(refused) >= 9, refused
+
+
+def test_a_command_main_loads_alone_is_registered_by_that_module_only() -> None:
+    """``main`` loads one module for ``rollcut serve`` and ``rollcut collect``: the module it names
+    must register the whole command (a group's every subcommand), or the command would be missing."""
+    from rollcut import cli
+
+    def home(callback: object) -> str:
+        return str(getattr(callback, "__module__", "")).rpartition(".")[2]
+
+    registered: dict[str, set[str]] = {}
+    for command in app.registered_commands:
+        registered.setdefault(command.name or "", set()).add(home(command.callback))
+    for group in app.registered_groups:
+        assert group.typer_instance is not None and group.name
+        homes = {home(c.callback) for c in group.typer_instance.registered_commands}
+        registered.setdefault(group.name, set()).update(homes)
+    alone = cli._ALONE
+    assert set(alone) == {"serve", "collect"}
+    assert {name: registered.get(name) for name in alone} == {n: {m} for n, m in alone.items()}
+    assert set(cli._GROUPS) == set().union(*registered.values())

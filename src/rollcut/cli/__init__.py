@@ -3,9 +3,9 @@
 Shared options and how a command opens the bus, the ledger and the token store live in
 ``_target``; each command group registers itself on the root app when its module is imported.
 ``app`` is the whole tree (every group imported on first use). ``main`` imports only the group it
-runs when that group is one a deployment starts many times: ``rollcut serve`` runs for every Gym
-server and again after every crash, and typer's parameters for the rest of the tree (every bench,
-the demo, the store) were a fifth of a server's start (``docs/performance.md``, stop 70).
+runs when it is one a deployment starts many times: ``rollcut serve`` runs for every Gym server and
+again after every crash, and typer's parameters for the rest of the tree (every bench, the demo, the
+store) were a fifth of a server's start (``docs/performance.md``, stop 70).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ _GROUPS = (
 )
 """Every module that registers commands on the root app."""
 
-_ALONE = {"serve": "_serve"}
-"""A first argument whose group ``main`` loads by itself, and the module that registers it."""
+_ALONE = {"serve": "_serve", "collect": "_collect"}
+"""A first argument whose command ``main`` loads by itself, and the module that registers it (a
+collection job starts ``rollcut collect`` once, a test deployment dozens of times)."""
 
 
 def _load(*modules: str) -> typer.Typer:

@@ -5,7 +5,7 @@ Shared options and how a command opens the bus, the ledger and the token store l
 ``app`` is the whole tree (every group imported on first use). ``main`` imports only the group it
 runs when it is one a deployment starts many times: ``rollcut serve`` runs for every Gym server and
 again after every crash, and typer's parameters for the rest of the tree (every bench, the demo, the
-store) were a fifth of a server's start (``docs/performance.md``, stop 70).
+store) were a tenth to a fifth of a server's start (``docs/performance.md``, stop 70).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def main() -> None:
     from ._target import exit_for
 
     first = sys.argv[1] if len(sys.argv) > 1 else ""
-    root = _load(_ALONE[first]) if first in _ALONE else _load(*_GROUPS)
     try:
+        root = _load(_ALONE[first]) if first in _ALONE else _load(*_GROUPS)
         root()
     except KeyboardInterrupt:
         sys.exit(130)

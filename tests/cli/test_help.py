@@ -49,22 +49,25 @@ def test_every_bench_that_repeats_refuses_zero_repeats_before_it_starts() -> Non
     assert len(refused) >= 9, refused
 
 
-def test_a_command_main_loads_alone_is_registered_by_that_module_only() -> None:
-    """``main`` loads one module for ``rollcut serve`` and ``rollcut collect``: the module it names
-    must register the whole command (a group's every subcommand), or the command would be missing."""
+def test_main_loads_for_each_command_the_modules_that_register_it() -> None:
+    """``main`` loads only the modules its table names for the command it runs: the table must name,
+    for every top-level command and group, every module that registers on it, or a command (or a
+    group's subcommand) would be missing when it runs alone."""
     from rollcut import cli
 
     def home(callback: object) -> str:
         return str(getattr(callback, "__module__", "")).rpartition(".")[2]
 
     registered: dict[str, set[str]] = {}
-    for command in app.registered_commands:
-        registered.setdefault(command.name or "", set()).add(home(command.callback))
+    for command in app.registered_commands:  # a command's name is typer's: its function's, dashed
+        name = command.name or getattr(command.callback, "__name__", "").replace("_", "-")
+        registered.setdefault(name, set()).add(home(command.callback))
     for group in app.registered_groups:
         assert group.typer_instance is not None and group.name
         homes = {home(c.callback) for c in group.typer_instance.registered_commands}
         registered.setdefault(group.name, set()).update(homes)
-    alone = cli._ALONE
-    assert set(alone) == {"serve", "collect"}
-    assert {name: registered.get(name) for name in alone} == {n: {m} for n, m in alone.items()}
-    assert set(cli._GROUPS) == set().union(*registered.values())
+    declared: dict[str, set[str]] = {}
+    for module, names in cli._COMMANDS.items():
+        for name in names:
+            declared.setdefault(name, set()).add(module)
+    assert declared == registered

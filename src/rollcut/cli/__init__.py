@@ -2,10 +2,11 @@
 
 Shared options and how a command opens the bus, the ledger and the token store live in
 ``_target``; each command group registers itself on the root app when its module is imported.
-``app`` is the whole tree (every group imported on first use). ``main`` imports only the group it
-runs when it is one a deployment starts many times: ``rollcut serve`` runs for every Gym server and
-again after every crash, and typer's parameters for the rest of the tree (every bench, the demo, the
-store) were a tenth to a fifth of a server's start (``docs/performance.md``, stop 70).
+``app`` is the whole tree (every group imported on first use). ``main`` imports only the module of
+the command it runs (the whole tree for ``--help`` or a name it does not know): ``rollcut serve``
+runs for every Gym server and again after every crash, and typer's parameters for the rest of the
+tree (every bench, the demo, the store) were a tenth to a fifth of a server's start
+(``docs/performance.md``, stop 70).
 """
 
 from __future__ import annotations
@@ -20,24 +21,21 @@ if _typing.TYPE_CHECKING:
 
 __all__ = ["Target", "app", "main"]
 
-_GROUPS = (
-    "_bench",
-    "_bench_e2e",
-    "_checkpoints",
-    "_collect",
-    "_demo",
-    "_engine",
-    "_nemo",
-    "_report",
-    "_serve",
-    "_store",
-    "_top",
-)
-"""Every module that registers commands on the root app."""
-
-_ALONE = {"serve": "_serve", "collect": "_collect"}
-"""A first argument whose command ``main`` loads by itself, and the module that registers it (a
-collection job starts ``rollcut collect`` once, a test deployment dozens of times)."""
+_COMMANDS = {
+    "_bench": ("bench",),
+    "_bench_e2e": ("bench",),
+    "_checkpoints": ("checkpoint", "checkpoints", "compact", "restore", "resume"),
+    "_collect": ("collect", "export"),
+    "_demo": ("demo",),
+    "_engine": ("engine",),
+    "_nemo": ("nemo-gym",),
+    "_report": ("report",),
+    "_serve": ("serve",),
+    "_store": ("cluster-config", "ledger", "nats", "replay", "retire"),
+    "_top": ("top",),
+}
+"""Every module that registers on the root app, and the top-level commands and groups it registers
+(a test checks this against the registrations)."""
 
 
 def _load(*modules: str) -> typer.Typer:
@@ -51,7 +49,7 @@ def _load(*modules: str) -> typer.Typer:
 def __getattr__(name: str) -> typer.Typer:
     if name != "app":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()["app"] = whole = _load(*_GROUPS)
+    globals()["app"] = whole = _load(*_COMMANDS)
     return whole
 
 
@@ -63,9 +61,9 @@ def main() -> None:
     from ._target import exit_for
 
     first = sys.argv[1] if len(sys.argv) > 1 else ""
+    named = [module for module, commands in _COMMANDS.items() if first in commands]
     try:
-        root = _load(_ALONE[first]) if first in _ALONE else _load(*_GROUPS)
-        root()
+        _load(*(named or _COMMANDS))()
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:

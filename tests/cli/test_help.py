@@ -71,3 +71,32 @@ def test_main_loads_for_each_command_the_modules_that_register_it() -> None:
         for name in names:
             declared.setdefault(name, set()).add(module)
     assert declared == registered
+
+
+def test_every_command_runs_through_main_in_a_process_of_its_own() -> None:
+    """What ``main`` loads is per command, so only a fresh process shows what a user gets: each
+    top-level command and group, loaded alone, must still be a command of the root group (typer
+    makes an app with a single command that command itself, which refused ``rollcut demo``)."""
+    import os
+    import subprocess
+    import sys
+
+    from rollcut import cli
+
+    names = sorted({name for names in cli._COMMANDS.values() for name in names})
+    runs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "rollcut", name, "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        for name in names
+    }
+    refused = {}
+    for name, run in runs.items():
+        out, _ = run.communicate(timeout=120)
+        if run.returncode != 0 or f"rollcut {name} " not in out:
+            refused[name] = (run.returncode, out[-600:])
+    assert len(names) >= 17 and refused == {}

@@ -83,6 +83,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,  # an escaped error gets its exit code from the table, in main()
 )
 """The root ``rollcut`` command."""
+
+
+@app.callback()
+def _root() -> None:
+    # A callback keeps the root a group: typer makes an app with one command that command itself,
+    # and ``main`` loads only the command it runs (``rollcut demo`` would then refuse ``demo``).
+    pass
 console = Console(stderr=True)
 
 T = TypeVar("T")

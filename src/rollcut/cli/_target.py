@@ -90,6 +90,8 @@ def _root() -> None:
     # A callback keeps the root a group: typer makes an app with one command that command itself,
     # and ``main`` loads only the command it runs (``rollcut demo`` would then refuse ``demo``).
     pass
+
+
 console = Console(stderr=True)
 
 T = TypeVar("T")

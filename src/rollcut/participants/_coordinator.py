@@ -36,7 +36,7 @@ from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._ask import ask
 from ._membership import InstanceInfo, Membership, check_membership
-from ._protocol import Capabilities, ControlReply, ControlRequest, Op
+from ._protocol import Capabilities, ControlErrorKind, ControlReply, ControlRequest, Op
 from ._quarantine import quarantines
 from ._result import CheckpointResult
 
@@ -96,6 +96,25 @@ class Coordinator:
         """One control op, asked again until the deadline (:func:`._ask.ask` says when)."""
         req = ControlRequest(op=op, checkpoint_id=checkpoint_id, deadline=deadline, cut=cut)
         return await ask(self.log.nc, info, req, per_try_s=self.per_try_s)
+
+    async def call_past_the_dead(
+        self, info: InstanceInfo, op: Op, checkpoint_id: str, deadline: float, *, cut: int | None = None
+    ) -> ControlReply:
+        """:meth:`call`, past a dead checkpoint: a participant busy with one whose marker is not the
+        lane's last entry (its seal, appended expecting that marker, can never land) is told to abort
+        it and asked again. Its lease would end it too, but on the participant's clock and timer,
+        which need not agree with the coordinator's: a collection requeued after a partition cleared
+        the lane, then met a server still holding the checkpoint the partition cut off."""
+        reply = await self.call(info, op, checkpoint_id, deadline, cut=cut)
+        held = reply.holds
+        if reply.error_kind != ControlErrorKind.BUSY or held in ("", checkpoint_id):
+            return reply
+        last = await self.log.last_on(self.log.subjects.mark())
+        ev = None if last is None else last.event
+        if isinstance(ev, CheckpointPrepared | CheckpointSealed) and ev.checkpoint_id == held:
+            return reply  # its coordinator may still seal it
+        await self._best_effort(info, "abort", held, deadline)
+        return await self.call(info, op, checkpoint_id, deadline, cut=cut)
 
     async def capabilities(self) -> list[Capabilities]:
         deadline = time.time() + 10
@@ -378,7 +397,7 @@ class Coordinator:
         self, timer: PhaseTimer, info: InstanceInfo, op: Op, cid: str, deadline: float
     ) -> ControlReply:
         t0 = time.perf_counter()
-        reply = await self.call(info, op, cid, deadline)
+        reply = await self.call_past_the_dead(info, op, cid, deadline)
         timer.participant(op, info.instance, time.perf_counter() - t0)
         return reply
 

@@ -160,6 +160,9 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     ``export``: its hook), so the coordinator can tell them from the wire and a busy loop."""
     quarantined: Annotated[dict[Token, Annotated[str, Meta(max_length=300)]], Meta(max_length=10_000)] = {}
     """PrepareReport.quarantined, as the prepare's answer carries it (bounded: a reply is input)."""
+    holds: Annotated[str, Meta(max_length=256)] = ""
+    """The checkpoint active on the participant as it answered ("" when none): on a ``busy``
+    refusal, the one in the way, which a coordinator may end once the lane shows it dead."""
 
     def refusal(self) -> CheckpointError:
         """The error this refused reply stands for, carrying its checkpoint and participant."""

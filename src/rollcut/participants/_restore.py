@@ -202,9 +202,8 @@ class Restorer:
         """Every live participant rebuilds its sessions at the cut and stays paused."""
         deadline = time.time() + self.deadline_s
         found = await self.coordinator.discover()
-        replies = await asyncio.gather(
-            *(self.coordinator.call(i, "restore", checkpoint_id, deadline, cut=cut) for i in found)
-        )
+        ask = self.coordinator.call_past_the_dead  # a server may still hold a checkpoint a crash cut off
+        replies = await asyncio.gather(*(ask(i, "restore", checkpoint_id, deadline, cut=cut) for i in found))
         bad = [r for r in replies if not r.ok]
         if bad:
             # all or nothing: the participants that did restore are paused, and left so they would

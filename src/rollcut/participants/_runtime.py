@@ -425,6 +425,7 @@ class Participant:
             started_seq=self.started_seq,
             phases_ms=phases or {},
             quarantined={k: v[:300] for k, v in list(report.quarantined.items())[:10_000]},
+            holds=a.checkpoint_id if a else "",
         )
 
     # --- lease ----------------------------------------------------------------------

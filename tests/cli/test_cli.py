@@ -233,7 +233,6 @@ def test_bench_e2e_refuses_what_does_not_go_with_a_crash(capsys: pytest.CaptureF
 
     for args, said in (
         (["--way", "plain"], "unknown recovery plain"),
-        (["--paced", "--no-crash"], "the plain stack's model is not paced"),
         (["--paced", "--engine", "llama.cpp"], "drop --engine"),
         (["--model", "gemma-3-270m"], "add --engine llama.cpp"),
         (["--no-crash", "--way", "restart"], "unknown way without a crash restart"),

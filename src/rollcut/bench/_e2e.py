@@ -83,10 +83,8 @@ async def bench_e2e(
         raise ValueError("the excluded way compares generation cuts on an engine: give engine")
     if crash and PLAIN in ways:
         raise ValueError("plain measures throughput without a crash: crash=False")
-    if paced and (not crash or engine is not None):
-        raise ValueError(
-            "paced times the local model's recoveries after a crash (the plain stack is not paced)"
-        )
+    if paced and engine is not None:
+        raise ValueError("paced paces the local model: no engine")
     if PLAIN in ways and agent != "simple":
         raise ValueError("the plain stack runs the Simple Agent: agent='simple'")
     if not crash and (set(ways) - set(THROUGHPUT_WAYS) or intervals or home is not None):

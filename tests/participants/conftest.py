@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollcut import CheckpointConflictError
 from rollcut.bus import BusConfig, EventLog
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Participant
@@ -101,3 +104,39 @@ def spawn() -> Iterator[Callable[..., Proc]]:
     for pr in procs:
         if pr.p.poll() is None:
             pr.kill()
+
+
+@pytest.fixture
+def kill_coordinator_after(
+    nats_url: str, namespace: str, tmp_path: Path, spawn: Callable[..., Proc]
+) -> Callable[[str], Any]:
+    """A coordinator in a process of its own (ledger ``tmp_path/dead-ledger``, deadline 1 s),
+    SIGKILLed once it has done ``phase`` of a checkpoint."""
+
+    async def kill(phase: str) -> None:
+        dead = spawn(
+            "coordinator",
+            *("--url", nats_url, "--ns", namespace, "--deadline", "1.0", "--hang-after", phase),
+            *("--ledger", str(tmp_path / "dead-ledger"), "--tokens", str(tmp_path / "dead-tokens")),
+        )
+        await dead.aexpect(f"AFTER {phase}")
+        dead.kill()
+
+    return kill
+
+
+@pytest.fixture
+def checkpoint_when_free(coordinator: Coordinator) -> Callable[[], Any]:
+    """The next checkpoint, asked again while the lane still belongs to a dead coordinator's (until its
+    deadline and grace have passed; bounded)."""
+
+    async def take() -> Any:
+        give_up = time.time() + 15
+        while True:
+            try:
+                return await coordinator.checkpoint(deadline_s=3)
+            except CheckpointConflictError:
+                assert time.time() < give_up, "the lane stayed taken"
+                await asyncio.sleep(0.1)
+
+    return take

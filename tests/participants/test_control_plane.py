@@ -285,44 +285,20 @@ async def test_participant_killed_during_prepare_fails_that_checkpoint(
 @pytest.mark.slow
 async def test_coordinator_killed_between_seal_and_publication(
     log: EventLog,
-    nats_url: str,
-    namespace: str,
     participants: Any,
     coordinator: Coordinator,
     ledger: Ledger,
     tmp_path: Path,
-    spawn: Any,
+    kill_coordinator_after: Any,
+    checkpoint_when_free: Any,
 ) -> None:
     p = await participants("res-0", "exported", lease_grace_s=0.3)
-    dead = spawn(
-        "coordinator",
-        "--url",
-        nats_url,
-        "--ns",
-        namespace,
-        "--ledger",
-        str(tmp_path / "dead-ledger"),
-        "--tokens",
-        str(tmp_path / "dead-tokens"),
-        "--deadline",
-        "1.0",
-        "--hang-after",
-        "seal",
-    )
-    await dead.aexpect("AFTER seal")
-    dead.kill()  # SIGKILL with the seal on the log and nothing in its ledger
+    await kill_coordinator_after("seal")  # SIGKILL with the seal on the log and nothing in its ledger
     with Ledger(tmp_path / "dead-ledger") as dl:
         assert dl.checkpoints() == []
     assert p.gate.state == "closed"
     # the next checkpoint succeeds once the dead one's deadline has passed (bounded wait)
-    give_up = time.time() + 15
-    while True:
-        try:
-            res = await coordinator.checkpoint(deadline_s=3)
-            break
-        except CheckpointConflictError:
-            assert time.time() < give_up
-            await asyncio.sleep(0.1)
+    res = await checkpoint_when_free()
     assert [c.checkpoint_id for c in ledger.checkpoints()] == [res.record.checkpoint_id]
     assert p.gate.state == "open"
     committed = await _lane_markers(log, CheckpointCommitted)

@@ -10,14 +10,12 @@ minutes, so the two can only meet through the coordinator telling it the checkpo
 
 from __future__ import annotations
 
-import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollcut import CheckpointConflictError, RollcutError
+from rollcut import RollcutError
 from rollcut.bus import CheckpointAborted, EventLog
 from rollcut.ledger import Ledger
 from rollcut.participants import Coordinator, Restorer
@@ -28,33 +26,13 @@ LEASE_S = 600.0
 
 @pytest.mark.slow
 async def test_a_checkpoint_after_a_coordinator_killed_mid_checkpoint_ends_the_dead_one_everywhere(
-    log: EventLog,
-    nats_url: str,
-    namespace: str,
-    participants: Any,
-    coordinator: Coordinator,
-    ledger: Ledger,
-    tmp_path: Path,
-    spawn: Any,
+    log: EventLog, participants: Any, ledger: Ledger, kill_coordinator_after: Any, checkpoint_when_free: Any
 ) -> None:
     p = await participants("res-0", "exported", lease_grace_s=LEASE_S)
-    dead = spawn(
-        "coordinator",
-        *("--url", nats_url, "--ns", namespace, "--deadline", "1.0", "--hang-after", "seal"),
-        *("--ledger", str(tmp_path / "dead-ledger"), "--tokens", str(tmp_path / "dead-tokens")),
-    )
-    await dead.aexpect("AFTER seal")
-    dead.kill()  # SIGKILL with its seal on the lane: res-0 prepared, and nobody will release it
+    await kill_coordinator_after("seal")  # its seal on the lane: res-0 prepared, and nobody will release it
     held = p.capabilities().active_checkpoint
     assert held and p.gate.state == "closed"
-    give_up = time.time() + 15
-    while True:  # the lane is the dead one's until its deadline and grace have passed
-        try:
-            res = await coordinator.checkpoint(deadline_s=3)
-            break
-        except CheckpointConflictError:
-            assert time.time() < give_up
-            await asyncio.sleep(0.1)
+    res = await checkpoint_when_free()  # the lane is the dead one's until its deadline and grace pass
     assert [c.checkpoint_id for c in ledger.checkpoints()] == [res.record.checkpoint_id]
     assert res.participants == ["res-0"] and p.lease_expiries == 0  # ended by the coordinator, not the lease
     assert p.gate.state == "open" and p.capabilities().active_checkpoint is None

@@ -36,7 +36,7 @@ from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._ask import ask
 from ._membership import InstanceInfo, Membership, check_membership
-from ._protocol import Capabilities, ControlErrorKind, ControlReply, ControlRequest, Op
+from ._protocol import Capabilities, ControlErrorKind, ControlReply, ControlRequest, Op, ParticipantState
 from ._quarantine import quarantines
 from ._result import CheckpointResult
 
@@ -45,6 +45,10 @@ __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id
 # components that call the others: a restore releases them after the servers (not a pause anyone
 # measures; a checkpoint releases everyone in one wave)
 CALLERS = frozenset({"agent", "environment"})
+
+
+_WAITING = (ParticipantState.PREPARED, ParticipantState.COMMITTED, ParticipantState.RESTORED)
+"""A participant's states for a checkpoint whose hook has finished: it only waits to be released."""
 
 
 def new_checkpoint_id() -> str:
@@ -104,10 +108,18 @@ class Coordinator:
         lane's last entry (its seal, appended expecting that marker, can never land) is told to abort
         it and asked again. Its lease would end it too, but on the participant's clock and timer,
         which need not agree with the coordinator's: a collection requeued after a partition cleared
-        the lane, then met a server still holding the checkpoint the partition cut off."""
+        the lane, then met a server still holding the checkpoint the partition cut off. Only a
+        participant whose hook has finished (it waits to be told) is told: one still preparing or
+        restoring for the dead checkpoint would run two hooks at once. (A participant answers its
+        control requests one at a time, so today it cannot say so while its hook runs; the check
+        keeps that true if it ever answers them side by side.)"""
         reply = await self.call(info, op, checkpoint_id, deadline, cut=cut)
         held = reply.holds
-        if reply.error_kind != ControlErrorKind.BUSY or held in ("", checkpoint_id):
+        if (
+            reply.error_kind != ControlErrorKind.BUSY
+            or held in ("", checkpoint_id)
+            or reply.state not in _WAITING
+        ):
             return reply
         last = await self.log.last_on(self.log.subjects.mark())
         ev = None if last is None else last.event

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollcut import CheckpointConflictError
 from rollcut.bus import BusConfig, EventLog
 from rollcut.ledger import Ledger
-from rollcut.participants import Coordinator, Participant
+from rollcut.participants import Coordinator, Participant, Restorer
 from rollcut.tokens import LocalTokenStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,17 +123,7 @@ def kill_coordinator_after(
 
 
 @pytest.fixture
-def checkpoint_when_free(coordinator: Coordinator) -> Callable[[], Any]:
+def checkpoint_when_free(log: EventLog, ledger: Ledger, coordinator: Coordinator) -> Callable[[], Any]:
     """The next checkpoint, asked again while the lane still belongs to a dead coordinator's (until its
-    deadline and grace have passed; bounded)."""
-
-    async def take() -> Any:
-        give_up = time.time() + 15
-        while True:
-            try:
-                return await coordinator.checkpoint(deadline_s=3)
-            except CheckpointConflictError:
-                assert time.time() < give_up, "the lane stayed taken"
-                await asyncio.sleep(0.1)
-
-    return take
+    deadline and grace have passed; bounded): the restorer's tail seal, which does exactly that."""
+    return Restorer(log, ledger, coordinator, instance="collector-0", deadline_s=3).seal_tail

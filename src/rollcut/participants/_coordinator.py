@@ -36,7 +36,7 @@ from ..ledger import CheckpointRecord, Finding, Ledger, TailValidator
 from ..tokens import TokenSnapshot, TokenStore, call_store
 from ._ask import ask
 from ._membership import InstanceInfo, Membership, check_membership
-from ._protocol import Capabilities, ControlErrorKind, ControlReply, ControlRequest, Op, ParticipantState
+from ._protocol import WAITING, Capabilities, ControlErrorKind, ControlReply, ControlRequest, Op
 from ._quarantine import quarantines
 from ._result import CheckpointResult
 
@@ -45,10 +45,6 @@ __all__ = ["CheckpointResult", "Coordinator", "InstanceInfo", "new_checkpoint_id
 # components that call the others: a restore releases them after the servers (not a pause anyone
 # measures; a checkpoint releases everyone in one wave)
 CALLERS = frozenset({"agent", "environment"})
-
-
-_WAITING = (ParticipantState.PREPARED, ParticipantState.COMMITTED, ParticipantState.RESTORED)
-"""A participant's states for a checkpoint whose hook has finished: it only waits to be released."""
 
 
 def new_checkpoint_id() -> str:
@@ -114,11 +110,11 @@ class Coordinator:
         control requests one at a time, so today it cannot say so while its hook runs; the check
         keeps that true if it ever answers them side by side.)"""
         reply = await self.call(info, op, checkpoint_id, deadline, cut=cut)
-        held = reply.holds
+        held = reply.active_checkpoint
         if (
             reply.error_kind != ControlErrorKind.BUSY
-            or held in ("", checkpoint_id)
-            or reply.state not in _WAITING
+            or held in (None, checkpoint_id)
+            or reply.state not in WAITING
         ):
             return reply
         last = await self.log.last_on(self.log.subjects.mark())

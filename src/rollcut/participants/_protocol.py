@@ -71,6 +71,11 @@ class ParticipantState(StrEnum):
     """Over: the coordinator went silent past the deadline and its grace; admission reopened."""
 
 
+WAITING = frozenset({ParticipantState.PREPARED, ParticipantState.COMMITTED, ParticipantState.RESTORED})
+"""A checkpoint's states once the participant's hook has finished: it only waits to be released
+(a commit is accepted in these, and a coordinator may end a dead checkpoint held in them)."""
+
+
 class ControlErrorKind(StrEnum):
     """Why a participant refused a control operation (``ControlReply.error_kind``)."""
 
@@ -160,9 +165,9 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     ``export``: its hook), so the coordinator can tell them from the wire and a busy loop."""
     quarantined: Annotated[dict[Token, Annotated[str, Meta(max_length=300)]], Meta(max_length=10_000)] = {}
     """PrepareReport.quarantined, as the prepare's answer carries it (bounded: a reply is input)."""
-    holds: Annotated[str, Meta(max_length=256)] = ""
-    """The checkpoint active on the participant as it answered ("" when none): on a ``busy``
-    refusal, the one in the way, which a coordinator may end once the lane shows it dead."""
+    active_checkpoint: Annotated[str, Meta(max_length=256)] | None = None
+    """The checkpoint active on the participant as it answered (as in :class:`Capabilities`): on a
+    ``busy`` refusal, the one in the way, which a coordinator may end once the lane shows it dead."""
 
     def refusal(self) -> CheckpointError:
         """The error this refused reply stands for, carrying its checkpoint and participant."""

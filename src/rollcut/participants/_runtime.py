@@ -42,6 +42,7 @@ from ._hooks import LifecycleWatch, ParticipantHooks, ReleaseHook, RetireHook, _
 from ._lane import record_expiry, record_reply
 from ._presence import Presence
 from ._protocol import (
+    WAITING,
     Capabilities,
     CheckpointMode,
     ControlErrorKind,
@@ -55,7 +56,6 @@ from ._protocol import (
 
 __all__ = ["Participant", "service_name"]
 
-_COMMITTABLE = (ParticipantState.PREPARED, ParticipantState.COMMITTED, ParticipantState.RESTORED)
 
 _req_decoder = msgspec.json.Decoder(ControlRequest)
 Refusal = ControlErrorKind
@@ -276,11 +276,7 @@ class Participant:
         a = self._active
         if a is not None and a.checkpoint_id == req.checkpoint_id:
             if op == "commit":
-                if a.state not in (
-                    ParticipantState.PREPARED,
-                    ParticipantState.COMMITTED,
-                    ParticipantState.RESTORED,
-                ):
+                if a.state not in WAITING:
                     return self._reply(req, False, error=f"cannot commit when {a.state}", kind=Refusal.FAILED)
                 if a.state != ParticipantState.RESTORED:
                     a.state = ParticipantState.COMMITTED
@@ -425,7 +421,7 @@ class Participant:
             started_seq=self.started_seq,
             phases_ms=phases or {},
             quarantined={k: v[:300] for k, v in list(report.quarantined.items())[:10_000]},
-            holds=a.checkpoint_id if a else "",
+            active_checkpoint=a.checkpoint_id if a else None,
         )
 
     # --- lease ----------------------------------------------------------------------
